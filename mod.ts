@@ -1,0 +1,61 @@
+/**
+ * Durable progress checkpoints for long, budget-capped AI-agent runs.
+ *
+ * At fractions of a run's budget, `preLlmCall()` hands the host a text to put
+ * before the model ("write everything you found so far into FILE"). Because
+ * some runs never reach another model call, the library also writes the
+ * checkpoint file itself: at tool-call boundaries, and from a watchdog worker
+ * that keeps going while the host's main thread is stuck. It never throws
+ * into the host.
+ *
+ * @example Wire the four hooks into an agent loop
+ * ```ts
+ * import { createAgentCheckpoint } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, readFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const run = ac.startRun({ sessionId: "session-1", caps: { turns: 20 } });
+ * for (let turn = 0; turn < 12; turn++) {
+ *   const prologue = run.preLlmCall(); // put it before the model call when defined
+ *   if (prologue) assert.match(prologue, /write everything you have found so far/);
+ *   run.preToolCall("search");
+ *   run.postToolCall("search", { ok: true });
+ * }
+ * assert.match(readFileSync(run.checkpointFile, "utf8"), /budget tier 1 checkpoint/);
+ * await run.end();
+ * await ac.close();
+ * ```
+ *
+ * @module
+ */
+export {
+  AgentCheckpoint,
+  type AgentCheckpointOptions,
+  createAgentCheckpoint,
+  type TaskComment,
+} from "./agent_checkpoint.ts";
+export { Run } from "./run.ts";
+export {
+  discoverCaps,
+  type DiscoveredCaps,
+  type Env,
+  type LoadedSettings,
+  loadSettings,
+  type RunInit,
+  type SettingsOptions,
+} from "./discover.ts";
+export { type Caps, dueTier, type Tier } from "./tier.ts";
+export { formatDuration, renderTemplate, type TemplateValues } from "./template.ts";
+export { writeFileAtomic } from "./persist.ts";
+export {
+  type Axis,
+  type Mode,
+  type Settings,
+  type SettingSource,
+  settingsSchema,
+} from "./settings.ts";
+export type { CapSource, RunCaps } from "./record.ts";
+export type { HostLogger, LogRecord } from "./log.ts";

@@ -1,0 +1,134 @@
+/**
+ * Tier math (S5): which tier is due for a run's caps, turns and elapsed time.
+ * Pure: the clock comes in as an argument.
+ *
+ * @module
+ */
+import { defaultSettings, resolveSettings, type Settings } from "./settings.ts";
+
+/** Caps on the two axes; an absent axis has no cap. */
+export interface Caps {
+  /** Turn cap (model calls). */
+  turns?: number | undefined;
+  /** Time cap in seconds. */
+  timeSeconds?: number | undefined;
+}
+
+/** A tier: 0 none, 1 the half-way checkpoint, 2 the final one. */
+export type Tier = 0 | 1 | 2;
+
+const EPSILON = 1e-9;
+/**
+ * Caps this small are tiny: tier 1 would land within a few turns of tier 2.
+ * S5's rule reads "a turn cap < 10" but its example calls a cap of 10 tiny;
+ * the example is what users were shown, so 10 counts as tiny.
+ */
+const TINY_TURNS = 10;
+const TINY_SECONDS = 300;
+
+/** The numbers tier math needs, settled once per settings version. */
+export interface TierPlan {
+  turnCap: number | undefined;
+  timeCap: number | undefined;
+  tier1: number;
+  tier2Time: number;
+  tier2Turn: number;
+  tier1Allowed: boolean;
+}
+
+/** Apply S4's floors, `enabled_axes` and the 1-turn rule to raw caps. */
+export function countedCaps(caps: Caps, settings: Settings): Caps {
+  const out: Caps = {};
+  const axes = settings.enabled_axes;
+  const turns = caps.turns;
+  if (
+    turns !== undefined && Number.isFinite(turns) && turns > 1 &&
+    turns >= settings.min_budget_floor_turns && axes.includes("turns")
+  ) out.turns = turns;
+  const time = caps.timeSeconds;
+  if (
+    time !== undefined && Number.isFinite(time) && time > 0 &&
+    time >= settings.min_budget_floor_seconds && axes.includes("time")
+  ) out.timeSeconds = time;
+  return out;
+}
+
+/** Settle the tier thresholds for counted caps. */
+export function tierPlan(caps: Caps, settings: Settings): TierPlan {
+  const counted = countedCaps(caps, settings);
+  const [tier1 = 0.5, tier2] = settings.tier_fractions;
+  const tiny = (counted.turns !== undefined && counted.turns <= TINY_TURNS) ||
+    (counted.timeSeconds !== undefined && counted.timeSeconds < TINY_SECONDS);
+  return {
+    turnCap: counted.turns,
+    timeCap: counted.timeSeconds,
+    tier1,
+    tier2Time: tier2 ?? settings.tier2_time_fraction,
+    tier2Turn: tier2 ?? settings.tier2_turn_fraction,
+    tier1Allowed: !tiny || settings.allow_tiny_tier1,
+  };
+}
+
+/** The tier due under a plan; the hot path of every hook. */
+export function tierFor(plan: TierPlan, turnsUsed: number, elapsedSeconds: number): Tier {
+  const { turnCap, timeCap } = plan;
+  let largest = -1;
+  if (timeCap !== undefined) {
+    const frac = elapsedSeconds / timeCap;
+    if (frac >= plan.tier2Time - EPSILON) return 2;
+    largest = frac;
+  }
+  if (turnCap !== undefined) {
+    const frac = turnsUsed / turnCap;
+    if (frac >= plan.tier2Turn - EPSILON || turnsUsed >= turnCap - 2) return 2;
+    if (frac > largest) largest = frac;
+  }
+  return plan.tier1Allowed && largest >= plan.tier1 - EPSILON ? 1 : 0;
+}
+
+/**
+ * Seconds after the start at which the time axis alone makes a tier due, or
+ * undefined when it never does. The watchdog sleeps until then.
+ */
+export function timeCrossing(plan: TierPlan, tier: 1 | 2): number | undefined {
+  if (plan.timeCap === undefined) return undefined;
+  if (tier === 1 && !plan.tier1Allowed) return undefined;
+  const fraction = tier === 1 ? plan.tier1 : plan.tier2Time;
+  return Math.max(0, fraction - EPSILON) * plan.timeCap;
+}
+
+/**
+ * The tier due for a run (S5), after S4's floors, `enabled_axes` and the
+ * 1-turn rule are applied to `caps`. Settings are S3's snake_case keys; an
+ * invalid one falls back to its default.
+ *
+ * @param input The caps, turns used so far, elapsed seconds and settings.
+ * @returns 0 when nothing is due, else the highest due tier.
+ *
+ * @example The examples of S5
+ * ```ts
+ * import { dueTier } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * // Turn cap 100: tier 1 at 50, tier 2 at 90.
+ * assert.equal(dueTier({ caps: { turns: 100 }, turnsUsed: 49, elapsedSeconds: 0 }), 0);
+ * assert.equal(dueTier({ caps: { turns: 100 }, turnsUsed: 50, elapsedSeconds: 0 }), 1);
+ * assert.equal(dueTier({ caps: { turns: 100 }, turnsUsed: 90, elapsedSeconds: 0 }), 2);
+ * // Turn cap 10 is tiny: no tier 1, tier 2 on the penultimate turn.
+ * assert.equal(dueTier({ caps: { turns: 10 }, turnsUsed: 7, elapsedSeconds: 0 }), 0);
+ * assert.equal(dueTier({ caps: { turns: 10 }, turnsUsed: 8, elapsedSeconds: 0 }), 2);
+ * // Time cap one hour: tier 1 at 30 minutes.
+ * assert.equal(dueTier({ caps: { timeSeconds: 3600 }, turnsUsed: 0, elapsedSeconds: 1800 }), 1);
+ * ```
+ */
+export function dueTier(input: {
+  caps: Caps;
+  turnsUsed: number;
+  elapsedSeconds: number;
+  settings?: Record<string, unknown>;
+}): Tier {
+  const { settings } = resolveSettings(defaultSettings(""), [
+    { source: "override", values: input.settings },
+  ]);
+  return tierFor(tierPlan(input.caps, settings), input.turnsUsed, input.elapsedSeconds);
+}
