@@ -279,7 +279,8 @@ export class Run {
       if (!host) return;
       const now = nowMs();
       host.shared.touch(this.#info.slot, now);
-      const line = String(text).slice(0, MAX_NOTE);
+      let line = String(text);
+      if (line.length > MAX_NOTE) line = Array.from(line).slice(0, MAX_NOTE).join("");
       const notes = this.#info.notes;
       notes.push(line);
       if (notes.length > MAX_NOTES) notes.splice(0, notes.length - MAX_NOTES);

@@ -137,9 +137,15 @@ export function renderTemplate(template: string, values: TemplateValues): string
   let out = "";
   let sentence: Array<[string, string]> = [];
   const flush = () => {
-    const kept = sentence.filter(([clause]) => !absent(clause));
-    const end = sentence.at(-1)?.[1] ?? "";
-    kept.forEach(([clause, sep], i) => out += clause + (i === kept.length - 1 ? end : sep));
+    // A removed clause goes with the separator before it (the first clause of
+    // a sentence, with the one after it); the sentence keeps its end.
+    let first = true;
+    sentence.forEach(([clause], k) => {
+      if (absent(clause)) return;
+      out += (first ? "" : sentence[k - 1]![1]) + clause;
+      first = false;
+    });
+    if (!first) out += sentence.at(-1)![1];
     sentence = [];
   };
   for (let i = 0; i < pieces.length; i += 2) {

@@ -1,0 +1,83 @@
+/** Shared test helpers: temporary homes, config files, captured logs, child processes. */
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import process from "node:process";
+import { spawn } from "node:child_process";
+import type { LogRecord } from "../log.ts";
+
+/** A fresh, empty home directory. */
+export function tempHome(): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), "ac-test-"));
+}
+
+/** Write `<home>/config.yaml`. */
+export function writeConfig(home: string, yaml: string): void {
+  fs.writeFileSync(path.join(home, "config.yaml"), yaml);
+}
+
+/** A logger that keeps what it is given. */
+export function captureLog(): { logger: (r: LogRecord) => void; records: LogRecord[] } {
+  const records: LogRecord[] = [];
+  return { logger: (r) => records.push(r), records };
+}
+
+/** Sleep without blocking the event loop. */
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Block this thread for `ms`, as a host stuck in one long synchronous call. */
+export function blockFor(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/** Poll until `check` holds or `ms` passes; returns whether it held. */
+export async function waitFor(check: () => boolean, ms = 5000): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (check()) return true;
+    await sleep(10);
+  }
+  return check();
+}
+
+/** Whether these tests run under Deno (else Node, from the compiled package). */
+export const underDeno = "Deno" in globalThis;
+
+/** The file of a fixture script beside this one, in this runtime's extension. */
+export function fixture(name: string): string {
+  const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+  return new URL(`./fixtures/${name}${ext}`, import.meta.url).pathname;
+}
+
+/** The command that runs a script in this runtime. */
+export function scriptCommand(script: string, args: string[] = []): [string, string[]] {
+  return underDeno
+    ? [process.execPath, ["run", "-A", "--quiet", script, ...args]]
+    : [process.execPath, [script, ...args]];
+}
+
+/** Run a script to its end; resolves with its exit code, output and wall time. */
+export function runScript(
+  script: string,
+  args: string[] = [],
+  options: { env?: Record<string, string>; timeoutMs?: number } = {},
+): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
+  const [cmd, argv] = scriptCommand(script, args);
+  const started = Date.now();
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, argv, {
+      env: { ...process.env, ...options.env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => stdout += d);
+    child.stderr.on("data", (d) => stderr += d);
+    const timer = setTimeout(() => child.kill("SIGKILL"), options.timeoutMs ?? 60_000);
+    child.on("error", reject);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr, ms: Date.now() - started });
+    });
+  });
+}

@@ -1,0 +1,270 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { createHash } from "node:crypto";
+import { discoverCaps, type DiscoveredCaps, type RunInit } from "../mod.ts";
+import { type SqliteDb, sqliteDriver } from "../sqlite.ts";
+import { tempHome, writeConfig } from "./_helpers.ts";
+
+const driver = sqliteDriver();
+const openDb = (file: string): SqliteDb => {
+  if (!driver) throw new Error("these tests need a SQLite driver");
+  return driver.open(file, { readOnly: false });
+};
+
+/** A kanban board with one task, in WAL mode. */
+function board(home: string, runtime: unknown, taskId = "t-1"): string {
+  const file = path.join(home, "kanban.db");
+  const db = openDb(file);
+  db.exec("PRAGMA journal_mode = WAL");
+  db.exec("CREATE TABLE tasks (id TEXT PRIMARY KEY, title TEXT, max_runtime_seconds)");
+  db.run("INSERT INTO tasks VALUES (?, ?, ?)", taskId, "a task", runtime);
+  db.close();
+  return file;
+}
+
+const hash = (file: string) => createHash("sha256").update(fs.readFileSync(file)).digest("hex");
+
+async function discover(
+  init: RunInit,
+  { home = tempHome(), env = {}, yaml, overrides }: {
+    home?: string;
+    env?: Record<string, string>;
+    yaml?: string;
+    overrides?: Record<string, unknown>;
+  } = {},
+): Promise<DiscoveredCaps> {
+  if (yaml !== undefined) writeConfig(home, yaml);
+  return await discoverCaps(init, overrides ? { home, env, overrides } : { home, env });
+}
+
+test("discoverCaps() takes the host's caps first in every dialect", async () => {
+  for (const dialect of ["chat", "kanban", "goal"] as const) {
+    const found = await discover(
+      { sessionId: "s", dialect, caps: { turns: 7, timeSeconds: 70 } },
+      { env: { TERMINAL_TIMEOUT: "100" }, overrides: { caps: { turns: 9, time_seconds: 90 } } },
+    );
+    assert.deepEqual(found.caps, {
+      turns: { value: 7, source: "host" },
+      time: { value: 70, source: "host" },
+    }, dialect);
+  }
+});
+
+test("discoverCaps() reads a WAL board while another connection holds a write transaction", async () => {
+  const home = tempHome();
+  const file = board(home, 900);
+  const writer = openDb(file);
+  writer.exec("BEGIN IMMEDIATE");
+  writer.run("UPDATE tasks SET max_runtime_seconds = 5 WHERE id = 't-1'");
+  const before = hash(file);
+  try {
+    const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+      home,
+      env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "100" },
+    });
+    assert.equal(found.dialect, "kanban");
+    assert.equal(found.runId, "t-1");
+    assert.deepEqual(found.caps.time, { value: 900, source: "kanban db" });
+    assert.deepEqual(found.problems, []);
+    assert.equal(hash(file), before);
+  } finally {
+    writer.exec("ROLLBACK");
+    writer.close();
+  }
+});
+
+test("discoverCaps() takes the kanban task from HERMES_KANBAN_TASK", async () => {
+  const home = tempHome();
+  const file = board(home, "1200", "env-task");
+  const found = await discover({ sessionId: "s" }, {
+    home,
+    env: { HERMES_KANBAN_TASK: "env-task", HERMES_KANBAN_DB: file },
+  });
+  assert.equal(found.runId, "env-task");
+  assert.deepEqual(found.caps.time, { value: 1200, source: "kanban db" });
+});
+
+for (
+  const [what, runtime] of [
+    ["NULL", null],
+    ["zero", 0],
+    ["negative", -30],
+    ["text", "soon"],
+  ] as const
+) {
+  test(`discoverCaps() falls back to TERMINAL_TIMEOUT + 30 when max_runtime_seconds is ${what}`, async () => {
+    const home = tempHome();
+    const file = board(home, runtime);
+    const before = hash(file);
+    const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+      home,
+      env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "600" },
+    });
+    assert.deepEqual(found.caps.time, { value: 630, source: "TERMINAL_TIMEOUT" });
+    assert.equal(hash(file), before);
+  });
+}
+
+test("discoverCaps() falls back with a problem line when the board is missing", async () => {
+  const home = tempHome();
+  const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+    home,
+    env: { HERMES_KANBAN_DB: path.join(home, "nope.db"), TERMINAL_TIMEOUT: "60" },
+  });
+  assert.deepEqual(found.caps.time, { value: 90, source: "TERMINAL_TIMEOUT" });
+  assert.equal(found.problems.length, 1);
+  assert.match(found.problems[0]!, /cannot read the kanban board .*nope\.db/);
+  assert.ok(!fs.existsSync(path.join(home, "nope.db")), "the board must not be created");
+});
+
+test("discoverCaps() falls back when the board is corrupt, and leaves it as it was", async () => {
+  const home = tempHome();
+  const file = path.join(home, "kanban.db");
+  fs.writeFileSync(file, "SQLite format 3\0" + "garbage".repeat(200));
+  const before = hash(file);
+  const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+    home,
+    env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "60" },
+  });
+  assert.equal(found.caps.time?.source, "TERMINAL_TIMEOUT");
+  assert.match(found.problems[0]!, /cannot read the kanban board/);
+  assert.equal(hash(file), before);
+});
+
+test("discoverCaps() falls back when the board has no tasks table", async () => {
+  const home = tempHome();
+  const file = path.join(home, "other.db");
+  const db = openDb(file);
+  db.exec("CREATE TABLE notes (id TEXT)");
+  db.close();
+  const before = hash(file);
+  const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+    home,
+    env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "60" },
+  });
+  assert.equal(found.caps.time?.source, "TERMINAL_TIMEOUT");
+  assert.match(found.problems[0]!, /no such table: tasks/);
+  assert.equal(hash(file), before);
+});
+
+test("discoverCaps() ignores garbage in TERMINAL_TIMEOUT and names it", async () => {
+  for (const raw of ["abc", "-5", "0", "NaN"]) {
+    const found = await discover({ sessionId: "s", taskId: "t" }, {
+      env: { TERMINAL_TIMEOUT: raw },
+      overrides: { caps: { time_seconds: 77 } },
+    });
+    assert.deepEqual(found.caps.time, { value: 77, source: "caps.time_seconds" }, raw);
+    assert.match(found.problems.join("\n"), /TERMINAL_TIMEOUT=.* is not a number/, raw);
+  }
+});
+
+test("discoverCaps() takes kanban turns from agent.max_turns, then caps.turns", async () => {
+  const a = await discover({ sessionId: "s", taskId: "t" }, {
+    yaml: "agent: { max_turns: 60 }\nagent_checkpoint: { caps: { turns: 20 } }",
+  });
+  assert.deepEqual(a.caps.turns, { value: 60, source: "agent.max_turns" });
+  for (const none of ["0", "-1", "none", "inf", "null"]) {
+    const b = await discover({ sessionId: "s", taskId: "t" }, {
+      yaml: `agent: { max_turns: ${none} }\nagent_checkpoint: { caps: { turns: 20 } }`,
+    });
+    assert.deepEqual(b.caps.turns, { value: 20, source: "caps.turns" }, none);
+  }
+});
+
+/** A state.db with a goal for session `s`. */
+function stateDb(home: string, goal: unknown): void {
+  const db = openDb(path.join(home, "state.db"));
+  db.exec("CREATE TABLE state_meta (key TEXT PRIMARY KEY, value TEXT)");
+  db.run("INSERT INTO state_meta VALUES (?, ?)", "goal:s", JSON.stringify(goal));
+  db.close();
+}
+
+test("discoverCaps() finds an active goal in state.db and takes its max_turns", async () => {
+  const home = tempHome();
+  stateDb(home, { status: "active", max_turns: 25 });
+  const found = await discover({ sessionId: "s" }, {
+    home,
+    yaml: "agent: { max_turns: 80 }\nagent_checkpoint: { caps: { time_seconds: 500 } }",
+  });
+  assert.equal(found.dialect, "goal");
+  assert.deepEqual(found.caps, {
+    turns: { value: 25, source: "goal" },
+    time: { value: 500, source: "caps.time_seconds" },
+  });
+});
+
+test("discoverCaps() treats a finished goal as no goal", async () => {
+  const home = tempHome();
+  stateDb(home, { status: "done", max_turns: 25 });
+  const found = await discover({ sessionId: "s" }, { home, yaml: "agent: { max_turns: 80 }" });
+  assert.equal(found.dialect, "chat");
+  assert.deepEqual(found.caps, {});
+});
+
+test("discoverCaps() takes a goal run's turns from the goal, agent.max_turns, then caps.turns", async () => {
+  const a = await discover({ sessionId: "s", dialect: "goal", goal: { maxTurns: 12 } }, {
+    yaml: "agent: { max_turns: 80 }",
+  });
+  assert.deepEqual(a.caps.turns, { value: 12, source: "goal" });
+  const b = await discover({ sessionId: "s", dialect: "goal" }, {
+    yaml: "agent: { max_turns: 80 }",
+  });
+  assert.deepEqual(b.caps.turns, { value: 80, source: "agent.max_turns" });
+  const c = await discover({ sessionId: "s", dialect: "goal" }, {
+    yaml: "agent_checkpoint: { caps: { turns: 15 } }",
+  });
+  assert.deepEqual(c.caps.turns, { value: 15, source: "caps.turns" });
+});
+
+test("discoverCaps() never arms a chat run from agent.max_turns alone", async () => {
+  const found = await discover({ sessionId: "s" }, { yaml: "agent: { max_turns: 80 }" });
+  assert.equal(found.dialect, "chat");
+  assert.deepEqual(found.caps, {});
+});
+
+test("discoverCaps() reads agent.run_budget_seconds for chat only when usable", async () => {
+  const cases: Array<[string, number | undefined]> = [
+    ["850", 850],
+    ["'850'", 850],
+    ["true", undefined],
+    ["false", undefined],
+    ["0", undefined],
+    [".nan", undefined],
+    ["-3", undefined],
+    ["soon", undefined],
+  ];
+  for (const [yaml, expected] of cases) {
+    const found = await discover({ sessionId: "s" }, {
+      yaml: `agent: { run_budget_seconds: ${yaml} }`,
+    });
+    assert.deepEqual(
+      found.caps.time,
+      expected === undefined ? undefined : { value: expected, source: "agent.run_budget_seconds" },
+      yaml,
+    );
+  }
+});
+
+test("discoverCaps() prefers caps.time_seconds over agent.run_budget_seconds in chat", async () => {
+  const found = await discover({ sessionId: "s" }, {
+    yaml: "agent: { run_budget_seconds: 850 }\nagent_checkpoint: { caps: { time_seconds: 400 } }",
+  });
+  assert.deepEqual(found.caps.time, { value: 400, source: "caps.time_seconds" });
+});
+
+test("discoverCaps() applies floors, enabled_axes and the 1-turn rule, saying why", async () => {
+  const a = await discover({ sessionId: "s", caps: { turns: 1, timeSeconds: 100 } }, {
+    overrides: { min_budget_floor_seconds: 200 },
+  });
+  assert.deepEqual(a.caps, {});
+  assert.deepEqual(a.found.turns, { value: 1, source: "host" });
+  assert.match(a.dropped.join("\n"), /1-turn run/);
+  assert.match(a.dropped.join("\n"), /below min_budget_floor_seconds 200/);
+  const b = await discover({ sessionId: "s", caps: { turns: 30, timeSeconds: 100 } }, {
+    overrides: { enabled_axes: ["time"] },
+  });
+  assert.deepEqual(b.caps, { time: { value: 100, source: "host" } });
+  assert.match(b.dropped[0]!, /turns is not in enabled_axes/);
+});
