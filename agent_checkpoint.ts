@@ -21,8 +21,14 @@ import { commentBody, type RecordSource } from "./record.ts";
 import { Run, type RunHost } from "./run.ts";
 import type { Settings } from "./settings.ts";
 import { MAX_RUNS, nowMs, SharedRuns } from "./shared.ts";
-import { type PersistEvent, persistRecord, type RunInfo, snapshot } from "./snapshot.ts";
-import type { FromWorker, ToWorker, WatchdogData } from "./watchdog_protocol.ts";
+import {
+  encodeRunInfo,
+  type PersistEvent,
+  persistRecord,
+  type RunInfo,
+  snapshot,
+} from "./snapshot.ts";
+import type { FromWorker, WatchdogData } from "./watchdog_protocol.ts";
 
 /** A kanban task comment (S8). */
 export interface TaskComment {
@@ -50,7 +56,6 @@ export interface AgentCheckpointOptions {
 }
 
 const MAX_TOOL_NAME = 200;
-const MAX_TOOL_NAMES = 4096;
 
 const workerUrl = () =>
   new URL(import.meta.url.endsWith(".ts") ? "./watchdog.ts" : "./watchdog.js", import.meta.url);
@@ -76,7 +81,6 @@ export class AgentCheckpoint {
   readonly #shared = new SharedRuns();
   readonly #runs: (RunInfo | undefined)[] = new Array(MAX_RUNS);
   readonly #toolIds = new Map<string, number>();
-  readonly #toolNames: string[] = ["(unknown)"];
   #worker: Worker | undefined;
   #workerFailed = false;
   #closed = false;
@@ -108,7 +112,7 @@ export class AgentCheckpoint {
       },
       toolId: (name) => this.#toolId(name),
       persist: (info, event, src, now) => this.#persist(info, event, src, now),
-      noted: (info, text) => this.#send({ type: "note", slot: info.slot, gen: info.gen, text }),
+      noted: (info) => this.#publish(info),
       ended: (info) => this.#free(info.slot, "ended"),
     };
   }
@@ -116,6 +120,11 @@ export class AgentCheckpoint {
   /** The settings in force now. */
   get settings(): Settings {
     return this.#source.at(nowMs());
+  }
+
+  /** @internal The shared run table, for tests that move a run's clock. */
+  get sharedRuns(): SharedRuns {
+    return this.#shared;
   }
 
   /**
@@ -172,7 +181,8 @@ export class AgentCheckpoint {
       };
       if (found.taskId !== undefined) info.taskId = found.taskId;
       this.#runs[info.slot] = info;
-      this.#send({ type: "run", info });
+      this.#publish(info);
+      this.#shared.wake();
       return new Run(this.#host, info, found.dialect);
     } catch (error) {
       this.#log("error", `startRun failed; this run gets no checkpoints: ${errorText(error)}`);
@@ -228,13 +238,17 @@ export class AgentCheckpoint {
   #toolId(name: string): number {
     const known = this.#toolIds.get(name);
     if (known !== undefined) return known;
-    if (this.#toolNames.length >= MAX_TOOL_NAMES) return 0;
-    const id = this.#toolNames.length;
-    const shown = String(name).slice(0, MAX_TOOL_NAME);
-    this.#toolNames.push(shown);
-    this.#toolIds.set(name, id);
-    this.#send({ type: "tool", id, name: shown });
+    const id = this.#shared.internName(String(name).slice(0, MAX_TOOL_NAME));
+    if (id !== 0) this.#toolIds.set(name, id);
     return id;
+  }
+
+  /** Put a run's description where the watchdog reads it. */
+  #publish(info: RunInfo): void {
+    const bytes = encodeRunInfo(info);
+    if (!bytes || !this.#shared.writeInfo(info.slot, bytes)) {
+      this.#log("warn", "the run's description is too large for the watchdog", info.runId);
+    }
   }
 
   #persist(info: RunInfo, event: PersistEvent, source: RecordSource, now: number): void {
@@ -243,7 +257,6 @@ export class AgentCheckpoint {
       record = snapshot(
         info,
         this.#shared,
-        (id) => this.#toolNames[id] ?? "(unknown)",
         this.#source.at(now),
         event,
         source,
@@ -282,14 +295,6 @@ export class AgentCheckpoint {
     }
   }
 
-  #send(message: ToWorker): void {
-    try {
-      this.#worker?.postMessage(message);
-    } catch (error) {
-      this.#log("warn", `the watchdog did not take a message: ${errorText(error)}`);
-    }
-  }
-
   #startWatchdog(): void {
     if (this.#closed || this.#workerFailed) return;
     try {
@@ -300,8 +305,6 @@ export class AgentCheckpoint {
         overrides: cloneable(this.#options.settings),
         hostLogger: this.#options.logger !== undefined,
         hostComments: this.#options.postComment !== undefined,
-        runs: this.#runs.filter((r): r is RunInfo => r !== undefined),
-        toolNames: this.#toolNames,
       };
       if (this.#options.commentModule !== undefined) {
         data.commentModule = String(this.#options.commentModule);

@@ -65,6 +65,11 @@ export class Run {
     this.checkpointFile = info.checkpointFile;
   }
 
+  /** @internal The run's slot in shared memory. */
+  get slot(): number {
+    return this.#info.slot;
+  }
+
   /** The host of a run still holding its slot. */
   #live(): RunHost | undefined {
     const host = this.#host;

@@ -13,7 +13,7 @@ import {
   type RunCaps,
 } from "./record.ts";
 import type { Settings } from "./settings.ts";
-import type { SharedRuns } from "./shared.ts";
+import { INFO_BYTES, type SharedRuns } from "./shared.ts";
 import { formatDuration, renderTemplate, type TemplateValues } from "./template.ts";
 
 /** What the worker must know of a run that shared memory does not hold. */
@@ -30,6 +30,27 @@ export interface RunInfo {
 
 /** Notes kept per run. */
 export const MAX_NOTES = 10;
+
+const encoder = new TextEncoder();
+
+/**
+ * A run's description as the worker reads it from shared memory. When it does
+ * not fit, the oldest notes go first, then the last one is shortened; undefined
+ * when even that leaves it too large.
+ */
+export function encodeRunInfo(info: RunInfo): Uint8Array | undefined {
+  let notes = info.notes;
+  for (;;) {
+    const bytes = encoder.encode(JSON.stringify({ ...info, notes }));
+    if (bytes.length <= INFO_BYTES) return bytes;
+    if (notes.length > 1) notes = notes.slice(1);
+    else if (notes.length === 1 && notes[0]!.length > 40) {
+      const chars = Array.from(notes[0]!);
+      notes = [chars.slice(0, Math.floor(chars.length / 2)).join("") + "…"];
+    } else if (notes.length === 1) notes = [];
+    else return undefined;
+  }
+}
 
 /** The template values of a run at a moment. */
 export function templateValues(
@@ -74,7 +95,6 @@ export type PersistEvent =
 export function snapshot(
   info: RunInfo,
   shared: SharedRuns,
-  toolName: (id: number) => string,
   settings: Settings,
   event: PersistEvent,
   source: RecordSource,
@@ -82,7 +102,7 @@ export function snapshot(
 ): CheckpointRecord {
   const turnsUsed = shared.turns(info.slot);
   const elapsedSeconds = Math.max(0, (now - shared.start(info.slot)) / 1000);
-  const tools = shared.tools(info.slot, toolName);
+  const tools = shared.tools(info.slot);
   let message: string;
   let kind: RecordKind;
   let tier = 0;

@@ -14,21 +14,29 @@ import { SettingsSource } from "./discover.ts";
 import { createLog, errorText, type Log } from "./log.ts";
 import { commentBody } from "./record.ts";
 import type { Settings } from "./settings.ts";
-import { nowMs, SharedRuns } from "./shared.ts";
+import { MAX_RUNS, nowMs, SharedRuns } from "./shared.ts";
 import { type PersistEvent, persistRecord, type RunInfo, snapshot } from "./snapshot.ts";
 import { tierFor, tierPlan, timeCrossing } from "./tier.ts";
-import { MAX_NOTES } from "./snapshot.ts";
-import type { FromWorker, ToWorker, WatchdogData } from "./watchdog_protocol.ts";
+import type { FromWorker, WatchdogData } from "./watchdog_protocol.ts";
 
 /** Seconds past the time cap after which a run is no longer watched (S11). */
 export const PAST_CAP_SECONDS = 180;
 
+/** What the worker keeps of a run it has seen. */
+interface Watched {
+  gen: number;
+  seq: number;
+  info: RunInfo;
+  /** The kanban comment of a capless run went out (S9: first fire only). */
+  commented: boolean;
+  /** No longer watched (S9 interval 0, S11 time cap + 180 s). */
+  dropped: boolean;
+}
+
 /** The watchdog's loop, over the data its `AgentCheckpoint` started it with. */
 function watchdog(port: MessagePort, data: WatchdogData): void {
   const shared = new SharedRuns(data.buffer);
-  const toolNames = [...data.toolNames];
-  const runs = new Map<number, RunInfo>(data.runs.map((info) => [info.slot, info]));
-  const commented = new WeakSet<RunInfo>();
+  const watched = new Map<number, Watched>();
   const post = (message: FromWorker) => port.postMessage(message);
   const log: Log = data.hostLogger
     ? (level, message, runId) =>
@@ -65,7 +73,8 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     }).catch(fail);
   }
 
-  function act(info: RunInfo, settings: Settings, event: PersistEvent, now: number): void {
+  function act(run: Watched, settings: Settings, event: PersistEvent, now: number): void {
+    const info = run.info;
     if (settings.mode === "log-only") {
       log(
         "info",
@@ -79,7 +88,6 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       record = snapshot(
         info,
         shared,
-        (id) => toolNames[id] ?? "(unknown)",
         settings,
         event,
         "watchdog",
@@ -96,13 +104,14 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     }
     if (info.taskId === undefined) return;
     // Capless runs rewrite the file at every multiple but comment once (S9).
-    if (event.kind === "uncapped" && commented.has(info)) return;
-    commented.add(info);
+    if (event.kind === "uncapped" && run.commented) return;
+    run.commented = true;
     comment(info, commentBody(record));
   }
 
   /** Look at one run; returns when it next needs looking at, or undefined to stop watching. */
-  function watch(info: RunInfo, settings: Settings, now: number): number | undefined {
+  function watch(run: Watched, settings: Settings, now: number): number | undefined {
+    const info = run.info;
     const slot = info.slot;
     const start = shared.start(slot);
     const elapsed = (now - start) / 1000;
@@ -119,12 +128,19 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       );
       return undefined;
     }
-    if (!capped && settings.uncapped_interval_seconds === 0) return undefined;
+    if (!capped && settings.uncapped_interval_seconds === 0) {
+      log(
+        "info",
+        "no cap and uncapped_interval_seconds is 0; the watchdog stops watching",
+        info.runId,
+      );
+      return undefined;
+    }
     let next = Infinity;
     if (capped) {
       const tier = tierFor(plan, shared.turns(slot), elapsed);
       if (tier !== 0 && shared.claimTier(slot, tier)) {
-        act(info, settings, { kind: "tier", tier }, now);
+        act(run, settings, { kind: "tier", tier }, now);
       }
       for (const t of [1, 2] as const) {
         const at = timeCrossing(plan, t);
@@ -139,7 +155,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       const interval = settings.uncapped_interval_seconds;
       const multiple = Math.floor(elapsed / interval + 1e-9);
       if (multiple >= 1 && shared.claimMultiple(slot, multiple)) {
-        act(info, settings, { kind: "uncapped", multiple, intervalSeconds: interval }, now);
+        act(run, settings, { kind: "uncapped", multiple, intervalSeconds: interval }, now);
       }
       next = Math.min(next, start + (multiple + 1) * interval * 1000);
     }
@@ -149,7 +165,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       if (now >= deadline) {
         if (shared.claimStall(slot)) {
           act(
-            info,
+            run,
             settings,
             { kind: "stall", silentSeconds: (now - shared.activity(slot)) / 1000 },
             now,
@@ -160,51 +176,67 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     return next;
   }
 
-  let timer: ReturnType<typeof setTimeout> | undefined;
-
-  function tick(): void {
-    clearTimeout(timer);
-    let next = Infinity;
-    try {
-      const now = nowMs();
-      const settings = source.at(now);
-      next = now + settings.watchdog_poll_seconds * 1000;
-      if (settings.enabled && settings.watchdog && settings.mid_run_persist) {
-        for (const [slot, info] of runs) {
-          if (shared.gen(slot) !== info.gen) {
-            runs.delete(slot);
-            continue;
-          }
-          const due = watch(info, settings, now);
-          if (due === undefined) runs.delete(slot);
-          else next = Math.min(next, due);
-        }
-      }
-    } catch (error) {
-      log("error", `watchdog poll failed: ${errorText(error)}`);
+  /** The run in a slot as the main thread last described it, or undefined. */
+  function runIn(slot: number): Watched | undefined {
+    if (!shared.live(slot)) {
+      watched.delete(slot);
+      return undefined;
     }
-    if (!Number.isFinite(next)) next = nowMs() + 10_000;
-    timer = setTimeout(tick, Math.max(1, Math.ceil(next - nowMs())));
+    const gen = shared.gen(slot);
+    const known = watched.get(slot);
+    if (known?.gen === gen && known.seq === shared.infoSeq(slot)) return known;
+    const read = shared.readInfo(slot);
+    if (!read) return known?.gen === gen ? known : undefined;
+    const info = JSON.parse(read.text) as RunInfo;
+    // A slot just claimed still holds its previous run's description.
+    if (info.gen !== gen) return undefined;
+    const same = known?.gen === gen;
+    const run: Watched = {
+      gen,
+      seq: read.seq,
+      info,
+      commented: same && known.commented,
+      dropped: same && known.dropped,
+    };
+    watched.set(slot, run);
+    return run;
   }
 
-  port.on("message", (message: ToWorker) => {
-    try {
-      if (message.type === "run") runs.set(message.info.slot, message.info);
-      else if (message.type === "tool") toolNames[message.id] = message.name;
-      else if (message.type === "note") {
-        const info = runs.get(message.slot);
-        if (info?.gen === message.gen) {
-          info.notes.push(message.text);
-          if (info.notes.length > MAX_NOTES) info.notes.splice(0, info.notes.length - MAX_NOTES);
-        }
+  function look(): number {
+    const now = nowMs();
+    const settings = source.at(now);
+    let next = now + settings.watchdog_poll_seconds * 1000;
+    if (!settings.enabled || !settings.watchdog || !settings.mid_run_persist) return next;
+    for (let slot = 0; slot < MAX_RUNS; slot++) {
+      try {
+        const run = runIn(slot);
+        if (!run || run.dropped) continue;
+        const due = watch(run, settings, now);
+        if (due === undefined) run.dropped = true;
+        else next = Math.min(next, due);
+      } catch (error) {
+        log("error", `watchdog failed on a run: ${errorText(error)}`);
       }
-    } catch (error) {
-      log("error", `watchdog message failed: ${errorText(error)}`);
     }
-    tick();
-  });
+    return next;
+  }
 
-  tick();
+  function loop(): void {
+    const seen = shared.wakes();
+    let next: number;
+    try {
+      next = look();
+    } catch (error) {
+      log("error", `watchdog poll failed: ${errorText(error)}`);
+      next = nowMs() + 10_000;
+    }
+    shared.waitForWake(seen, Math.ceil(next - nowMs())).then(loop, loop);
+  }
+
+  // A pending Atomics.waitAsync does not keep a worker alive by itself. This
+  // keeps the worker (not the host: the worker is unref'd) running.
+  setInterval(() => {}, 2 ** 30);
+  loop();
 }
 
 // Imported outside a worker (by a documentation or type check), it does nothing.

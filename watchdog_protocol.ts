@@ -1,10 +1,11 @@
 /**
- * The messages between an `AgentCheckpoint` and its watchdog worker.
+ * What an `AgentCheckpoint` starts its watchdog worker with, and the messages
+ * the worker sends back. Nothing goes the other way: the worker reads runs
+ * from shared memory.
  *
  * @module
  */
 import type { Env } from "./discover.ts";
-import type { RunInfo } from "./snapshot.ts";
 
 /** What the worker starts with. */
 export interface WatchdogData {
@@ -17,15 +18,7 @@ export interface WatchdogData {
   /** Comments go to the main thread, for the host's `postComment`. */
   hostComments: boolean;
   commentModule?: string;
-  runs: RunInfo[];
-  toolNames: string[];
 }
-
-/** Main thread to worker. */
-export type ToWorker =
-  | { type: "run"; info: RunInfo }
-  | { type: "note"; slot: number; gen: number; text: string }
-  | { type: "tool"; id: number; name: string };
 
 /** Worker to main thread. */
 export type FromWorker =
