@@ -32,7 +32,9 @@ import type { FromWorker, WatchdogData } from "./watchdog_protocol.ts";
 
 /** A kanban task comment (S8). */
 export interface TaskComment {
+  /** The kanban task to comment on. */
   taskId: string;
+  /** The comment, headed with the plugin's name, at most 4,000 characters. */
   body: string;
 }
 

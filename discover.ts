@@ -125,8 +125,11 @@ export function expandDir(
 
 /** Settings with where each came from. */
 export interface LoadedSettings {
+  /** Every S3 setting, defaults filled in. */
   settings: Settings;
+  /** What fell back to a default, and why, one line each. */
   warnings: string[];
+  /** Where each setting came from (`caps.turns` and `caps.time_seconds` separately). */
   sources: Record<string, SettingSource>;
 }
 
@@ -262,9 +265,11 @@ export interface RunInit {
 
 /** The outcome of S4 for one run. */
 export interface DiscoveredCaps {
+  /** The dialect the caps were looked up in. */
   dialect: "chat" | "kanban" | "goal";
   /** The kanban task id, else the session id. */
   runId: string;
+  /** The kanban task id, in the kanban dialect. */
   taskId?: string;
   /** Counted caps: after floors, `enabled_axes` and the 1-turn rule. */
   caps: RunCaps;

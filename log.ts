@@ -9,8 +9,11 @@ import * as path from "node:path";
 
 /** One log line as the host's logger receives it. */
 export interface LogRecord {
+  /** `info`, `warn` or `error`. */
   level: string;
+  /** One line, in plain words. */
   message: string;
+  /** The run it concerns, when it concerns one. */
   runId?: string;
 }
 

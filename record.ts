@@ -9,13 +9,17 @@ import { formatDuration } from "./template.ts";
 
 /** A cap and where it was found. */
 export interface CapSource {
+  /** Turns, or seconds. */
   value: number;
+  /** Where it was found: `host`, `kanban db`, `TERMINAL_TIMEOUT`, `caps.turns` … */
   source: string;
 }
 
 /** A run's caps after S4, per axis. */
 export interface RunCaps {
+  /** The turn cap. */
   turns?: CapSource;
+  /** The time cap, in seconds. */
   time?: CapSource;
 }
 
