@@ -28,7 +28,7 @@ import {
   type RunInfo,
   snapshot,
 } from "./snapshot.ts";
-import type { FromWorker, WatchdogData } from "./watchdog_protocol.ts";
+import type { FromWorker, WatchdogData, WatchdogStats } from "./watchdog_protocol.ts";
 
 /** A kanban task comment (S8). */
 export interface TaskComment {
@@ -55,6 +55,8 @@ export interface AgentCheckpointOptions {
    * comments go out even while the main thread is blocked.
    */
   commentModule?: string | URL;
+  /** @internal Ask the watchdog for heap figures every this many ms (benchmarks). */
+  watchdogStatsEveryMs?: number;
 }
 
 const MAX_TOOL_NAME = 200;
@@ -85,6 +87,7 @@ export class AgentCheckpoint {
   readonly #toolIds = new Map<string, number>();
   #worker: Worker | undefined;
   #workerFailed = false;
+  #stats: WatchdogStats | undefined;
   #closed = false;
   readonly #host: RunHost;
 
@@ -122,6 +125,11 @@ export class AgentCheckpoint {
   /** The settings in force now. */
   get settings(): Settings {
     return this.#source.at(nowMs());
+  }
+
+  /** @internal The watchdog's last heap report, when asked for (benchmarks). */
+  get watchdogStats(): WatchdogStats | undefined {
+    return this.#stats;
   }
 
   /** @internal The shared run table, for tests that move a run's clock. */
@@ -311,11 +319,15 @@ export class AgentCheckpoint {
       if (this.#options.commentModule !== undefined) {
         data.commentModule = String(this.#options.commentModule);
       }
+      if (this.#options.watchdogStatsEveryMs) {
+        data.statsEveryMs = this.#options.watchdogStatsEveryMs;
+      }
       const worker = new Worker(workerUrl(), { workerData: data });
       worker.unref();
       worker.on("message", (message: FromWorker) => {
         if (message.type === "log") this.#log(message.level, message.message, message.runId);
         else if (message.type === "comment") this.#comment(message.comment);
+        else if (message.type === "stats") this.#stats = message.stats;
       });
       worker.on("error", (error) => {
         this.#workerFailed = true;

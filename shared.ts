@@ -47,7 +47,7 @@ const HEADER_BYTES = 64;
 /** Bytes of the append-only tool-name table. */
 const NAME_BYTES = 64 * 1024;
 /** Bytes of each run's description (JSON). */
-export const INFO_BYTES = 3072;
+export const INFO_BYTES = 2048;
 
 const F64_AT = HEADER_BYTES;
 const I32_AT = F64_AT + MAX_RUNS * F64_PER_SLOT * 8;

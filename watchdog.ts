@@ -9,6 +9,7 @@
  *
  * @module
  */
+import process from "node:process";
 import { type MessagePort, parentPort, workerData } from "node:worker_threads";
 import { SettingsSource } from "./discover.ts";
 import { createLog, errorText, type Log } from "./log.ts";
@@ -16,7 +17,7 @@ import { commentBody } from "./record.ts";
 import type { Settings } from "./settings.ts";
 import { MAX_RUNS, nowMs, SharedRuns } from "./shared.ts";
 import { type PersistEvent, persistRecord, type RunInfo, snapshot } from "./snapshot.ts";
-import { tierFor, tierPlan, timeCrossing } from "./tier.ts";
+import { tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
 import type { FromWorker, WatchdogData } from "./watchdog_protocol.ts";
 
 /** Seconds past the time cap after which a run is no longer watched (S11). */
@@ -31,6 +32,8 @@ interface Watched {
   commented: boolean;
   /** No longer watched (S9 interval 0, S11 time cap + 180 s). */
   dropped: boolean;
+  plan?: TierPlan;
+  planVersion?: number;
 }
 
 /** The watchdog's loop, over the data its `AgentCheckpoint` started it with. */
@@ -115,10 +118,14 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     const slot = info.slot;
     const start = shared.start(slot);
     const elapsed = (now - start) / 1000;
-    const plan = tierPlan(
-      { turns: info.caps.turns?.value, timeSeconds: info.caps.time?.value },
-      settings,
-    );
+    if (run.plan === undefined || run.planVersion !== source.version) {
+      run.plan = tierPlan(
+        { turns: info.caps.turns?.value, timeSeconds: info.caps.time?.value },
+        settings,
+      );
+      run.planVersion = source.version;
+    }
+    const plan = run.plan;
     const capped = plan.turnCap !== undefined || plan.timeCap !== undefined;
     if (plan.timeCap !== undefined && elapsed > plan.timeCap + PAST_CAP_SECONDS) {
       log(
@@ -236,6 +243,16 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
   // A pending Atomics.waitAsync does not keep a worker alive by itself. This
   // keeps the worker (not the host: the worker is unref'd) running.
   setInterval(() => {}, 2 ** 30);
+  if (data.statsEveryMs) {
+    const gc = (globalThis as { gc?: () => void }).gc;
+    setInterval(() => {
+      gc?.();
+      post({
+        type: "stats",
+        stats: { heapUsed: process.memoryUsage().heapUsed, watched: watched.size },
+      });
+    }, data.statsEveryMs);
+  }
   loop();
 }
 

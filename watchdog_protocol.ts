@@ -18,9 +18,18 @@ export interface WatchdogData {
   /** Comments go to the main thread, for the host's `postComment`. */
   hostComments: boolean;
   commentModule?: string;
+  /** @internal Report heap use every this many ms (benchmarks). */
+  statsEveryMs?: number;
+}
+
+/** @internal The worker's own heap, as benchmarks read it. */
+export interface WatchdogStats {
+  heapUsed: number;
+  watched: number;
 }
 
 /** Worker to main thread. */
 export type FromWorker =
   | { type: "log"; level: "info" | "warn" | "error"; message: string; runId?: string }
-  | { type: "comment"; comment: { taskId: string; body: string } };
+  | { type: "comment"; comment: { taskId: string; body: string } }
+  | { type: "stats"; stats: WatchdogStats };
