@@ -323,7 +323,6 @@ export class AgentCheckpoint {
         data.statsEveryMs = this.#options.watchdogStatsEveryMs;
       }
       const worker = new Worker(workerUrl(), { workerData: data });
-      worker.unref();
       worker.on("message", (message: FromWorker) => {
         if (message.type === "log") this.#log(message.level, message.message, message.runId);
         else if (message.type === "comment") this.#comment(message.comment);
@@ -334,6 +333,8 @@ export class AgentCheckpoint {
         this.#worker = undefined;
         this.#log("error", `the watchdog stopped: ${errorText(error)}`);
       });
+      // After the listeners: in Node, adding a message listener re-refs the worker.
+      worker.unref();
       this.#worker = worker;
     } catch (error) {
       this.#workerFailed = true;

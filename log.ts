@@ -6,6 +6,7 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { ensureDir } from "./persist.ts";
 
 /** One log line as the host's logger receives it. */
 export interface LogRecord {
@@ -32,7 +33,7 @@ export const logFilePath = (home: string) => path.join(home, "logs", "agent-chec
 /** Append one line to a bounded log file. */
 export function appendLogLine(file: string, record: LogRecord): void {
   try {
-    fs.mkdirSync(path.dirname(file), { recursive: true });
+    ensureDir(path.dirname(file));
     try {
       if (fs.statSync(file).size > LOG_FILE_LIMIT) fs.renameSync(file, `${file}.1`);
     } catch { /* no file yet */ }

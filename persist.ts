@@ -143,6 +143,31 @@ export async function writeFileAtomic(target: string, text: string): Promise<voi
   }
 }
 
+/**
+ * Create a directory and its missing parents. Not `mkdirSync(…, { recursive:
+ * true })`: on Node 20 that never returns for a path under /proc, and a hook
+ * must not hang. This walk is bounded by the path's depth.
+ */
+export function ensureDir(dir: string): void {
+  try {
+    fs.mkdirSync(dir);
+    return;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EEXIST") {
+      if (fs.statSync(dir).isDirectory()) return;
+      throw new Error(`ENOTDIR: ${dir} exists and is not a directory`);
+    }
+    if (code !== "ENOENT" || path.dirname(dir) === dir) throw error;
+  }
+  ensureDir(path.dirname(dir));
+  try {
+    fs.mkdirSync(dir);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  }
+}
+
 const MAX_STEM = 120;
 const HASHED = /-[0-9a-f]{12}$/;
 
@@ -231,7 +256,7 @@ const statIfThere = (file: string) => {
  * so that a concurrent edit by the agent is not lost.
  */
 export function persistBlock(file: string, block: string): void {
-  fs.mkdirSync(path.dirname(file), { recursive: true });
+  ensureDir(path.dirname(file));
   for (let attempt = 0;; attempt++) {
     const before = statIfThere(file);
     const merged = mergeBlock(readIfThere(file), block);
