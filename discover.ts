@@ -18,7 +18,7 @@ import {
 } from "./settings.ts";
 import { countedCaps } from "./tier.ts";
 import type { RunCaps } from "./record.ts";
-import { selectOne, SQLITE_FIX, sqliteDriver } from "./sqlite.ts";
+import { selectOne, SQLITE_FIX, type SqliteDriver, sqliteDriver } from "./sqlite.ts";
 import { errorText } from "./log.ts";
 
 /** Environment variables, as `process.env` holds them. */
@@ -287,21 +287,29 @@ export interface DiscoveryContext {
   env: Env;
   settings: Settings;
   config: ConfigFile;
+  /** The SQLite driver; `null` for none. @default {sqliteDriver()} */
+  sqlite?: SqliteDriver | null;
 }
 
 const stateDbGoal = (
   home: string,
   sessionId: string,
   problems: string[],
+  driver: SqliteDriver | undefined,
 ): { active: boolean; maxTurns: unknown } => {
   const file = path.join(home, "state.db");
   if (!fs.existsSync(file)) return { active: false, maxTurns: undefined };
-  if (!sqliteDriver()) {
+  if (!driver) {
     problems.push(`cannot read goals from ${file}: ${SQLITE_FIX}`);
     return { active: false, maxTurns: undefined };
   }
   try {
-    const row = selectOne(file, "SELECT value FROM state_meta WHERE key = ?", `goal:${sessionId}`);
+    const row = selectOne(
+      driver,
+      file,
+      "SELECT value FROM state_meta WHERE key = ?",
+      `goal:${sessionId}`,
+    );
     if (!row) return { active: false, maxTurns: undefined };
     const goal = JSON.parse(String(row.value));
     return { active: dig(goal, "status") === "active", maxTurns: dig(goal, "max_turns") };
@@ -311,15 +319,25 @@ const stateDbGoal = (
   }
 };
 
-const kanbanRuntime = (env: Env, taskId: string, problems: string[]): unknown => {
+const kanbanRuntime = (
+  env: Env,
+  taskId: string,
+  problems: string[],
+  driver: SqliteDriver | undefined,
+): unknown => {
   const file = env.HERMES_KANBAN_DB;
   if (!file) return undefined;
-  if (!sqliteDriver()) {
+  if (!driver) {
     problems.push(`cannot read the kanban board ${file}: ${SQLITE_FIX}`);
     return undefined;
   }
   try {
-    const row = selectOne(file, "SELECT max_runtime_seconds FROM tasks WHERE id = ?", taskId);
+    const row = selectOne(
+      driver,
+      file,
+      "SELECT max_runtime_seconds FROM tasks WHERE id = ?",
+      taskId,
+    );
     if (!row) problems.push(`kanban board ${file} has no task ${taskId}`);
     return row?.max_runtime_seconds ?? undefined;
   } catch (error) {
@@ -331,6 +349,7 @@ const kanbanRuntime = (env: Env, taskId: string, problems: string[]): unknown =>
 /** Cap discovery (S4), synchronously: one read-only SELECT at most per database. */
 export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
   const { env, settings, config } = ctx;
+  const driver = ctx.sqlite === undefined ? sqliteDriver() : ctx.sqlite ?? undefined;
   const problems: string[] = [];
   const taskId = init.taskId || env.HERMES_KANBAN_TASK || undefined;
   let dialect: DiscoveredCaps["dialect"];
@@ -339,11 +358,11 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
   else if (init.dialect === "goal") dialect = "goal";
   else if (init.dialect === "chat") dialect = "chat";
   else {
-    goal = stateDbGoal(ctx.home, init.sessionId, problems);
+    goal = stateDbGoal(ctx.home, init.sessionId, problems, driver);
     dialect = goal.active ? "goal" : "chat";
   }
   if (dialect === "goal" && goal.maxTurns === undefined && !goal.active) {
-    goal = stateDbGoal(ctx.home, init.sessionId, problems);
+    goal = stateDbGoal(ctx.home, init.sessionId, problems, driver);
   }
 
   type Candidate = [source: string, value: () => unknown];
@@ -365,7 +384,7 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
   if (dialect === "kanban") {
     time = [
       ...host,
-      ["kanban db", () => taskId && kanbanRuntime(env, taskId, problems)],
+      ["kanban db", () => taskId && kanbanRuntime(env, taskId, problems, driver)],
       ["TERMINAL_TIMEOUT", () => {
         const raw = env.TERMINAL_TIMEOUT;
         if (raw === undefined || raw === "") return undefined;

@@ -82,12 +82,11 @@ export function sqliteDriver(): SqliteDriver | undefined {
 
 /** Run one read-only SELECT for one row, and close the database. */
 export function selectOne(
+  driver: SqliteDriver,
   file: string,
   sql: string,
   ...params: unknown[]
 ): Record<string, unknown> | undefined {
-  const driver = sqliteDriver();
-  if (!driver) throw new Error(`no SQLite driver: ${SQLITE_FIX}`);
   const db = driver.open(file, { readOnly: true });
   try {
     return db.get(sql, ...params);

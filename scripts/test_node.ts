@@ -85,6 +85,20 @@ function consumer(): void {
   npm("install", "--install-links=false", path.join(tools, "node_modules/better-sqlite3"));
   process.stdout.write(run("node", ["kanban.mjs"], dir));
 
+  say("the agent-checkpoint bin from the installed package");
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-bin-"));
+  const explained = JSON.parse(
+    run("npx", ["agent-checkpoint", "explain", "--home", home, "--json"], dir),
+  );
+  if (explained.home !== home || explained.problems.length !== 0) {
+    throw new Error(`the bin's explain said ${JSON.stringify(explained)}`);
+  }
+  const usage = spawnSync("npx", ["agent-checkpoint", "frob"], { cwd: dir, encoding: "utf8" });
+  if (usage.status !== 2 || !/unknown command "frob"/.test(usage.stderr)) {
+    throw new Error(`the bin's usage error was ${usage.status}: ${usage.stderr}`);
+  }
+  console.log("bin: explain --json answers, and an unknown command exits 2");
+
   say("the demo from the installed package, under Node");
   const demo = run(
     "node",
