@@ -4,7 +4,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { createAgentCheckpoint, type Run } from "../mod.ts";
-import { logFilePath, type LogRecord } from "../log.ts";
+import { createLog, LOG_FILE_LIMIT, logFilePath, type LogRecord } from "../log.ts";
 import { captureLog, sleep, tempHome } from "./_helpers.ts";
 
 /** Drive a run across both tiers through every hook; returns the prologue texts. */
@@ -190,4 +190,17 @@ test("a note is cut at a character boundary", async () => {
   assert.ok(!text.includes("🙂".repeat(2001)));
   assert.ok(!text.includes("\uFFFD"));
   await ac.close();
+});
+
+test("the default log file stays bounded: past 1 MiB it is rotated to .1", () => {
+  const home = tempHome();
+  const file = logFilePath(home);
+  const log = createLog(home);
+  log("info", "first");
+  fs.appendFileSync(file, "x".repeat(LOG_FILE_LIMIT));
+  log("warn", "after the limit");
+  assert.ok(fs.statSync(`${file}.1`).size > LOG_FILE_LIMIT);
+  assert.match(fs.readFileSync(file, "utf8"), /^\S+ WARN after the limit\n$/);
+  log("info", "again");
+  assert.ok(fs.statSync(file).size < 1024, "one rotation, not one per line");
 });

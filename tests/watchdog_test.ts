@@ -206,7 +206,7 @@ async function liveSettings(
   run.activity();
   assert.ok(await waitFor(() => (record(run.checkpointFile)?.multiple ?? 0) >= 1));
   writeConfig(home, `agent_checkpoint: { ${base}, ${change} }`);
-  await sleep(150); // one poll
+  await sleep(400); // one poll of 0.1 s, with room for a loaded machine
   await check(ac, run.checkpointFile);
   await ac.close();
   return log.records;
@@ -262,15 +262,18 @@ test("the 513th run evicts the least recently active one, which the watchdog the
     env: {},
     settings: { allow_tiny_tier1: true },
   });
-  const doomed = ac.startRun({ sessionId: "doomed", caps: { timeSeconds: 0.6 } });
-  doomed.activity(); // starts the watchdog, which now sleeps until the crossing at 0.3 s
+  // The doomed run's tier 1 falls at 1 s; it is evicted long before that.
+  const doomed = ac.startRun({ sessionId: "doomed", caps: { timeSeconds: 2 } });
+  const startedAt = Date.now();
+  doomed.activity(); // starts the watchdog, which now sleeps until the crossing
   for (let i = 1; i < MAX_RUNS; i++) {
     ac.startRun({ sessionId: `r${i}`, caps: { timeSeconds: 3600 } }).activity();
   }
   const newest = ac.startRun({ sessionId: "newest", caps: { timeSeconds: 0.6 } });
   newest.activity();
+  assert.ok(Date.now() - startedAt < 900, "the eviction happened before the doomed run's crossing");
   assert.ok(await waitFor(() => fs.existsSync(newest.checkpointFile)), "the newest run is watched");
-  await sleep(300);
+  await sleep(Math.max(0, startedAt + 1500 - Date.now()));
   assert.ok(!fs.existsSync(doomed.checkpointFile), "the evicted run is not");
   await ac.close();
 });
