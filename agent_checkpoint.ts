@@ -72,6 +72,18 @@ const cloneable = (value: unknown): Record<string, unknown> | undefined => {
   }
 };
 
+/** A run whose hooks do nothing, for when a real one cannot be had. */
+const inertRun = (runId: string) =>
+  new Run(undefined, {
+    slot: -1,
+    gen: -1,
+    runId,
+    dialect: "chat",
+    caps: {},
+    checkpointFile: "",
+    notes: [],
+  }, "chat");
+
 /**
  * Durable checkpoints for the runs of one host process. Create it with
  * {@linkcode createAgentCheckpoint}.
@@ -163,6 +175,10 @@ export class AgentCheckpoint {
    */
   startRun(init: RunInit): Run {
     const sessionId = String(init?.sessionId ?? "");
+    if (this.#closed) {
+      this.#log("info", "startRun() after close(): this run gets no checkpoints", sessionId);
+      return inertRun(sessionId);
+    }
     try {
       const now = nowMs();
       const settings = this.#source.at(now);
@@ -196,15 +212,7 @@ export class AgentCheckpoint {
       return new Run(this.#host, info, found.dialect);
     } catch (error) {
       this.#log("error", `startRun failed; this run gets no checkpoints: ${errorText(error)}`);
-      return new Run(undefined, {
-        slot: -1,
-        gen: -1,
-        runId: sessionId,
-        dialect: "chat",
-        caps: {},
-        checkpointFile: "",
-        notes: [],
-      }, "chat");
+      return inertRun(sessionId);
     }
   }
 

@@ -352,18 +352,13 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
   const driver = ctx.sqlite === undefined ? sqliteDriver() : ctx.sqlite ?? undefined;
   const problems: string[] = [];
   const taskId = init.taskId || env.HERMES_KANBAN_TASK || undefined;
+  let stored: ReturnType<typeof stateDbGoal> | undefined;
+  const storedGoal = () => (stored ??= stateDbGoal(ctx.home, init.sessionId, problems, driver));
   let dialect: DiscoveredCaps["dialect"];
-  let goal = { active: false, maxTurns: init.goal?.maxTurns as unknown };
   if (taskId || init.dialect === "kanban") dialect = "kanban";
-  else if (init.dialect === "goal") dialect = "goal";
+  else if (init.dialect === "goal" || init.goal !== undefined) dialect = "goal";
   else if (init.dialect === "chat") dialect = "chat";
-  else {
-    goal = stateDbGoal(ctx.home, init.sessionId, problems, driver);
-    dialect = goal.active ? "goal" : "chat";
-  }
-  if (dialect === "goal" && goal.maxTurns === undefined && !goal.active) {
-    goal = stateDbGoal(ctx.home, init.sessionId, problems, driver);
-  }
+  else dialect = storedGoal().active ? "goal" : "chat";
 
   type Candidate = [source: string, value: () => unknown];
   const first = (candidates: Candidate[]) => {
@@ -399,7 +394,13 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
     turns = [...hostTurns, agentTurns, capTurns];
   } else if (dialect === "goal") {
     time = [...host, capTime];
-    turns = [...hostTurns, ["goal", () => goal.maxTurns], agentTurns, capTurns];
+    turns = [
+      ...hostTurns,
+      ["goal", () => init.goal?.maxTurns],
+      ["goal", () => storedGoal().maxTurns],
+      agentTurns,
+      capTurns,
+    ];
   } else {
     time = [
       ...host,

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import type { Log } from "./log.ts";
+import { errorText, type Log } from "./log.ts";
 import type { RecordSource, RunCaps } from "./record.ts";
 import type { Settings } from "./settings.ts";
 import { nowMs, type SharedRuns } from "./shared.ts";
@@ -15,8 +15,7 @@ import {
   templateValues,
   tierMessage,
 } from "./snapshot.ts";
-import { tierFor, type TierPlan, tierPlan } from "./tier.ts";
-import { errorText } from "./log.ts";
+import { fireTier, tierFor, type TierPlan, tierPlan } from "./tier.ts";
 
 /** What a run needs from its `AgentCheckpoint`. @internal */
 export interface RunHost {
@@ -129,8 +128,10 @@ export class Run {
       host.contact(settings);
       const elapsed = (now - host.shared.start(slot)) / 1000;
       const tier = tierFor(this.#planFor(host, settings), used, elapsed);
-      if (tier === 0 || (tier === 2 ? this.#prologue & 2 : this.#prologue & 3)) return undefined;
-      this.#prologue |= tier | 1;
+      if (tier === 0) return undefined;
+      const latch = fireTier(this.#prologue, tier);
+      if (latch === undefined) return undefined;
+      this.#prologue = latch;
       if (settings.mode === "log-only") {
         host.log("info", `tier ${tier} due on the prologue surface (turn ${used})`, this.runId);
         return undefined;
@@ -142,7 +143,11 @@ export class Run {
     }
   }
 
-  #midRun(host: RunHost, settings: Settings, now: number, source: RecordSource): void {
+  /** The mid-run surface at a tool boundary: persist a due tier once (S6). */
+  #midRun(host: RunHost, now: number, source: RecordSource): void {
+    const settings = host.settingsAt(now);
+    if (!settings.enabled) return;
+    host.contact(settings);
     if (!settings.mid_run_persist) return;
     const slot = this.#info.slot;
     const elapsed = (now - host.shared.start(slot)) / 1000;
@@ -185,10 +190,7 @@ export class Run {
       const slot = this.#info.slot;
       host.shared.touch(slot, now);
       host.shared.toolStart(slot, host.toolId(tool), now);
-      const settings = host.settingsAt(now);
-      if (!settings.enabled) return;
-      host.contact(settings);
-      this.#midRun(host, settings, now, "pre_tool_call");
+      this.#midRun(host, now, "pre_tool_call");
     } catch (error) {
       this.#fail("preToolCall", error);
     }
@@ -223,10 +225,7 @@ export class Run {
       const slot = this.#info.slot;
       host.shared.touch(slot, now);
       host.shared.toolEnd(slot, host.toolId(tool), outcome?.ok, outcome?.durationMs ?? -1, now);
-      const settings = host.settingsAt(now);
-      if (!settings.enabled) return;
-      host.contact(settings);
-      this.#midRun(host, settings, now, "post_tool_call");
+      this.#midRun(host, now, "post_tool_call");
     } catch (error) {
       this.#fail("postToolCall", error);
     }

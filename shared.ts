@@ -13,6 +13,7 @@
  * @module
  */
 import type { ToolCall } from "./record.ts";
+import { fireTier } from "./tier.ts";
 
 /** At most this many runs are kept; the least recently active goes first (S11). */
 export const MAX_RUNS = 512;
@@ -242,8 +243,9 @@ export class SharedRuns {
     const i = slot * I32_PER_SLOT + MID_LATCH;
     for (;;) {
       const old = Atomics.load(this.#i, i);
-      if (tier === 2 ? old & 2 : old & 3) return false;
-      if (Atomics.compareExchange(this.#i, i, old, old | tier | 1) === old) return true;
+      const next = fireTier(old, tier);
+      if (next === undefined) return false;
+      if (Atomics.compareExchange(this.#i, i, old, next) === old) return true;
     }
   }
 

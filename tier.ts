@@ -87,6 +87,16 @@ export function tierFor(plan: TierPlan, turnsUsed: number, elapsedSeconds: numbe
 }
 
 /**
+ * A surface's latch (bit 0: tier 1 fired, bit 1: tier 2) after firing `tier`,
+ * or undefined when it may not fire: each tier fires at most once per surface,
+ * and tier 1 never after tier 2 (S5).
+ */
+export function fireTier(latch: number, tier: 1 | 2): number | undefined {
+  if (tier === 2 ? latch & 2 : latch & 3) return undefined;
+  return latch | tier | 1;
+}
+
+/**
  * Seconds after the start at which the time axis alone makes a tier due, or
  * undefined when it never does. The watchdog sleeps until then.
  */

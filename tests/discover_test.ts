@@ -218,6 +218,16 @@ test("discoverCaps() takes a goal run's turns from the goal, agent.max_turns, th
   assert.deepEqual(c.caps.turns, { value: 15, source: "caps.turns" });
 });
 
+test("discoverCaps() makes a run the host gives a goal a goal run, its maxTurns first", async () => {
+  const home = tempHome();
+  stateDb(home, { status: "active", max_turns: 25 });
+  const found = await discover({ sessionId: "s", goal: { maxTurns: 12 } }, { home });
+  assert.equal(found.dialect, "goal");
+  assert.deepEqual(found.caps.turns, { value: 12, source: "goal" });
+  const fallback = await discover({ sessionId: "s", goal: {} }, { home });
+  assert.deepEqual(fallback.caps.turns, { value: 25, source: "goal" }, "then the stored goal's");
+});
+
 test("discoverCaps() never arms a chat run from agent.max_turns alone", async () => {
   const found = await discover({ sessionId: "s" }, { yaml: "agent: { max_turns: 80 }" });
   assert.equal(found.dialect, "chat");

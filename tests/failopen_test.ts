@@ -163,9 +163,17 @@ test("hooks called out of order, after end() or after close() are harmless", asy
   await ac.close();
   assert.equal(other.preLlmCall(), undefined);
   other.preToolCall("t");
-  const late = ac.startRun({ sessionId: "late" });
+  const late = ac.startRun({ sessionId: "late", caps: { turns: 3 } });
   late.preLlmCall();
+  assert.equal(late.preLlmCall(), undefined, "a run started after close() is inert");
+  late.preToolCall("t");
+  assert.equal(late.checkpointFile, "");
   assert.deepEqual(errors(log.records), []);
+  assert.deepEqual(log.records.at(-1), {
+    level: "info",
+    message: "startRun() after close(): this run gets no checkpoints",
+    runId: "late",
+  });
 });
 
 test("startRun() with garbage input gives a run whose hooks are no-ops", async () => {
