@@ -21,7 +21,7 @@ const say = (what: string) => console.log(`test:node: ${what}`);
 const run = (cmd: string, args: string[], cwd: string, timeout = 120_000) =>
   execFileSync(cmd, args, { cwd, encoding: "utf8", timeout, stdio: ["ignore", "pipe", "pipe"] });
 
-function suite(): void {
+function suite(): number {
   const files = fs.readdirSync(path.join(npmDir, "esm/tests"))
     .filter((f) => f.endsWith("_test.js"))
     .map((f) => `esm/tests/${f}`);
@@ -39,6 +39,7 @@ function suite(): void {
     throw new Error(`the compiled suite failed under Node (exit ${result.status})`);
   }
   console.log(`${count("pass")} passed, ${count("fail")} failed`);
+  return count("pass");
 }
 
 function consumer(): void {
@@ -132,5 +133,7 @@ function consumer(): void {
   fs.rmSync(dir, { recursive: true, force: true });
 }
 
-suite();
+const passed = suite();
 consumer();
+// The consumer checks above throw on failure; reaching here means they all passed.
+console.log(`node: ${passed} passed, 0 failed`);
