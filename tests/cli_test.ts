@@ -6,7 +6,7 @@ import { createAgentCheckpoint } from "../mod.ts";
 import { type CliIo, main, parseDuration } from "../cli.ts";
 import { explain } from "../explain.ts";
 import { Buffer } from "node:buffer";
-import { tempHome, writeConfig } from "./_helpers.ts";
+import { runScript, tempHome, writeConfig } from "./_helpers.ts";
 
 /** Run the command line; returns exit code, stdout and stderr. */
 function cli(args: string[], io: Partial<CliIo> = {}) {
@@ -287,4 +287,19 @@ test("colour only on a terminal, and never with NO_COLOR set", async () => {
   assert.equal(coloured({ isTTY: true, env: { NO_COLOR: "1" } }), false);
   // no-color.org: an empty NO_COLOR is as good as unset.
   assert.equal(coloured({ isTTY: true, env: { NO_COLOR: "" } }), true);
+});
+
+test("the command runs as a program, with its exit codes", async () => {
+  const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+  const program = new URL(`../scripts/cli${ext}`, import.meta.url).pathname;
+  const home = tempHome();
+  const ok = await runScript(program, ["explain", "--home", home, "--json"]);
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.equal(JSON.parse(ok.stdout).home, home);
+  const bad = await runScript(program, ["frob"]);
+  assert.equal(bad.code, 2);
+  assert.equal(
+    bad.stderr,
+    'agent-checkpoint: unknown command "frob" (see agent-checkpoint --help)\n',
+  );
 });
