@@ -29,6 +29,10 @@ import {
   snapshot,
 } from "./snapshot.ts";
 import type { FromWorker, WatchdogData, WatchdogStats } from "./watchdog_protocol.ts";
+// In the static module graph so that Deno, importing the library by URL, fetches the
+// watchdog with it: a worker that fetched it later would do so while the host may be
+// blocked. Outside a worker the module does nothing.
+import "./watchdog.ts";
 
 /** A kanban task comment (S8). */
 export interface TaskComment {
@@ -61,8 +65,21 @@ export interface AgentCheckpointOptions {
 
 const MAX_TOOL_NAME = 200;
 
-const workerUrl = () =>
-  new URL(import.meta.url.endsWith(".ts") ? "./watchdog.ts" : "./watchdog.js", import.meta.url);
+/**
+ * The watchdog module. `node:worker_threads` starts only `file:` and `data:`
+ * URLs, so a library imported by https URL (Deno) starts a `data:` module
+ * that imports the watchdog from where the library came from.
+ */
+function workerUrl(): URL {
+  const url = new URL(
+    import.meta.url.endsWith(".ts") ? "./watchdog.ts" : "./watchdog.js",
+    import.meta.url,
+  );
+  if (url.protocol === "file:") return url;
+  return new URL(
+    `data:text/javascript,${encodeURIComponent(`import ${JSON.stringify(url.href)};`)}`,
+  );
+}
 
 const cloneable = (value: unknown): Record<string, unknown> | undefined => {
   try {

@@ -50,9 +50,13 @@ export function fixture(name: string): string {
 }
 
 /** The command that runs a script in this runtime. */
-export function scriptCommand(script: string, args: string[] = []): [string, string[]] {
+export function scriptCommand(
+  script: string,
+  args: string[] = [],
+  denoFlags: string[] = [],
+): [string, string[]] {
   return underDeno
-    ? [process.execPath, ["run", "-A", "--quiet", script, ...args]]
+    ? [process.execPath, ["run", "-A", "--quiet", ...denoFlags, script, ...args]]
     : [process.execPath, [script, ...args]];
 }
 
@@ -60,12 +64,18 @@ export function scriptCommand(script: string, args: string[] = []): [string, str
 export function runScript(
   script: string,
   args: string[] = [],
-  options: { env?: Record<string, string>; timeoutMs?: number } = {},
+  options: {
+    env?: Record<string, string>;
+    timeoutMs?: number;
+    cwd?: string;
+    denoFlags?: string[];
+  } = {},
 ): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
-  const [cmd, argv] = scriptCommand(script, args);
+  const [cmd, argv] = scriptCommand(script, args, options.denoFlags);
   const started = Date.now();
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, argv, {
+      cwd: options.cwd ?? process.cwd(),
       env: { ...process.env, ...options.env },
       stdio: ["ignore", "pipe", "pipe"],
     });

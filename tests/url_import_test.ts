@@ -1,0 +1,62 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as http from "node:http";
+import * as path from "node:path";
+import type { AddressInfo } from "node:net";
+import { runScript, tempHome, underDeno } from "./_helpers.ts";
+
+const root = path.resolve(new URL("..", import.meta.url).pathname);
+
+test(
+  "imported by URL in Deno, the watchdog still writes while the main thread is blocked",
+  { skip: !underDeno && "importing a module by URL is Deno's" },
+  async () => {
+    // The repository, served on loopback as a user would import it from a host.
+    const server = http.createServer((req, res) => {
+      const file = path.join(root, path.normalize(decodeURIComponent(req.url ?? "/")));
+      if (!file.startsWith(root) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
+        res.writeHead(404).end();
+        return;
+      }
+      res.writeHead(200, { "content-type": "application/typescript" }).end(fs.readFileSync(file));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const dir = tempHome();
+      // A user's own project: an import map for the library's one dependency.
+      fs.writeFileSync(
+        path.join(dir, "deno.json"),
+        JSON.stringify({ imports: { "js-yaml": "npm:js-yaml@^5.5.0" } }),
+      );
+      fs.writeFileSync(
+        path.join(dir, "main.ts"),
+        `import { createAgentCheckpoint } from "http://127.0.0.1:${port}/mod.ts";
+import { readFileSync } from "node:fs";
+const ac = createAgentCheckpoint({ home: ${
+          JSON.stringify(dir)
+        }, env: {}, settings: { allow_tiny_tier1: true } });
+const run = ac.startRun({ sessionId: "by-url", caps: { timeSeconds: 1 } });
+run.preLlmCall();
+Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1200);
+console.log(readFileSync(run.checkpointFile, "utf8").split("\\n")[1]);
+await ac.close();
+`,
+      );
+      const result = await runScript(path.join(dir, "main.ts"), [], {
+        env: { DENO_NO_UPDATE_CHECK: "1" },
+        timeoutMs: 60_000,
+        cwd: dir,
+        denoFlags: ["--no-lock", `--config=${path.join(dir, "deno.json")}`],
+      });
+      assert.equal(result.code, 0, result.stderr);
+      assert.equal(
+        result.stdout,
+        "## agent-checkpoint: budget tier 2 checkpoint persisted mid-run (source: watchdog)\n",
+      );
+    } finally {
+      server.close();
+    }
+  },
+);
