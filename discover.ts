@@ -237,15 +237,16 @@ export class SettingsSource {
 
   /** Look at the file now. */
   refresh(nowMs: number): void {
-    this.#nextCheck = nowMs + this.current.settings.watchdog_poll_seconds * 1000;
     const stamp = this.#statStamp();
-    if (stamp === this.#stamp) return;
-    this.#stamp = stamp;
-    this.config = readConfig(this.home);
-    this.current = settingsFrom(this.config, this.home, this.env, this.overrides);
+    if (stamp !== this.#stamp) {
+      this.#stamp = stamp;
+      this.config = readConfig(this.home);
+      this.current = settingsFrom(this.config, this.home, this.env, this.overrides);
+      this.version++;
+      this.#onChange(this.current);
+    }
+    // After a reload, so that a new poll interval counts from now.
     this.#nextCheck = nowMs + this.current.settings.watchdog_poll_seconds * 1000;
-    this.version++;
-    this.#onChange(this.current);
   }
 }
 

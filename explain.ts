@@ -20,7 +20,7 @@ import { errorText } from "./log.ts";
 import { checkpointFileName, ensureDir } from "./persist.ts";
 import type { Settings, SettingSource } from "./settings.ts";
 import { type SqliteDriver, sqliteDriver } from "./sqlite.ts";
-import { tierFor, tierPlan, timeCrossing } from "./tier.ts";
+import { capValues, tierFor, tierPlan, timeCrossing } from "./tier.ts";
 
 /** When one tier fires, on each surface. */
 export interface TierSchedule {
@@ -90,7 +90,7 @@ function probeWritable(dir: string): { ok: boolean; error?: string } {
 }
 
 function schedule(caps: DiscoveredCaps["caps"], settings: Settings): TierSchedule[] {
-  const plan = tierPlan({ turns: caps.turns?.value, timeSeconds: caps.time?.value }, settings);
+  const plan = tierPlan(capValues(caps), settings);
   return ([1, 2] as const).map((tier) => {
     const out: TierSchedule = { tier, fires: false };
     if (plan.turnCap !== undefined) {

@@ -15,7 +15,7 @@ import {
   templateValues,
   tierMessage,
 } from "./snapshot.ts";
-import { fireTier, tierFor, type TierPlan, tierPlan } from "./tier.ts";
+import { capValues, fireTier, tierFor, type TierPlan, tierPlan } from "./tier.ts";
 
 /** What a run needs from its `AgentCheckpoint`. @internal */
 export interface RunHost {
@@ -78,10 +78,7 @@ export class Run {
   #planFor(host: RunHost, settings: Settings): TierPlan {
     const version = host.settingsVersion();
     if (this.#plan === undefined || version !== this.#planVersion) {
-      this.#plan = tierPlan(
-        { turns: this.caps.turns?.value, timeSeconds: this.caps.time?.value },
-        settings,
-      );
+      this.#plan = tierPlan(capValues(this.caps), settings);
       this.#planVersion = version;
     }
     return this.#plan;

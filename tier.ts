@@ -4,6 +4,7 @@
  *
  * @module
  */
+import type { RunCaps } from "./record.ts";
 import { defaultSettings, resolveSettings, type Settings } from "./settings.ts";
 
 /** Caps on the two axes; an absent axis has no cap. */
@@ -35,6 +36,12 @@ export interface TierPlan {
   tier2Turn: number;
   tier1Allowed: boolean;
 }
+
+/** The cap values of a run's caps, without their sources. */
+export const capValues = (caps: RunCaps): Caps => ({
+  turns: caps.turns?.value,
+  timeSeconds: caps.time?.value,
+});
 
 /** Apply S4's floors, `enabled_axes` and the 1-turn rule to raw caps. */
 export function countedCaps(caps: Caps, settings: Settings): Caps {

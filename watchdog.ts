@@ -17,7 +17,7 @@ import { commentBody } from "./record.ts";
 import type { Settings } from "./settings.ts";
 import { MAX_RUNS, nowMs, SharedRuns } from "./shared.ts";
 import { type PersistEvent, persistRecord, type RunInfo, snapshot } from "./snapshot.ts";
-import { tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
+import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
 import type { FromWorker, WatchdogData } from "./watchdog_protocol.ts";
 
 /** Seconds past the time cap after which a run is no longer watched (S11). */
@@ -62,12 +62,9 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       moduleSink = mod.postComment;
     }).catch((error) => log("error", `commentModule could not be loaded: ${errorText(error)}`));
 
+  /** Through the comment module once it has loaded, else through the host's sink when free. */
   function comment(info: RunInfo, body: string): void {
     const taskId = info.taskId as string;
-    if (moduleSink === undefined && data.hostComments) {
-      post({ type: "comment", comment: { taskId, body } });
-      return;
-    }
     const fail = (error: unknown) =>
       log("warn", `posting the task comment failed: ${errorText(error)}`, info.runId);
     moduleReady.then(async () => {
@@ -119,10 +116,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     const start = shared.start(slot);
     const elapsed = (now - start) / 1000;
     if (run.plan === undefined || run.planVersion !== source.version) {
-      run.plan = tierPlan(
-        { turns: info.caps.turns?.value, timeSeconds: info.caps.time?.value },
-        settings,
-      );
+      run.plan = tierPlan(capValues(info.caps), settings);
       run.planVersion = source.version;
     }
     const plan = run.plan;
