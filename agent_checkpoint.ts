@@ -6,29 +6,25 @@
  */
 import * as path from "node:path";
 import { Worker } from "node:worker_threads";
-import {
-  discoverCapsSync,
-  type Env,
-  envOf,
-  type LoadedSettings,
-  resolveHome,
-  type RunInit,
-  SettingsSource,
-} from "./discover.ts";
+import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } from "./config.ts";
+import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
-import { checkpointFileName } from "./persist.ts";
-import { commentBody, type RecordSource } from "./record.ts";
-import { Run, type RunHost } from "./run.ts";
+import { checkpointFileName, readCheckpoint } from "./persist.ts";
+import { summaryLine } from "./record.ts";
+import { type PreviousAttempt, Run, type RunHost, type WorkspaceHooks } from "./run.ts";
+import { Workspaces } from "./workspace.ts";
+import process from "node:process";
 import type { Settings } from "./settings.ts";
-import { MAX_RUNS, nowMs, SharedRuns } from "./shared.ts";
+import { capValues, tierPlan } from "./tier.ts";
+import { nowMs, RunTable } from "./_run_table.ts";
 import {
+  type CheckpointEvent,
+  CheckpointWriter,
   encodeRunInfo,
-  type PersistEvent,
-  persistRecord,
   type RunInfo,
-  snapshot,
-} from "./snapshot.ts";
-import type { FromWorker, WatchdogData, WatchdogStats } from "./watchdog_protocol.ts";
+  type WriterSinks,
+} from "./writer.ts";
+import type { FromWorker, WatchdogData, WatchdogStats } from "./_watchdog_protocol.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
 // watchdog with it: a worker that fetched it later would do so while the host may be
 // blocked. Outside a worker the module does nothing.
@@ -59,6 +55,14 @@ export interface AgentCheckpointOptions {
    * comments go out even while the main thread is blocked.
    */
   commentModule?: string | URL;
+  /**
+   * Called on the main thread after every write of a checkpoint file, the
+   * watchdog's included (those arrive when the main thread is next free). A
+   * listener that throws costs a log line.
+   */
+  onCheckpoint?: (event: CheckpointEvent) => void;
+  /** @internal The most live runs, for tests of the table's bound. @default {65536} */
+  maxRuns?: number;
   /** @internal Ask the watchdog for heap figures every this many ms (benchmarks). */
   watchdogStatsEveryMs?: number;
 }
@@ -81,25 +85,82 @@ function workerUrl(): URL {
   );
 }
 
-const cloneable = (value: unknown): Record<string, unknown> | undefined => {
-  try {
-    return value === undefined ? undefined : JSON.parse(JSON.stringify(value));
-  } catch {
-    return undefined;
+/**
+ * The overrides as the worker can take them: each key that survives a
+ * structured clone, so one odd value (a bigint, a function) costs only its own
+ * key, with a warning, never the others.
+ */
+function cloneableOverrides(
+  value: Record<string, unknown> | undefined,
+  warn: (message: string) => void,
+): Record<string, unknown> | undefined {
+  if (value === undefined || value === null || typeof value !== "object") return undefined;
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(value)) {
+    try {
+      out[key] = structuredClone(value[key]);
+    } catch {
+      warn(`setting ${key} cannot be passed to the watchdog thread; the watchdog uses its default`);
+    }
   }
-};
+  return out;
+}
 
 /** A run whose hooks do nothing, for when a real one cannot be had. */
 const inertRun = (runId: string) =>
   new Run(undefined, {
-    slot: -1,
-    gen: -1,
-    runId,
+    info: {
+      slot: -1,
+      gen: -1,
+      runId,
+      dialect: "chat",
+      caps: {},
+      checkpointFile: "",
+      notes: [],
+    },
     dialect: "chat",
-    caps: {},
-    checkpointFile: "",
-    notes: [],
-  }, "chat");
+    attempt: 1,
+  });
+
+/** Earlier attempts' summaries kept in a record. */
+const MAX_ATTEMPTS = 5;
+/** How long `close()` waits for the watchdog's write in flight. */
+const CLOSE_WAIT_MS = 5000;
+
+/** The run's working tree: the one given, else the current directory, else none. */
+function workspaceOf(dir: unknown): string {
+  try {
+    return typeof dir === "string" && dir !== "" ? path.resolve(dir) : process.cwd();
+  } catch {
+    return ""; // the current directory was deleted: no snapshots for this run
+  }
+}
+
+/** The earlier attempt recorded in a checkpoint file, when it did not end done (S16). */
+function earlierAttempt(
+  file: string,
+): { previous: PreviousAttempt; attempts: string[] } | undefined {
+  const found = readCheckpoint(file);
+  const record = found.record;
+  if (!record || record.end?.status === "done") return undefined;
+  const summary = summaryLine(record) +
+    (found.incomplete ? "; its file is marked INCOMPLETE" : "");
+  const previous: PreviousAttempt = {
+    attempt: record.attempt ?? 1,
+    kind: record.kind,
+    tier: record.tier,
+    source: record.source,
+    turnsUsed: record.turnsUsed,
+    elapsedSeconds: record.elapsedSeconds,
+    caps: record.caps,
+    persistedAt: record.persistedAt,
+    incomplete: found.incomplete,
+    summary,
+  };
+  if (record.end) previous.endStatus = record.end.status;
+  const attempts = [...(record.attempts ?? []), summary].slice(-MAX_ATTEMPTS);
+  return { previous, attempts };
+}
 
 /**
  * Durable checkpoints for the runs of one host process. Create it with
@@ -111,9 +172,18 @@ export class AgentCheckpoint {
   readonly #options: AgentCheckpointOptions;
   readonly #log: Log;
   readonly #source: SettingsSource;
-  readonly #shared = new SharedRuns();
-  readonly #runs: (RunInfo | undefined)[] = new Array(MAX_RUNS);
+  readonly #shared: RunTable;
+  /** The run in each slot of the table. */
+  readonly #runs: (RunInfo | undefined)[] = [];
+  /** Free slots, the lowest last. */
+  readonly #freeSlots: number[] = [];
+  /** Live runs by run id, so that two live runs never share a file. */
+  readonly #live = new Map<string, number>();
   readonly #toolIds = new Map<string, number>();
+  #workspaces: WorkspaceHooks | undefined;
+  #namesFull = false;
+  readonly #writer: CheckpointWriter;
+  readonly #sinks: WriterSinks;
   #worker: Worker | undefined;
   #workerFailed = false;
   #stats: WatchdogStats | undefined;
@@ -123,6 +193,12 @@ export class AgentCheckpoint {
   /** @internal Use {@linkcode createAgentCheckpoint}. */
   constructor(options: AgentCheckpointOptions) {
     this.#options = options;
+    try {
+      this.#shared = new RunTable(undefined, options.maxRuns);
+    } catch {
+      // No address space for the table's reservation: a smaller one.
+      this.#shared = new RunTable(undefined, 512);
+    }
     this.#env = envOf(options.env);
     this.#home = resolveHome(options.home, this.#env);
     this.#log = createLog(this.#home, options.logger);
@@ -136,17 +212,24 @@ export class AgentCheckpoint {
     );
     const shared = this.#shared;
     const source = this.#source;
+    this.#sinks = {
+      log: this.#log,
+      comment: (comment) => this.#comment(comment),
+      written: (event) => this.#written(event),
+    };
+    this.#writer = new CheckpointWriter(shared, this.#sinks);
     this.#host = {
       shared,
       log: this.#log,
+      writer: this.#writer,
       settingsAt: (now) => source.at(now),
       settingsVersion: () => source.version,
       contact: (settings) => {
         if (this.#worker === undefined && settings.watchdog) this.#startWatchdog();
       },
       toolId: (name) => this.#toolId(name),
-      persist: (info, event, src, now) => this.#persist(info, event, src, now),
-      noted: (info) => this.#publish(info),
+      workspaces: (settings) => settings.workspace_snapshots ? this.#workspaceHooks() : undefined,
+      publish: (info) => this.#publish(info),
       ended: (info) => this.#free(info.slot, "ended"),
     };
   }
@@ -162,14 +245,15 @@ export class AgentCheckpoint {
   }
 
   /** @internal The shared run table, for tests that move a run's clock. */
-  get sharedRuns(): SharedRuns {
+  get sharedRuns(): RunTable {
     return this.#shared;
   }
 
   /**
    * Start a run: discover its dialect and caps (S4), pick its checkpoint file
-   * (S8) and return its hooks. Never throws: on an internal error the run's
-   * hooks are no-ops and a log line says why.
+   * (S8), resume from an earlier attempt's checkpoint (S16), and return its
+   * hooks. Never throws: on an internal error the run's hooks are no-ops and
+   * a log line says why.
    *
    * @param init The session, and the task, dialect, caps and goal when known.
    * @returns The run.
@@ -187,15 +271,26 @@ export class AgentCheckpoint {
    * assert.equal(run.runId, "abc");
    * assert.deepEqual(run.caps.turns, { value: 40, source: "host" });
    * assert.ok(run.checkpointFile.endsWith("abc.md"));
+   * assert.equal(run.attempt, 1);
+   * // A second live run with the same id gets a file of its own.
+   * assert.equal(ac.startRun({ sessionId: "abc" }).runId, "abc.2");
    * await ac.close();
    * ```
    */
   startRun(init: RunInit): Run {
-    const sessionId = String(init?.sessionId ?? "");
+    let sessionId: string;
+    try {
+      sessionId = String(init?.sessionId ?? "");
+    } catch (error) {
+      this.#log("error", `startRun: the session id cannot be read (${errorText(error)})`);
+      return inertRun("");
+    }
     if (this.#closed) {
       this.#log("info", "startRun() after close(): this run gets no checkpoints", sessionId);
       return inertRun(sessionId);
     }
+    let claimed: { slot: number; gen: number } | undefined;
+    let taken = false;
     try {
       const now = nowMs();
       const settings = this.#source.at(now);
@@ -206,35 +301,150 @@ export class AgentCheckpoint {
         config: this.#source.config,
       });
       for (const problem of found.problems) this.#log("warn", problem, found.runId);
-      let claimed = this.#shared.claimSlot(now);
-      if (!claimed) {
-        const oldest = this.#shared.leastRecentlyActive();
-        this.#free(oldest, `evicted: at most ${MAX_RUNS} runs are kept`);
-        claimed = this.#shared.claimSlot(now);
-      }
-      if (!claimed) throw new Error("no run slot could be freed");
+      claimed = this.#claim(now);
+      const runId = this.#ownId(found.runId);
+      const own = claimed ? undefined : this.#unwatched(runId, now);
       const info: RunInfo = {
-        slot: claimed.slot,
-        gen: claimed.gen,
-        runId: found.runId,
+        slot: claimed?.slot ?? 0,
+        gen: claimed?.gen ?? own!.gen,
+        runId,
         dialect: found.dialect,
         caps: found.caps,
-        checkpointFile: path.join(settings.checkpoint_dir, checkpointFileName(found.runId)),
+        checkpointFile: path.join(settings.checkpoint_dir, checkpointFileName(runId)),
         notes: [],
+        attempt: 1,
       };
       if (found.taskId !== undefined) info.taskId = found.taskId;
-      this.#runs[info.slot] = info;
-      this.#publish(info);
-      this.#shared.wake();
-      return new Run(this.#host, info, found.dialect);
+      const earlier = settings.resume === false ? undefined : earlierAttempt(info.checkpointFile);
+      if (earlier) {
+        info.attempt = earlier.previous.attempt + 1;
+        info.attempts = earlier.attempts;
+        this.#log("info", `resuming: ${earlier.previous.summary}`, runId);
+      }
+      if (claimed) {
+        this.#runs[info.slot] = info;
+        taken = true;
+        this.#live.set(runId, info.slot);
+        this.#publish(info);
+        this.#shared.wake();
+      } else this.#live.set(runId, -1);
+      const start = {
+        info,
+        dialect: found.dialect,
+        attempt: info.attempt ?? 1,
+        workspace: workspaceOf(init?.workspace),
+      };
+      return new Run(
+        own?.host ?? this.#host,
+        earlier ? { ...start, previous: earlier.previous } : start,
+      );
     } catch (error) {
+      if (claimed && !taken) {
+        this.#shared.free(claimed.slot);
+        this.#freeSlots.push(claimed.slot);
+      }
       this.#log("error", `startRun failed; this run gets no checkpoints: ${errorText(error)}`);
       return inertRun(sessionId);
     }
   }
 
   /**
-   * Stop the watchdog and make every run's hooks no-ops. Safe to call twice.
+   * A slot for a new run: a free one, else a new chunk of the table, else the
+   * least recently active run's that has no tool call in flight and no
+   * crossing to come. Undefined when every run is busy at the table's bound.
+   */
+  #claim(now: number): { slot: number; gen: number } | undefined {
+    if (this.#freeSlots.length === 0) {
+      const from = this.#shared.slots;
+      if (this.#shared.grow()) {
+        for (let slot = this.#shared.slots - 1; slot >= from; slot--) this.#freeSlots.push(slot);
+      } else {
+        const victim = this.#evictable(now);
+        if (victim === undefined) return undefined;
+        this.#free(
+          victim,
+          `evicted: the run table is at its bound of ${this.#shared.maxSlots} runs`,
+        );
+      }
+    }
+    const slot = this.#freeSlots.pop()!;
+    return { slot, gen: this.#shared.claim(slot, now) };
+  }
+
+  /** The least recently active run that can be let go without losing a checkpoint. */
+  #evictable(now: number): number | undefined {
+    const settings = this.#source.at(now);
+    let best: number | undefined;
+    for (let slot = 0; slot < this.#runs.length; slot++) {
+      const info = this.#runs[slot];
+      if (!info || this.#shared.toolInFlight(slot)) continue;
+      const plan = tierPlan(capValues(info.caps), settings);
+      const capped = plan.turnCap !== undefined || plan.timeCap !== undefined;
+      const pastCap = plan.timeCap !== undefined &&
+        now - this.#shared.start(slot) > (plan.timeCap + 180) * 1000;
+      if (capped && !this.#shared.tierClaimed(slot, 2) && !pastCap) continue;
+      if (best === undefined || this.#shared.activity(slot) < this.#shared.activity(best)) {
+        best = slot;
+      }
+    }
+    return best;
+  }
+
+  /**
+   * A run the table has no room for: its hooks work on the main thread (the
+   * prologue, tool-boundary checkpoints) from a table of its own, which the
+   * watchdog does not see. The host is told.
+   */
+  #unwatched(runId: string, now: number): { host: RunHost; gen: number } {
+    this.#log(
+      "warn",
+      `the run table is full (${this.#shared.maxSlots} runs, each busy); this run gets no watchdog checkpoints`,
+      runId,
+    );
+    const table = new RunTable(undefined, 1);
+    table.grow();
+    const host: RunHost = {
+      ...this.#host,
+      shared: table,
+      writer: new CheckpointWriter(table, this.#sinks),
+      ended: () => {
+        table.free(0);
+        if (this.#live.get(runId) === -1) this.#live.delete(runId);
+      },
+    };
+    return { host, gen: table.claim(0, now) };
+  }
+
+  /** The working-tree snapshots, made on first use. */
+  #workspaceHooks(): WorkspaceHooks {
+    if (this.#workspaces) return this.#workspaces;
+    const ws: WorkspaceHooks = new Workspaces({
+      home: this.#home,
+      log: this.#log,
+      settings: () => this.#source.at(nowMs()),
+      env: this.#env,
+    });
+    this.#workspaces = ws;
+    return this.#workspaces;
+  }
+
+  /** The run id itself, or with `.2`, `.3` … when a live run has it (S15). */
+  #ownId(runId: string): string {
+    if (!this.#live.has(runId)) return runId;
+    let n = 2;
+    while (this.#live.has(`${runId}.${n}`)) n++;
+    const own = `${runId}.${n}`;
+    this.#log(
+      "warn",
+      `run id ${runId} is already live in this process; this run writes ${own} instead`,
+      own,
+    );
+    return own;
+  }
+
+  /**
+   * Stop the watchdog, after its write in flight lands, and make every run's
+   * hooks no-ops. Safe to call twice.
    *
    * @example
    * ```ts
@@ -251,11 +461,20 @@ export class AgentCheckpoint {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    for (let slot = 0; slot < MAX_RUNS; slot++) if (this.#runs[slot]) this.#free(slot, "closed");
+    this.#shared.beginClose();
+    for (let slot = 0; slot < this.#runs.length; slot++) {
+      if (this.#runs[slot]) this.#free(slot, "closed");
+    }
     const worker = this.#worker;
     this.#worker = undefined;
     if (worker) {
       try {
+        if (!await this.#shared.writesDone(CLOSE_WAIT_MS)) {
+          this.#log(
+            "warn",
+            `the watchdog's write did not land within ${CLOSE_WAIT_MS} ms of close()`,
+          );
+        }
         await worker.terminate();
       } catch (error) {
         this.#log("warn", `stopping the watchdog failed: ${errorText(error)}`);
@@ -265,16 +484,27 @@ export class AgentCheckpoint {
 
   #free(slot: number, why: string): void {
     const info = this.#runs[slot];
+    if (!info) return;
     this.#runs[slot] = undefined;
     this.#shared.free(slot);
+    this.#freeSlots.push(slot);
+    if (info && this.#live.get(info.runId) === slot) this.#live.delete(info.runId);
     if (info && why !== "ended" && why !== "closed") this.#log("info", why, info.runId);
   }
 
   #toolId(name: string): number {
     const known = this.#toolIds.get(name);
     if (known !== undefined) return known;
-    const id = this.#shared.internName(String(name).slice(0, MAX_TOOL_NAME));
+    if (this.#namesFull) return 0;
+    const id = this.#shared.internName(Array.from(String(name)).slice(0, MAX_TOOL_NAME).join(""));
     if (id !== 0) this.#toolIds.set(name, id);
+    else {
+      this.#namesFull = true;
+      this.#log(
+        "warn",
+        "the tool-name table is full (16 MiB of distinct names); new tool names show as (unknown)",
+      );
+    }
     return id;
   }
 
@@ -286,28 +516,19 @@ export class AgentCheckpoint {
     }
   }
 
-  #persist(info: RunInfo, event: PersistEvent, source: RecordSource, now: number): void {
-    let record;
+  /** Tell the host's listener of a write; a throwing listener costs a log line. */
+  #written(event: CheckpointEvent): void {
+    const listener = this.#options.onCheckpoint;
+    if (!listener) return;
     try {
-      record = snapshot(
-        info,
-        this.#shared,
-        this.#source.at(now),
-        event,
-        source,
-        now,
-      );
-      persistRecord(info, record);
+      const result: unknown = listener(event);
+      if (result && typeof (result as PromiseLike<unknown>).then === "function") {
+        Promise.resolve(result).catch((error) =>
+          this.#log("warn", `onCheckpoint failed: ${errorText(error)}`, event.runId)
+        );
+      }
     } catch (error) {
-      this.#log(
-        "error",
-        `could not persist the checkpoint to ${info.checkpointFile}: ${errorText(error)}`,
-        info.runId,
-      );
-      return;
-    }
-    if (info.taskId !== undefined) {
-      this.#comment({ taskId: info.taskId, body: commentBody(record) });
+      this.#log("warn", `onCheckpoint threw: ${errorText(error)}`, event.runId);
     }
   }
 
@@ -318,8 +539,10 @@ export class AgentCheckpoint {
     try {
       const sink = this.#options.postComment;
       if (sink) {
-        const result = sink(comment);
-        if (result instanceof Promise) result.catch(fail);
+        const result: unknown = sink(comment);
+        if (result && typeof (result as PromiseLike<unknown>).then === "function") {
+          Promise.resolve(result).catch(fail);
+        }
       } else if (this.#options.commentModule !== undefined) {
         import(String(this.#options.commentModule)).then((mod) => mod.postComment(comment)).catch(
           fail,
@@ -334,10 +557,10 @@ export class AgentCheckpoint {
     if (this.#closed || this.#workerFailed) return;
     try {
       const data: WatchdogData = {
-        buffer: this.#shared.buffer,
+        buffers: this.#shared.buffers,
         home: this.#home,
         env: this.#env,
-        overrides: cloneable(this.#options.settings),
+        overrides: cloneableOverrides(this.#options.settings, (m) => this.#log("warn", m)),
         hostLogger: this.#options.logger !== undefined,
         hostComments: this.#options.postComment !== undefined,
       };
@@ -351,6 +574,7 @@ export class AgentCheckpoint {
       worker.on("message", (message: FromWorker) => {
         if (message.type === "log") this.#log(message.level, message.message, message.runId);
         else if (message.type === "comment") this.#comment(message.comment);
+        else if (message.type === "written") this.#written(message.event);
         else if (message.type === "stats") this.#stats = message.stats;
       });
       worker.on("error", (error) => {

@@ -1,254 +1,28 @@
 /**
- * Settings (S3) from `<home>/config.yaml`, and cap discovery (S4).
+ * Cap discovery: a run's dialect, run id, and turn and time caps, each with
+ * the source it came from. Reads the kanban board and `state.db` (only
+ * reads), the supervisor's environment, `config.yaml` and the settings. Never
+ * throws: a source that fails is a problem line and the next source.
  *
  * @module
  */
 import * as fs from "node:fs";
-import * as os from "node:os";
 import * as path from "node:path";
-import process from "node:process";
-import { load as parseYaml } from "js-yaml";
-import {
-  budgetValue,
-  defaultSettings,
-  resolveSettings,
-  type Settings,
-  type SettingsLayer,
-  type SettingSource,
-} from "./settings.ts";
+import { budgetValue, type Settings } from "./settings.ts";
 import { countedCaps } from "./tier.ts";
 import type { RunCaps } from "./record.ts";
 import { selectOne, SQLITE_FIX, type SqliteDriver, sqliteDriver } from "./sqlite.ts";
-import { errorText } from "./log.ts";
-
-/** Environment variables, as `process.env` holds them. */
-export type Env = Record<string, string | undefined>;
-
-/** Where to find settings. */
-export interface SettingsOptions {
-  /** The profile directory. @default {env.HERMES_HOME, else ~/.hermes} */
-  home?: string;
-  /** Environment for `HERMES_HOME`, `$VAR` expansion and cap discovery. @default {process.env} */
-  env?: Env;
-  /** Settings that win over the file, with S3's snake_case keys. */
-  overrides?: Record<string, unknown>;
-}
-
-/** The environment to use: the one given, else the process's. */
-export function envOf(env: Env | undefined): Env {
-  if (env) return env;
-  try {
-    return { ...process.env };
-  } catch {
-    return {};
-  }
-}
-
-const userHome = (env: Env) => env.HOME || os.homedir();
-
-/** The home directory: the option, else `HERMES_HOME`, else `~/.hermes`. */
-export function resolveHome(home: string | undefined, env: Env): string {
-  return path.resolve(home || env.HERMES_HOME || path.join(userHome(env), ".hermes"));
-}
-
-/** The parsed `config.yaml` and what went wrong reading it. */
-export interface ConfigFile {
-  doc: Record<string, unknown> | undefined;
-  warnings: string[];
-}
-
-const isMapping = (v: unknown): v is Record<string, unknown> =>
-  typeof v === "object" && v !== null && !Array.isArray(v);
-
-/** Follow keys through nested mappings. */
-export function dig(doc: unknown, ...keys: string[]): unknown {
-  let at = doc;
-  for (const key of keys) {
-    if (!isMapping(at)) return undefined;
-    at = at[key];
-  }
-  return at;
-}
-
-/** Read and parse `<home>/config.yaml`; a missing file is no warning. */
-export function readConfig(home: string): ConfigFile {
-  const file = path.join(home, "config.yaml");
-  let text: string;
-  try {
-    text = fs.readFileSync(file, "utf8");
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return { doc: undefined, warnings: [] };
-    return {
-      doc: undefined,
-      warnings: [`cannot read ${file} (${errorText(error)}); using default settings`],
-    };
-  }
-  let doc: unknown;
-  try {
-    doc = parseYaml(text);
-  } catch (error) {
-    const reason = errorText(error).split("\n")[0];
-    return {
-      doc: undefined,
-      warnings: [`${file} is not valid YAML (${reason}); using default settings`],
-    };
-  }
-  if (doc === undefined || doc === null) return { doc: undefined, warnings: [] };
-  if (!isMapping(doc)) {
-    return {
-      doc: undefined,
-      warnings: [`${file} does not hold a mapping; using default settings`],
-    };
-  }
-  return { doc, warnings: [] };
-}
-
-/** Expand `$VAR`, `${VAR}` and a leading `~`; relative paths are taken from home. */
-export function expandDir(
-  dir: string,
-  env: Env,
-  home: string,
-  warnings: string[],
-): string {
-  let out = dir.replace(/\$\{(\w+)\}|\$(\w+)/g, (whole, a?: string, b?: string) => {
-    const name = (a ?? b) as string;
-    const value = env[name];
-    if (value === undefined) {
-      warnings.push(`checkpoint_dir names $${name}, which is not set; leaving it as written`);
-      return whole;
-    }
-    return value;
-  });
-  if (out === "~" || out.startsWith("~/")) out = path.join(userHome(env), out.slice(1));
-  return path.resolve(home, out);
-}
-
-/** Settings with where each came from. */
-export interface LoadedSettings {
-  /** Every S3 setting, defaults filled in. */
-  settings: Settings;
-  /** What fell back to a default, and why, one line each. */
-  warnings: string[];
-  /** Where each setting came from (`caps.turns` and `caps.time_seconds` separately). */
-  sources: Record<string, SettingSource>;
-}
-
-/** Resolve settings from an already-read config file. */
-export function settingsFrom(
-  config: ConfigFile,
-  home: string,
-  env: Env,
-  overrides: Record<string, unknown> | undefined,
-): LoadedSettings {
-  const layers: SettingsLayer[] = [
-    { source: "config.yaml agent_checkpoint", values: dig(config.doc, "agent_checkpoint") },
-    {
-      source: "config.yaml plugins.entries.agent-checkpoint.settings",
-      values: dig(config.doc, "plugins", "entries", "agent-checkpoint", "settings"),
-    },
-    { source: "override", values: overrides },
-  ];
-  const resolved = resolveSettings(defaultSettings(path.join(home, "agent-checkpoints")), layers);
-  const warnings = [...config.warnings, ...resolved.warnings];
-  if (resolved.sources.checkpoint_dir !== "default") {
-    resolved.settings.checkpoint_dir = expandDir(
-      resolved.settings.checkpoint_dir,
-      env,
-      home,
-      warnings,
-    );
-  }
-  return { settings: resolved.settings, warnings, sources: resolved.sources };
-}
-
-/**
- * Load the S3 settings: the `agent_checkpoint` section of
- * `<home>/config.yaml`, then `plugins.entries.agent-checkpoint.settings` (which
- * wins key by key), then `overrides`. Never throws: every problem becomes a
- * warning and that key's default.
- *
- * @param options Home directory, environment and overrides.
- * @returns The settings, every default filled in, and the warnings.
- *
- * @example A bad value falls back to its default, with a warning
- * ```ts
- * import { loadSettings } from "./mod.ts";
- * import assert from "node:assert/strict";
- *
- * const { settings, warnings } = loadSettings({
- *   home: "/nonexistent",
- *   env: {},
- *   overrides: { tier_fractions: [0.7], watchdog_poll_seconds: true },
- * });
- * assert.deepEqual(settings.tier_fractions, [0.7]);
- * assert.equal(settings.watchdog_poll_seconds, 10);
- * assert.match(warnings[0]!, /watchdog_poll_seconds = true .* using 10/);
- * ```
- */
-export function loadSettings(options: SettingsOptions = {}): LoadedSettings {
-  const env = envOf(options.env);
-  const home = resolveHome(options.home, env);
-  return settingsFrom(readConfig(home), home, env, options.overrides);
-}
-
-/**
- * Settings that follow `config.yaml` as it changes: the file is looked at
- * (one stat) at most once per poll interval, and parsed only when it changed.
- */
-export class SettingsSource {
-  /** Increases whenever the settings change. */
-  version = 0;
-  current: LoadedSettings;
-  config: ConfigFile;
-  #stamp: string;
-  #nextCheck = 0;
-  readonly #file: string;
-  readonly #onChange: (loaded: LoadedSettings) => void;
-
-  constructor(
-    readonly home: string,
-    readonly env: Env,
-    readonly overrides: Record<string, unknown> | undefined,
-    onChange: (loaded: LoadedSettings) => void = () => {},
-  ) {
-    this.#file = path.join(home, "config.yaml");
-    this.#onChange = onChange;
-    this.#stamp = this.#statStamp();
-    this.config = readConfig(home);
-    this.current = settingsFrom(this.config, home, env, overrides);
-    onChange(this.current);
-  }
-
-  #statStamp(): string {
-    try {
-      const s = fs.statSync(this.#file);
-      return `${s.ino}:${s.size}:${s.mtimeMs}`;
-    } catch (error) {
-      return `missing:${(error as NodeJS.ErrnoException).code}`;
-    }
-  }
-
-  /** The settings as of `nowMs`, re-read when the poll interval has passed. */
-  at(nowMs: number): Settings {
-    if (nowMs < this.#nextCheck) return this.current.settings;
-    this.refresh(nowMs);
-    return this.current.settings;
-  }
-
-  /** Look at the file now. */
-  refresh(nowMs: number): void {
-    const stamp = this.#statStamp();
-    if (stamp !== this.#stamp) {
-      this.#stamp = stamp;
-      this.config = readConfig(this.home);
-      this.current = settingsFrom(this.config, this.home, this.env, this.overrides);
-      this.version++;
-      this.#onChange(this.current);
-    }
-    // After a reload, so that a new poll interval counts from now.
-    this.#nextCheck = nowMs + this.current.settings.watchdog_poll_seconds * 1000;
-  }
-}
+import {
+  type ConfigFile,
+  dig,
+  type Env,
+  envOf,
+  readConfig,
+  resolveHome,
+  settingsFrom,
+  type SettingsOptions,
+} from "./config.ts";
+import { errorText, show } from "./_show.ts";
 
 /** The host's description of a run. */
 export interface RunInit {
@@ -262,13 +36,15 @@ export interface RunInit {
   caps?: { turns?: number; timeSeconds?: number };
   /** The goal the run pursues. */
   goal?: { maxTurns?: number };
+  /** The run's working tree, for workspace snapshots. @default {the current directory} */
+  workspace?: string;
 }
 
-/** The outcome of S4 for one run. */
+/** The outcome of cap discovery for one run. */
 export interface DiscoveredCaps {
   /** The dialect the caps were looked up in. */
   dialect: "chat" | "kanban" | "goal";
-  /** The kanban task id, else the session id. */
+  /** The kanban task id, else the supervisor's run id, else the session id. */
   runId: string;
   /** The kanban task id, in the kanban dialect. */
   taskId?: string;
@@ -284,12 +60,49 @@ export interface DiscoveredCaps {
 
 /** What cap discovery reads besides the run itself. */
 export interface DiscoveryContext {
+  /** The home directory, absolute. */
   home: string;
+  /** The environment. */
   env: Env;
+  /** The settings in force. */
   settings: Settings;
+  /** `config.yaml` as read. */
   config: ConfigFile;
   /** The SQLite driver; `null` for none. @default {sqliteDriver()} */
   sqlite?: SqliteDriver | null;
+  /** When the run starts, in ms since the epoch (for the supervisor's deadline). @default {Date.now()} */
+  startedAtMs?: number;
+}
+
+/** The environment variable naming the run id a supervisor gives. */
+export const RUN_ID_ENV = "AGENT_CHECKPOINT_RUN_ID";
+/** The environment variable holding a supervisor's deadline, in ms since the epoch. */
+export const DEADLINE_ENV = "AGENT_CHECKPOINT_DEADLINE";
+
+const text = (v: unknown): string | undefined => typeof v === "string" && v !== "" ? v : undefined;
+const envText = (env: Env, name: string): string | undefined =>
+  Object.hasOwn(env, name) ? text(env[name]) : undefined;
+
+/** A field of an object the host gave (its own or inherited), or undefined; never throws. */
+const field = (obj: unknown, key: string): unknown => {
+  try {
+    return typeof obj === "object" && obj !== null
+      ? (obj as Record<string, unknown>)[key]
+      : undefined;
+  } catch {
+    return undefined;
+  }
+};
+
+/** An id as the host gave it: a string, or a finite number or bigint made one. */
+function idOf(value: unknown, what: string, problems: string[]): string | undefined {
+  if (value === undefined || value === null || value === "") return undefined;
+  if (typeof value === "string") return value;
+  if ((typeof value === "number" && Number.isFinite(value)) || typeof value === "bigint") {
+    return String(value);
+  }
+  problems.push(`${what} ${show(value)} is not a string; ignoring it`);
+  return undefined;
 }
 
 const stateDbGoal = (
@@ -298,25 +111,34 @@ const stateDbGoal = (
   problems: string[],
   driver: SqliteDriver | undefined,
 ): { active: boolean; maxTurns: unknown } => {
+  const none = { active: false, maxTurns: undefined };
   const file = path.join(home, "state.db");
-  if (!fs.existsSync(file)) return { active: false, maxTurns: undefined };
-  if (!driver) {
-    problems.push(`cannot read goals from ${file}: ${SQLITE_FIX}`);
-    return { active: false, maxTurns: undefined };
-  }
+  let row: Record<string, unknown> | undefined;
   try {
-    const row = selectOne(
+    if (!driver) {
+      // Only worth a line when there is a state.db to read.
+      if (!fs.existsSync(file)) return none;
+      problems.push(`cannot read goals from ${file}: ${SQLITE_FIX}`);
+      return none;
+    }
+    row = selectOne(
       driver,
       file,
       "SELECT value FROM state_meta WHERE key = ?",
       `goal:${sessionId}`,
     );
-    if (!row) return { active: false, maxTurns: undefined };
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException)?.code === "ENOENT") return none;
+    problems.push(`cannot read the goal from ${file} (${errorText(error)}); treating it as none`);
+    return none;
+  }
+  if (!row) return none;
+  try {
     const goal = JSON.parse(String(row.value));
     return { active: dig(goal, "status") === "active", maxTurns: dig(goal, "max_turns") };
   } catch (error) {
     problems.push(`cannot read the goal from ${file} (${errorText(error)}); treating it as none`);
-    return { active: false, maxTurns: undefined };
+    return none;
   }
 };
 
@@ -326,7 +148,7 @@ const kanbanRuntime = (
   problems: string[],
   driver: SqliteDriver | undefined,
 ): unknown => {
-  const file = env.HERMES_KANBAN_DB;
+  const file = envText(env, "HERMES_KANBAN_DB");
   if (!file) return undefined;
   if (!driver) {
     problems.push(`cannot read the kanban board ${file}: ${SQLITE_FIX}`);
@@ -339,7 +161,7 @@ const kanbanRuntime = (
       "SELECT max_runtime_seconds FROM tasks WHERE id = ?",
       taskId,
     );
-    if (!row) problems.push(`kanban board ${file} has no task ${taskId}`);
+    if (!row) problems.push(`kanban board ${file} has no task ${show(taskId)}`);
     return row?.max_runtime_seconds ?? undefined;
   } catch (error) {
     problems.push(`cannot read the kanban board ${file} (${errorText(error)})`);
@@ -347,14 +169,36 @@ const kanbanRuntime = (
   }
 };
 
-/** Cap discovery (S4), synchronously: one read-only SELECT at most per database. */
-export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
+/** The supervisor's deadline as seconds left from `startedAtMs`, when it gives one. */
+function supervisorSeconds(env: Env, startedAtMs: number, problems: string[]): number | undefined {
+  const raw = envText(env, DEADLINE_ENV);
+  if (raw === undefined) return undefined;
+  const deadline = Number(raw);
+  if (!/^\s*\d+(\.\d*)?\s*$/.test(raw) || !Number.isFinite(deadline)) {
+    problems.push(`${DEADLINE_ENV}=${show(raw)} is not a time in ms since the epoch; ignoring it`);
+    return undefined;
+  }
+  const seconds = (deadline - startedAtMs) / 1000;
+  if (seconds <= 0) {
+    problems.push(
+      `${DEADLINE_ENV} passed ${
+        Math.round(-seconds)
+      }s before the run started; its checkpoint is due at once`,
+    );
+    return 0.001;
+  }
+  return seconds;
+}
+
+function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
   const { env, settings, config } = ctx;
   const driver = ctx.sqlite === undefined ? sqliteDriver() : ctx.sqlite ?? undefined;
   const problems: string[] = [];
-  const taskId = init.taskId || env.HERMES_KANBAN_TASK || undefined;
+  const sessionId = idOf(init.sessionId, "sessionId", problems) ?? "";
+  const taskId = idOf(init.taskId, "taskId", problems) ?? envText(env, "HERMES_KANBAN_TASK");
+  const supervisorRunId = envText(env, RUN_ID_ENV);
   let stored: ReturnType<typeof stateDbGoal> | undefined;
-  const storedGoal = () => (stored ??= stateDbGoal(ctx.home, init.sessionId, problems, driver));
+  const storedGoal = () => (stored ??= stateDbGoal(ctx.home, sessionId, problems, driver));
   let dialect: DiscoveredCaps["dialect"];
   if (taskId || init.dialect === "kanban") dialect = "kanban";
   else if (init.dialect === "goal" || init.goal !== undefined) dialect = "goal";
@@ -369,8 +213,8 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
     }
     return undefined;
   };
-  const host: Candidate[] = [["host", () => init.caps?.timeSeconds]];
-  const hostTurns: Candidate[] = [["host", () => init.caps?.turns]];
+  const host: Candidate[] = [["host", () => field(init.caps, "timeSeconds")]];
+  const hostTurns: Candidate[] = [["host", () => field(init.caps, "turns")]];
   const capTime: Candidate = ["caps.time_seconds", () => settings.caps.time_seconds];
   const capTurns: Candidate = ["caps.turns", () => settings.caps.turns];
   const agentTurns: Candidate = ["agent.max_turns", () => dig(config.doc, "agent", "max_turns")];
@@ -382,11 +226,11 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
       ...host,
       ["kanban db", () => taskId && kanbanRuntime(env, taskId, problems, driver)],
       ["TERMINAL_TIMEOUT", () => {
-        const raw = env.TERMINAL_TIMEOUT;
-        if (raw === undefined || raw === "") return undefined;
+        const raw = envText(env, "TERMINAL_TIMEOUT");
+        if (raw === undefined) return undefined;
         const n = budgetValue(raw);
         if (n === undefined) {
-          problems.push(`TERMINAL_TIMEOUT=${JSON.stringify(raw)} is not a number of seconds`);
+          problems.push(`TERMINAL_TIMEOUT=${show(raw)} is not a number of seconds`);
         }
         return n === undefined ? undefined : n + 30;
       }],
@@ -397,7 +241,7 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
     time = [...host, capTime];
     turns = [
       ...hostTurns,
-      ["goal", () => init.goal?.maxTurns],
+      ["goal", () => field(init.goal, "maxTurns")],
       ["goal", () => storedGoal().maxTurns],
       agentTurns,
       capTurns,
@@ -412,8 +256,14 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
   }
 
   const found: RunCaps = {};
-  const t = first(time);
+  let t = first(time);
   const n = first(turns);
+  // The supervisor's deadline is a hard limit: it caps the time axis whenever
+  // it comes before the budget the other sources give (the host's included).
+  const deadline = supervisorSeconds(env, ctx.startedAtMs ?? Date.now(), problems);
+  if (deadline !== undefined && (t === undefined || deadline < t.value)) {
+    t = { value: deadline, source: "supervisor" };
+  }
   if (t) found.time = t;
   if (n) found.turns = n;
 
@@ -440,7 +290,7 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
   }
   const out: DiscoveredCaps = {
     dialect,
-    runId: taskId ?? init.sessionId,
+    runId: taskId ?? supervisorRunId ?? sessionId,
     caps,
     found,
     dropped,
@@ -451,10 +301,50 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
 }
 
 /**
- * Discover a run's dialect and caps (S4) from the host's caps, the kanban
- * board, `TERMINAL_TIMEOUT`, `state.db` goals, `config.yaml` and the plugin's
- * own `caps`. Databases are only read. Never throws: a source that fails is
- * skipped and named in `problems`.
+ * Cap discovery, synchronously: one read-only SELECT at most per database.
+ * Never throws: bad input or an internal failure gives a chat run with no
+ * caps, and a problem line saying why.
+ *
+ * @example
+ * ```ts
+ * import { discoverCapsSync } from "./discover.ts";
+ * import { defaultSettings } from "./settings.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const found = discoverCapsSync({ sessionId: "s", caps: { turns: 30 } }, {
+ *   home: "/nonexistent",
+ *   env: {},
+ *   settings: defaultSettings("/tmp/cp"),
+ *   config: { doc: undefined, warnings: [] },
+ * });
+ * assert.deepEqual(found.caps, { turns: { value: 30, source: "host" } });
+ * ```
+ */
+export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
+  try {
+    const run = typeof init === "object" && init !== null ? init : ({} as RunInit);
+    const out = discover(run, ctx);
+    if (run !== init) out.problems.unshift(`the run's description ${show(init)} is not an object`);
+    return out;
+  } catch (error) {
+    const sessionId = typeof init?.sessionId === "string" ? init.sessionId : "";
+    return {
+      dialect: "chat",
+      runId: sessionId,
+      caps: {},
+      found: {},
+      dropped: [],
+      problems: [`cap discovery failed (${errorText(error)}); the run has no caps`],
+    };
+  }
+}
+
+/**
+ * Discover a run's dialect and caps from the host's caps, the supervisor's
+ * deadline, the kanban board, `TERMINAL_TIMEOUT`, `state.db` goals,
+ * `config.yaml` and the plugin's own `caps`. Databases are only read. Never
+ * throws, whatever it is given: a source that fails is skipped and named in
+ * `problems`.
  *
  * @param init The run, as `startRun` takes it.
  * @param options Home directory, environment and settings overrides.
@@ -478,9 +368,29 @@ export function discoverCaps(
   init: RunInit,
   options: SettingsOptions = {},
 ): Promise<DiscoveredCaps> {
-  const env = envOf(options.env);
-  const home = resolveHome(options.home, env);
-  const config = readConfig(home);
-  const { settings } = settingsFrom(config, home, env, options.overrides);
-  return Promise.resolve(discoverCapsSync(init, { home, env, settings, config }));
+  const startedAtMs = Date.now();
+  try {
+    const opts = typeof options === "object" && options !== null ? options : {};
+    const env = envOf(opts.env);
+    const home = resolveHome(opts.home, env);
+    const config = readConfig(home);
+    const loaded = settingsFrom(config, home, env, opts.overrides);
+    const found = discoverCapsSync(init, {
+      home,
+      env,
+      settings: loaded.settings,
+      config,
+      startedAtMs,
+    });
+    return Promise.resolve(found);
+  } catch (error) {
+    return Promise.resolve({
+      dialect: "chat",
+      runId: "",
+      caps: {},
+      found: {},
+      dropped: [],
+      problems: [`cap discovery failed (${errorText(error)}); the run has no caps`],
+    });
+  }
 }

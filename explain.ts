@@ -7,23 +7,19 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
-import {
-  discoverCapsSync,
-  type DiscoveredCaps,
-  type Env,
-  envOf,
-  readConfig,
-  resolveHome,
-  settingsFrom,
-} from "./discover.ts";
+import { type Env, envOf, readConfig, resolveHome, settingsFrom } from "./config.ts";
+import { discoverCapsSync, type DiscoveredCaps } from "./discover.ts";
 import { errorText } from "./log.ts";
 import { checkpointFileName, ensureDir } from "./persist.ts";
 import type { Settings, SettingSource } from "./settings.ts";
 import { type SqliteDriver, sqliteDriver } from "./sqlite.ts";
-import { capValues, tierFor, tierPlan, timeCrossing } from "./tier.ts";
+
+export type { DiscoveredCaps, Env, SettingSource };
+import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
 
 /** When one tier fires, on each surface. */
 export interface TierSchedule {
+  /** The tier: 1 the half-way checkpoint, 2 the final one. */
   tier: 1 | 2;
   /** False when it never fires (tier 1 on tiny caps, or no axis). */
   fires: boolean;
@@ -31,34 +27,63 @@ export interface TierSchedule {
   prologueModelCall?: number;
   /** Mid-run: the tool calls after this model call persist the file. */
   midRunAfterModelCall?: number;
-  /** Both surfaces: seconds into the run; the watchdog persists at this moment. */
+  /**
+   * Both surfaces: seconds into the run at which the time axis crosses the
+   * tier's fraction (to the millisecond; the watchdog persists then).
+   */
   atSeconds?: number;
 }
 
 /** Everything `explain` reports. */
 export interface Explanation {
+  /** The profile directory. */
   home: string;
+  /** Its `config.yaml` (which may not exist). */
   configFile: string;
+  /** Every setting of the settings table, its value and where it came from. */
   settings: Array<{ key: string; value: unknown; source: SettingSource }>;
+  /** Settings that were invalid and fell back to defaults. */
   warnings: string[];
+  /** The run a host would start here: dialect, run id and caps with their sources. */
   run: {
+    /** The session id explained. */
     sessionId: string;
+    /** The run id, naming the checkpoint file. */
     runId: string;
+    /** `chat`, `kanban` or `goal`. */
     dialect: DiscoveredCaps["dialect"];
+    /** The kanban task id, for a kanban run. */
     taskId?: string;
+    /** Each axis's cap and where it was found. */
     caps: DiscoveredCaps["caps"];
+    /** Caps found but not counted, and why. */
     dropped: string[];
+    /** Whether neither axis has a cap. */
     capless: boolean;
   };
+  /** When each tier fires (empty for a capless run). */
   schedule: TierSchedule[];
+  /** The checkpoint file the run would write. */
   checkpointFile: string;
+  /** Whether its directory can be written (tried, not guessed). */
   writable: { ok: boolean; error?: string };
+  /** The SQLite driver in use, or null. */
   sqliteDriver: string | null;
+  /** The watchdog and its interval and stall settings. */
   watchdog: {
+    /** Whether the watchdog runs. */
     enabled: boolean;
+    /** Seconds between its polls. */
     pollSeconds: number;
+    /** Seconds between checkpoints of a capless run; 0 for none. */
     uncappedIntervalSeconds: number;
+    /** Seconds of silence that make a stall; 0 for off. */
     stallWindowSeconds: number;
+  };
+  /** The supervisor's deadline when `AGENT_CHECKPOINT_DEADLINE` is set (`agent-checkpoint run`). */
+  supervisor?: SupervisorDeadline & {
+    /** The run id the supervisor gave (`AGENT_CHECKPOINT_RUN_ID`), when set. */
+    runId?: string;
   };
   /** What would silently not work; each makes `explain` exit 1. */
   problems: string[];
@@ -68,12 +93,18 @@ export interface Explanation {
 
 /** Where `explain` looks. */
 export interface ExplainOptions {
+  /** The profile directory. @default {env.HERMES_HOME, else ~/.hermes} */
   home?: string;
+  /** The environment. @default {process.env} */
   env?: Env;
+  /** The session id to explain. @default {"explain"} */
   sessionId?: string;
+  /** Explain a kanban run for this task id. */
   taskId?: string;
   /** @internal A SQLite driver to use instead of the runtime's; `null` for none. */
   sqlite?: SqliteDriver | null;
+  /** The clock, ms since the epoch, for the supervisor's deadline. @default {Date.now()} */
+  now?: number;
 }
 
 /** Try to write in a directory: the honest test of "writable", for root too. */
@@ -106,7 +137,7 @@ function schedule(caps: DiscoveredCaps["caps"], settings: Settings): TierSchedul
         }
       }
     }
-    const at = timeCrossing(plan, tier);
+    const at = exactCrossing(plan, tier);
     if (at !== undefined) {
       out.atSeconds = at;
       out.fires = true;
@@ -116,7 +147,60 @@ function schedule(caps: DiscoveredCaps["caps"], settings: Settings): TierSchedul
 }
 
 /**
+ * The moment the time axis alone makes `tier` due, to the millisecond.
+ * `timeCrossing` wakes the watchdog a hair early (its fraction less an
+ * epsilon) so that the tier is due when it looks; a schedule shown to people
+ * names the crossing itself: tier 1 of a one-hour cap is 1800 s, not 1799.99….
+ */
+function exactCrossing(plan: TierPlan, tier: 1 | 2): number | undefined {
+  if (timeCrossing(plan, tier) === undefined || plan.timeCap === undefined) return undefined;
+  const fraction = tier === 1 ? plan.tier1 : plan.tier2Time;
+  return Math.round(fraction * plan.timeCap * 1000) / 1000;
+}
+
+/** The supervisor's deadline (`AGENT_CHECKPOINT_DEADLINE`, ms since the epoch) as `explain` shows it. */
+export interface SupervisorDeadline {
+  /** The variable as set. */
+  raw: string;
+  /** The deadline, ms since the epoch; undefined when the value is not a time. */
+  at?: number;
+  /** Seconds from now to the deadline (negative once it passed). */
+  secondsLeft?: number;
+}
+
+function supervisorDeadline(env: Env, now: number): SupervisorDeadline | undefined {
+  const raw = env.AGENT_CHECKPOINT_DEADLINE;
+  if (raw === undefined || raw.trim() === "") return undefined;
+  const at = Number(raw.trim());
+  if (!Number.isFinite(at) || at <= 0) return { raw };
+  return { raw, at, secondsLeft: (at - now) / 1000 };
+}
+
+/**
  * Explain the wiring for a run started now in this environment. Never throws.
+ *
+ * @param options The home, environment and run to explain.
+ * @returns Every setting with its source, the run's caps and schedule, the
+ * checkpoint file, the runtime, and what would silently not work.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { explain } from "./explain.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
+ * fs.writeFileSync(
+ *   path.join(home, "config.yaml"),
+ *   "agent_checkpoint:\n  caps:\n    time_seconds: 3600\n",
+ * );
+ * const e = explain({ home, env: {}, sessionId: "s1" });
+ * assert.equal(e.run.runId, "s1");
+ * assert.equal(e.schedule[0]?.atSeconds, 1800); // tier 1 of a one-hour cap
+ * assert.deepEqual(e.problems, []);
+ * ```
  */
 export function explain(options: ExplainOptions = {}): Explanation {
   const env = envOf(options.env);
@@ -126,9 +210,10 @@ export function explain(options: ExplainOptions = {}): Explanation {
   const { settings } = loaded;
   const driver = options.sqlite === undefined ? sqliteDriver() : options.sqlite ?? undefined;
   const sessionId = options.sessionId ?? "explain";
+  const now = options.now ?? Date.now();
   const found = discoverCapsSync(
     options.taskId === undefined ? { sessionId } : { sessionId, taskId: options.taskId },
-    { home, env, settings, config, sqlite: driver ?? null },
+    { home, env, settings, config, sqlite: driver ?? null, startedAtMs: now },
   );
   const capless = found.caps.turns === undefined && found.caps.time === undefined;
   const checkpointFile = path.join(settings.checkpoint_dir, checkpointFileName(found.runId));
@@ -148,6 +233,16 @@ export function explain(options: ExplainOptions = {}): Explanation {
   }
   if (!settings.watchdog) {
     notes.push("watchdog is false: a run stuck in one long call gets no file");
+  }
+  const deadline = supervisorDeadline(env, now);
+  // Cap discovery reports a deadline it cannot use; this says it only when it did not.
+  const told = found.problems.some((p) => p.includes("AGENT_CHECKPOINT_DEADLINE"));
+  if (deadline && deadline.at === undefined && !told) {
+    problems.push(
+      `AGENT_CHECKPOINT_DEADLINE is "${deadline.raw}", not a time in ms since the epoch: the supervisor's deadline is not a time cap`,
+    );
+  } else if (deadline?.secondsLeft !== undefined && deadline.secondsLeft <= 0 && !told) {
+    notes.push("the supervisor's deadline (AGENT_CHECKPOINT_DEADLINE) has already passed");
   }
   if (capless && settings.uncapped_interval_seconds === 0) {
     notes.push("this run is capless and uncapped_interval_seconds is 0: only stalls are recorded");
@@ -184,6 +279,14 @@ export function explain(options: ExplainOptions = {}): Explanation {
       uncappedIntervalSeconds: settings.uncapped_interval_seconds,
       stallWindowSeconds: settings.stall_window_seconds,
     },
+    ...(deadline
+      ? {
+        supervisor: {
+          ...deadline,
+          ...(env.AGENT_CHECKPOINT_RUN_ID ? { runId: env.AGENT_CHECKPOINT_RUN_ID } : {}),
+        },
+      }
+      : {}),
     problems,
     notes,
   };

@@ -1,105 +1,119 @@
 /**
- * Reading checkpoint files back (S14 `ls`, `show`, `audit`): whatever a file
+ * Reading checkpoint files back for `ls`, `show` and `audit`: whatever a file
  * holds (a block, only the agent's text, nothing, a truncated block, bytes
- * that are not UTF-8) it is described, never a crash.
+ * that are not UTF-8, a link, a FIFO, a file too large) it is described,
+ * never a crash and never a hang. A run whose record has no end was cut off.
  *
  * @module
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { Buffer } from "node:buffer";
-import { BLOCK_BEGIN, findBlock } from "./persist.ts";
-import { type CheckpointRecord, parseRecord } from "./record.ts";
+import type { EndStatus } from "./record.ts";
+import { type CheckpointFile, type FileState, readCheckpoint } from "./persist.ts";
 
-/** What a checkpoint file holds. */
-export type FileState =
-  | "record" // the plugin's block, intact
-  | "agent text only" // no block at all
-  | "empty"
-  | "truncated" // a begin marker without its end, or a block whose data is unreadable
-  | "unreadable"; // the file could not be read
+export type { CheckpointFile, FileState };
 
-/** One checkpoint file, described. */
-export interface CheckpointFile {
-  file: string;
-  /** The record's run id, else the file name without `.md`. */
-  runId: string;
-  state: FileState;
-  record?: CheckpointRecord;
-  /** Whether anything but whitespace lies outside the plugin's block. */
-  agentText: boolean;
-  /** Whether the agent's own text says INCOMPLETE. */
-  incomplete: boolean;
-  /** Whether the bytes are valid UTF-8. */
-  utf8: boolean;
-  size: number;
-  /** When it was last persisted (the record's time, else the file's mtime), ms since the epoch. */
-  at: number;
-  error?: string;
-}
+/** Directory entries looked at by {@linkcode listCheckpoints}. */
+const MAX_LISTED = 100_000;
 
-const strict = new TextDecoder("utf-8", { fatal: true });
-const loose = new TextDecoder();
-
-/** Describe one checkpoint file. */
-export function inspectFile(file: string): CheckpointFile {
-  const base: CheckpointFile = {
-    file,
-    runId: path.basename(file).replace(/\.md$/, ""),
-    state: "unreadable",
-    agentText: false,
-    incomplete: false,
-    utf8: true,
-    size: 0,
-    at: 0,
-  };
-  let bytes: Buffer;
-  try {
-    const stat = fs.statSync(file);
-    base.size = stat.size;
-    base.at = stat.mtimeMs;
-    bytes = fs.readFileSync(file);
-  } catch (error) {
-    return { ...base, error: (error as Error).message };
-  }
-  try {
-    strict.decode(bytes);
-  } catch {
-    base.utf8 = false;
-  }
-  const block = findBlock(bytes);
-  const outside = block
-    ? Buffer.concat([bytes.subarray(0, block.start), bytes.subarray(block.end)])
-    : bytes;
-  const agent = loose.decode(outside);
-  base.agentText = agent.trim() !== "";
-  base.incomplete = /\bINCOMPLETE\b/.test(agent);
-  if (bytes.length === 0) return { ...base, state: "empty" };
-  const record = block ? parseRecord(bytes) : undefined;
-  if (record) {
-    const at = Date.parse(record.persistedAt);
-    return {
-      ...base,
-      state: "record",
-      record,
-      runId: typeof record.runId === "string" ? record.runId : base.runId,
-      at: Number.isFinite(at) ? at : base.at,
-    };
-  }
-  const hasBegin = bytes.includes(Buffer.from(BLOCK_BEGIN));
-  return { ...base, state: block || hasBegin ? "truncated" : "agent text only" };
-}
-
-/** Every checkpoint file in a directory, newest first; none when it does not exist. */
+/**
+ * Every checkpoint file in a directory, newest first; none when it does not
+ * exist. Each is read with {@linkcode readCheckpoint}'s bounds; at most
+ * 100,000 directory entries are looked at.
+ *
+ * @param dir The checkpoint directory.
+ * @returns The files, described.
+ *
+ * @example
+ * ```ts
+ * import { listCheckpoints } from "./inspect.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const dir = mkdtempSync(join(tmpdir(), "ac-"));
+ * writeFileSync(join(dir, "notes.md"), "only the agent's text");
+ * assert.deepEqual(listCheckpoints(dir).map((f) => f.state), ["agent text only"]);
+ * assert.deepEqual(listCheckpoints(join(dir, "missing")), []);
+ * ```
+ */
 export function listCheckpoints(dir: string): CheckpointFile[] {
-  let names: string[];
+  const names: string[] = [];
+  let handle: fs.Dir | undefined;
   try {
-    names = fs.readdirSync(dir);
+    handle = fs.opendirSync(dir);
+    for (let n = 0; n < MAX_LISTED; n++) {
+      const entry = handle.readSync();
+      if (!entry) break;
+      if (entry.name.endsWith(".md") && !entry.name.startsWith(".")) names.push(entry.name);
+    }
   } catch {
     return [];
+  } finally {
+    try {
+      handle?.closeSync();
+    } catch { /* already closed */ }
   }
-  return names
-    .filter((n) => n.endsWith(".md") && !n.startsWith("."))
-    .map((n) => inspectFile(path.join(dir, n)))
-    .sort((a, b) => b.at - a.at);
+  return names.map((n) => readCheckpoint(path.join(dir, n))).sort((a, b) => b.at - a.at);
+}
+
+/**
+ * How a file's run stands, in a word or two: `cut off` (a record with no
+ * end), `ended <status>`, or, for a file with no intact record, its state.
+ *
+ * @param f A described checkpoint file.
+ * @returns The label `ls` and `show` print.
+ *
+ * @example
+ * ```ts
+ * import { runStanding } from "./inspect.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const f = { file: "r.md", runId: "r", state: "record" as const, cutOff: true,
+ *   agentText: false, incomplete: false, utf8: true, size: 1, at: 0 };
+ * assert.equal(runStanding(f), "cut off");
+ * assert.equal(runStanding({ ...f, cutOff: false, ended: "capped" }), "ended capped");
+ * ```
+ */
+export function runStanding(f: CheckpointFile): string {
+  if (f.state !== "record") return f.state;
+  return f.ended ? `ended ${f.ended}` : "cut off";
+}
+
+/** How many runs were cut off, and how many ended with each status. */
+export interface EndTally {
+  /** Runs with a record and no end. */
+  cutOff: number;
+  /** Runs that ended, by status (statuses with no run are absent). */
+  ended: Partial<Record<EndStatus, number>>;
+}
+
+/**
+ * Count the cut-off and the ended runs among files, for `audit`.
+ *
+ * @param files Described checkpoint files.
+ * @returns The tally; files without a record are not counted.
+ *
+ * @example
+ * ```ts
+ * import { tallyEnds } from "./inspect.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const f = { file: "r.md", runId: "r", state: "record" as const, cutOff: true,
+ *   agentText: false, incomplete: false, utf8: true, size: 1, at: 0 };
+ * assert.deepEqual(tallyEnds([f, { ...f, cutOff: false, ended: "done" as const }]), {
+ *   cutOff: 1,
+ *   ended: { done: 1 },
+ * });
+ * ```
+ */
+export function tallyEnds(files: CheckpointFile[]): EndTally {
+  const tally: EndTally = { cutOff: 0, ended: {} };
+  for (const f of files) {
+    if (f.state !== "record") continue;
+    if (f.ended) tally.ended[f.ended] = (tally.ended[f.ended] ?? 0) + 1;
+    else if (f.cutOff) tally.cutOff++;
+  }
+  return tally;
 }

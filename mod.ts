@@ -37,25 +37,23 @@ export {
   createAgentCheckpoint,
   type TaskComment,
 } from "./agent_checkpoint.ts";
-export { Run } from "./run.ts";
-export {
-  discoverCaps,
-  type DiscoveredCaps,
-  type Env,
-  type LoadedSettings,
-  loadSettings,
-  type RunInit,
-  type SettingsOptions,
-} from "./discover.ts";
+export { type PreviousAttempt, Run } from "./run.ts";
+export type { CheckpointEvent } from "./writer.ts";
+export { discoverCaps, type DiscoveredCaps, type RunInit } from "./discover.ts";
+export { type Env, type LoadedSettings, loadSettings, type SettingsOptions } from "./config.ts";
 export { type Caps, dueTier, type Tier } from "./tier.ts";
 export { formatDuration, renderTemplate, type TemplateValues } from "./template.ts";
 export { writeFileAtomic } from "./persist.ts";
 export {
   type Axis,
+  type JsonSchema,
   type Mode,
+  SETTINGS,
   type Settings,
   type SettingSource,
+  type SettingSpec,
   settingsSchema,
+  type Verdict,
 } from "./settings.ts";
-export type { CapSource, RunCaps } from "./record.ts";
+export type { CapSource, EndStatus, RecordKind, RecordSource, RunCaps } from "./record.ts";
 export type { HostLogger, LogRecord } from "./log.ts";

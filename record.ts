@@ -1,10 +1,20 @@
 /**
- * What the plugin's block says (S8): a header line, the message, the run's
- * figures, recent tool calls and notes, and the same in JSON. Pure.
+ * What a checkpoint records, and how it reads: the record's shape, the
+ * human-readable text of the block (also the kanban comment), the block with
+ * its JSON data line, a one-line summary of an attempt, and the parser that
+ * reads a record back. Pure: no I/O, no clock.
  *
  * @module
  */
-import { BLOCK_BEGIN, BLOCK_END, DATA_PREFIX, findBlock } from "./persist.ts";
+import {
+  BLOCK_BEGIN,
+  BLOCK_END,
+  blockData,
+  DATA_PREFIX,
+  embedJson,
+  escapeText,
+  findBlock,
+} from "./block.ts";
 import { formatDuration } from "./template.ts";
 
 /** A cap and where it was found. */
@@ -15,7 +25,7 @@ export interface CapSource {
   source: string;
 }
 
-/** A run's caps after S4, per axis. */
+/** A run's caps after discovery, per axis. */
 export interface RunCaps {
   /** The turn cap. */
   turns?: CapSource;
@@ -25,101 +35,374 @@ export interface RunCaps {
 
 /** A tool call the host reported. */
 export interface ToolCall {
+  /** The tool's name. */
   tool: string;
+  /** The host's id for this call, when it gave one. */
+  callId?: string;
+  /** Where the call stands. */
   status: "in flight" | "ok" | "failed" | "done";
   /** Seconds after the run started. */
   startedAt: number;
+  /** How long it took, once it ended. */
   durationMs?: number;
+  /** What the host reported of a failed call's error. */
+  error?: string;
 }
 
 /** Why a checkpoint was persisted. */
-export type RecordKind = "tier" | "uncapped" | "stall";
+export type RecordKind = "tier" | "uncapped" | "stall" | "manual" | "deadline" | "end";
 /** Which surface persisted it. */
-export type RecordSource = "pre_tool_call" | "post_tool_call" | "watchdog";
+export type RecordSource =
+  | "pre_llm_call"
+  | "pre_tool_call"
+  | "post_tool_call"
+  | "watchdog"
+  | "host"
+  | "supervisor";
+/** How a run ended. */
+export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
+
+/** How a run ended, as its last record says. */
+export interface RunEnd {
+  /** How it ended. */
+  status: EndStatus;
+  /** When, as an ISO 8601 time. */
+  at: string;
+  /** The host's words about it. */
+  summary?: string;
+}
+
+/** What a supervisor recorded of the command it ran. */
+export interface CommandRecord {
+  /** The command and its arguments. */
+  argv: string[];
+  /** How it stopped. */
+  outcome: "exited" | "signaled" | "deadline" | "not started";
+  /** Its exit code, when it exited. */
+  exitCode?: number;
+  /** The signal that ended it, when one did. */
+  signal?: string;
+  /** The last lines of its output. */
+  tail: string[];
+}
 
 /** Everything a persisted checkpoint records. */
 export interface CheckpointRecord {
+  /** Why it was persisted. */
   kind: RecordKind;
+  /** Which surface persisted it. */
   source: RecordSource;
+  /** The run's id. */
   runId: string;
+  /** The run's dialect: `chat`, `kanban` or `goal`. */
   dialect: string;
+  /** Model calls made so far. */
   turnsUsed: number;
+  /** Seconds since the run started. */
   elapsedSeconds: number;
+  /** The run's caps. */
   caps: RunCaps;
+  /** The budget tier reached, 0 for none. */
   tier: number;
-  /** The uncapped multiple (S9). */
+  /** The uncapped multiple. */
   multiple?: number;
+  /** The uncapped interval, in seconds. */
   intervalSeconds?: number;
-  /** Seconds of silence before a stall checkpoint (S10). */
+  /** Seconds of silence before a stall checkpoint. */
   silentSeconds?: number;
+  /** When it was persisted, as an ISO 8601 time. */
   persistedAt: string;
+  /** The message: what the agent is asked, or what happened. */
   message: string;
+  /** The most recent tool calls. */
   tools: ToolCall[];
+  /** The notes the host gave. */
   notes: string[];
+  /** 1 for a fresh run, n for the n-th attempt of a resumed one. */
+  attempt?: number;
+  /** One-line summaries of the earlier attempts, oldest first. */
+  attempts?: string[];
+  /** Set when the run ended. */
+  end?: RunEnd;
+  /** The workspace snapshot that matches this record. */
+  workspace?: { snapshot: string; project: string };
+  /** A supervisor's record of its command. */
+  command?: CommandRecord;
 }
 
-/** The plugin's name, heading every block and comment. */
+/**
+ * The record kinds, in the order they were introduced.
+ *
+ * @example
+ * ```ts
+ * import { RECORD_KINDS } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.ok(RECORD_KINDS.includes("deadline"));
+ * ```
+ */
+export const RECORD_KINDS: readonly RecordKind[] = [
+  "tier",
+  "uncapped",
+  "stall",
+  "manual",
+  "deadline",
+  "end",
+];
+/**
+ * The record sources: the surfaces that persist a checkpoint.
+ *
+ * @example
+ * ```ts
+ * import { RECORD_SOURCES } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.ok(RECORD_SOURCES.includes("supervisor"));
+ * ```
+ */
+export const RECORD_SOURCES: readonly RecordSource[] = [
+  "pre_llm_call",
+  "pre_tool_call",
+  "post_tool_call",
+  "watchdog",
+  "host",
+  "supervisor",
+];
+/**
+ * The end statuses a run's last record can carry.
+ *
+ * @example
+ * ```ts
+ * import { END_STATUSES } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.deepEqual(END_STATUSES, ["done", "capped", "failed", "aborted", "deadline"]);
+ * ```
+ */
+export const END_STATUSES: readonly EndStatus[] = [
+  "done",
+  "capped",
+  "failed",
+  "aborted",
+  "deadline",
+];
+
+/**
+ * The plugin's name, heading every block and comment.
+ *
+ * @example
+ * ```ts
+ * import { PLUGIN } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(PLUGIN, "agent-checkpoint");
+ * ```
+ */
 export const PLUGIN = "agent-checkpoint";
 
-/** The header line: plugin, kind and source. */
-export function headerLine(r: CheckpointRecord): string {
+// deno-lint-ignore no-control-regex
+const CONTROL = /[\x00-\x08\x0b-\x1f\x7f]/g;
+/** One line of text, safe inside the block: whitespace runs with a newline collapse, controls shown as �. */
+const line = (text: unknown) =>
+  escapeText(String(text).replace(/\s*[\r\n]+\s*/g, " ").replace(CONTROL, "\uFFFD"));
+
+/**
+ * The header line: plugin, kind and source.
+ *
+ * @example
+ * ```ts
+ * import { headerLine } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(
+ *   headerLine({ kind: "stall", source: "watchdog", tier: 0 }),
+ *   "agent-checkpoint: stall checkpoint persisted (source: watchdog)",
+ * );
+ * ```
+ */
+export function headerLine(
+  r: Pick<CheckpointRecord, "kind" | "source" | "tier" | "multiple" | "end">,
+): string {
   const what = r.kind === "tier"
     ? `budget tier ${r.tier} checkpoint persisted mid-run`
     : r.kind === "uncapped"
     ? `uncapped-run checkpoint ${r.multiple ?? 1} persisted`
-    : "stall checkpoint persisted";
-  return `${PLUGIN}: ${what} (source: ${r.source})`;
+    : r.kind === "stall"
+    ? "stall checkpoint persisted"
+    : r.kind === "manual"
+    ? "checkpoint persisted on request"
+    : r.kind === "deadline"
+    ? "deadline checkpoint persisted before the hard deadline"
+    : `run ended${r.end ? ` (${line(r.end.status)})` : ""}`;
+  return `${PLUGIN}: ${what} (source: ${line(r.source)})`;
 }
 
 const capLine = (label: string, cap: CapSource | undefined, unit: (n: number) => string) =>
-  `- ${label}: ${cap ? `${unit(cap.value)} (${cap.source})` : "none"}`;
+  `- ${label}: ${cap ? `${unit(cap.value)} (${line(cap.source)})` : "none"}`;
 
-/** The human-readable part of the block, also the kanban comment's text. */
+const SAFE_ARG = /^[A-Za-z0-9_/.,:=@%+-]+$/;
+// deno-lint-ignore no-control-regex
+const HAS_CONTROL = /[\x00-\x1f\x7f]/;
+/** An argument as a shell would need it quoted. */
+const quoteArg = (arg: string) =>
+  SAFE_ARG.test(arg)
+    ? arg
+    : HAS_CONTROL.test(arg)
+    ? JSON.stringify(arg)
+    : `'${arg.replaceAll("'", `'\\''`)}'`;
+
+const TAIL_LINES = 200;
+const TAIL_CHARS = 1000;
+
+/** A fence of backticks longer than any run of backticks in the lines. */
+function fenced(lines: string[]): string[] {
+  let longest = 0;
+  for (const l of lines) {
+    for (const run of l.match(/`+/g) ?? []) longest = Math.max(longest, run.length);
+  }
+  const fence = "`".repeat(Math.max(3, longest + 1));
+  return [fence, ...lines, fence];
+}
+
+function commandLines(c: CommandRecord): string[] {
+  const outcome = c.outcome === "exited"
+    ? `exited with code ${c.exitCode ?? "unknown"}`
+    : c.outcome === "signaled"
+    ? `ended by ${line(c.signal ?? "a signal")}`
+    : c.outcome === "deadline"
+    ? `stopped at its deadline${c.signal ? ` (${line(c.signal)})` : ""}`
+    : "not started";
+  const argv = Array.isArray(c.argv) ? c.argv : [];
+  const out = [
+    "",
+    `- Command: ${line(argv.map((a) => quoteArg(String(a))).join(" "))}`,
+    `- Outcome: ${outcome}`,
+  ];
+  const tail = (Array.isArray(c.tail) ? c.tail : []).slice(-TAIL_LINES).map((l) => {
+    const chars = Array.from(String(l).replace(/\r$/, ""));
+    const cut = chars.length > TAIL_CHARS ? chars.slice(0, TAIL_CHARS).join("") + "…" : l;
+    return escapeText(String(cut).replace(/\r/g, "").replace(CONTROL, "\uFFFD"));
+  });
+  if (tail.length > 0) out.push("", "Output tail:", ...fenced(tail));
+  return out;
+}
+
+/**
+ * The human-readable part of the block, also the kanban comment's text. Text
+ * from the host, the agent or a command is escaped (`<!--` becomes `&lt;!--`)
+ * and kept to one line where the layout needs it, so it cannot forge the
+ * block's markers.
+ *
+ * @param r The record.
+ * @returns Markdown, without the block's markers or data line.
+ *
+ * @example
+ * ```ts
+ * import { recordText } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const text = recordText({
+ *   kind: "end", source: "host", runId: "r1", dialect: "chat", turnsUsed: 3,
+ *   elapsedSeconds: 75, caps: {}, tier: 0, persistedAt: "2026-01-01T00:00:00.000Z",
+ *   message: "Finished.", tools: [], notes: [], attempt: 2,
+ *   attempts: ["attempt 1 cut off after 9 turns and 1m00s"],
+ *   end: { status: "capped", at: "2026-01-01T00:00:00.000Z", summary: "out of turns" },
+ * });
+ * assert.match(text, /^## agent-checkpoint: run ended \(capped\) \(source: host\)/);
+ * assert.match(text, /- Attempt 2 \(earlier: attempt 1 cut off after 9 turns and 1m00s\)/);
+ * assert.match(text, /- Ended: capped at 2026-01-01T00:00:00.000Z — out of turns/);
+ * ```
+ */
 export function recordText(r: CheckpointRecord): string {
   const lines = [
     `## ${headerLine(r)}`,
     "",
-    r.message,
+    escapeText(String(r.message).replace(CONTROL, "\uFFFD")),
     "",
-    `- Run: ${r.runId}`,
-    `- Dialect: ${r.dialect}`,
+    `- Run: ${line(r.runId)}`,
+  ];
+  const earlier = Array.isArray(r.attempts) ? r.attempts : [];
+  if ((r.attempt ?? 1) > 1 || earlier.length > 0) {
+    lines.push(
+      `- Attempt ${r.attempt ?? earlier.length + 1}${
+        earlier.length > 0 ? ` (earlier: ${earlier.map(line).join("; ")})` : ""
+      }`,
+    );
+  }
+  lines.push(
+    `- Dialect: ${line(r.dialect)}`,
     `- Turns so far: ${r.turnsUsed}`,
     `- Elapsed: ${formatDuration(r.elapsedSeconds)}`,
-    capLine("Turn cap", r.caps.turns, String),
-    capLine("Time cap", r.caps.time, formatDuration),
+    capLine("Turn cap", r.caps?.turns, String),
+    capLine("Time cap", r.caps?.time, formatDuration),
     `- Tier: ${r.tier}`,
-  ];
+  );
   if (r.kind === "uncapped" && r.intervalSeconds !== undefined) {
     lines.push(
       `- Uncapped interval: ${formatDuration(r.intervalSeconds)} (checkpoint ${r.multiple})`,
     );
   }
-  lines.push(`- Persisted at: ${r.persistedAt}`);
+  if (r.end) {
+    lines.push(
+      `- Ended: ${line(r.end.status)} at ${line(r.end.at)}${
+        r.end.summary ? ` — ${line(r.end.summary)}` : ""
+      }`,
+    );
+  }
+  if (r.workspace) {
+    lines.push(
+      `- Workspace snapshot: ${line(r.workspace.snapshot)} (project ${line(r.workspace.project)})`,
+    );
+  }
+  lines.push(`- Persisted at: ${line(r.persistedAt)}`);
+  if (r.command) lines.push(...commandLines(r.command));
   if (r.tools.length > 0) {
     lines.push("", "Recent tool calls:");
     for (const t of r.tools) {
       const took = t.durationMs === undefined ? "" : `, ${Math.round(t.durationMs)} ms`;
-      lines.push(`- ${t.tool} (${t.status}${took}, at ${formatDuration(t.startedAt)})`);
+      const id = t.callId === undefined ? "" : ` [${line(t.callId)}]`;
+      const error = t.error === undefined ? "" : `: ${line(t.error)}`;
+      lines.push(
+        `- ${line(t.tool)}${id} (${line(t.status)}${took}, at ${
+          formatDuration(t.startedAt)
+        })${error}`,
+      );
     }
   }
   if (r.notes.length > 0) {
     lines.push("", "Notes:");
-    for (const n of r.notes) lines.push(`- ${n.replace(/\s*\n\s*/g, " ")}`);
+    for (const n of r.notes) lines.push(`- ${line(n)}`);
   }
   return lines.join("\n");
 }
 
-// JSON inside an HTML comment must not close it: `<` and `>` are escaped.
-const embed = (value: unknown) =>
-  JSON.stringify(value).replace(/</g, "\\u003c").replace(/>/g, "\\u003e");
-
-/** The whole block, markers included. */
+/**
+ * The whole block: begin marker, the record's text, the JSON data line
+ * (`v: 1`), end marker.
+ *
+ * @param r The record.
+ * @returns The block, without a trailing newline.
+ *
+ * @example
+ * ```ts
+ * import { parseRecord, renderBlock, type CheckpointRecord } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const record: CheckpointRecord = {
+ *   kind: "manual", source: "host", runId: "r1", dialect: "chat", turnsUsed: 1,
+ *   elapsedSeconds: 2, caps: {}, tier: 0, persistedAt: "2026-01-01T00:00:00.000Z",
+ *   message: "<!-- agent-checkpoint:end -->", tools: [], notes: [],
+ * };
+ * const block = renderBlock(record);
+ * assert.deepEqual(parseRecord(new TextEncoder().encode(`notes\n${block}\n`)), record);
+ * ```
+ */
 export function renderBlock(r: CheckpointRecord): string {
   return [
     BLOCK_BEGIN,
     recordText(r),
     "",
-    `${DATA_PREFIX}${embed({ v: 1, ...r })} -->`,
+    `${DATA_PREFIX}${embedJson({ v: 1, ...r })} -->`,
     BLOCK_END,
   ].join("\n");
 }
@@ -129,6 +412,20 @@ const COMMENT_LIMIT = 4000;
 /**
  * The kanban comment for a record: its text headed with the plugin's name,
  * cut to 4,000 characters without splitting a character.
+ *
+ * @example
+ * ```ts
+ * import { commentBody } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const body = commentBody({
+ *   kind: "tier", source: "watchdog", runId: "t1", dialect: "kanban", turnsUsed: 5,
+ *   elapsedSeconds: 60, caps: { turns: { value: 10, source: "kanban db" } }, tier: 1,
+ *   persistedAt: "2026-01-01T00:00:00.000Z", message: "x".repeat(9000), tools: [], notes: [],
+ * });
+ * assert.ok(body.startsWith("# agent-checkpoint\n"));
+ * assert.equal(Array.from(body).length, 4000);
+ * ```
  */
 export function commentBody(r: CheckpointRecord): string {
   const body = `# ${PLUGIN}\n\n${recordText(r)}`;
@@ -137,20 +434,111 @@ export function commentBody(r: CheckpointRecord): string {
   return chars.slice(0, COMMENT_LIMIT - 1).join("") + "…";
 }
 
+const SUMMARY_CHARS = 300;
+
+/**
+ * A one-line summary of the attempt a record describes, for `{previous}` in
+ * the resume text and for a later record's `attempts`: the attempt number,
+ * whether it ended (and how) or was cut off, its turns and time against its
+ * caps, its last checkpoint, and the host's end summary. At most 300
+ * characters, escaped like the block's text.
+ *
+ * @param r The attempt's last record.
+ * @returns One line, no newline.
+ *
+ * @example
+ * ```ts
+ * import { summaryLine } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(
+ *   summaryLine({
+ *     kind: "tier", source: "watchdog", runId: "r1", dialect: "chat", turnsUsed: 18,
+ *     elapsedSeconds: 250, caps: { turns: { value: 20, source: "host" } }, tier: 2,
+ *     persistedAt: "2026-01-01T00:04:10.000Z", message: "", tools: [], notes: [],
+ *   }),
+ *   "attempt 1 cut off after 18 of 20 turns and 4m10s; last checkpoint: budget tier 2 " +
+ *     "(watchdog) at 2026-01-01T00:04:10.000Z",
+ * );
+ * ```
+ */
+export function summaryLine(r: CheckpointRecord): string {
+  const turns = `${r.turnsUsed}${r.caps?.turns ? ` of ${r.caps.turns.value}` : ""} turns`;
+  const time = `${formatDuration(r.elapsedSeconds)}${
+    r.caps?.time ? ` of ${formatDuration(r.caps.time.value)}` : ""
+  }`;
+  const how = r.end ? `ended ${r.end.status}` : "cut off";
+  const what = r.kind === "tier"
+    ? `budget tier ${r.tier}`
+    : r.kind === "uncapped"
+    ? `uncapped checkpoint ${r.multiple ?? 1}`
+    : r.kind;
+  let text = `attempt ${r.attempt ?? 1} ${how} after ${turns} and ${time}`;
+  text += r.end?.summary
+    ? `: ${r.end.summary}`
+    : `; last checkpoint: ${what} (${r.source}) at ${r.persistedAt}`;
+  const chars = Array.from(line(text));
+  return chars.length <= SUMMARY_CHARS
+    ? chars.join("")
+    : chars.slice(0, SUMMARY_CHARS - 1).join("") + "…";
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === "object" && !Array.isArray(v);
+const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+const strings = (v: unknown) => (Array.isArray(v) ? v.filter((s) => typeof s === "string") : []);
+
 /**
  * The record in a checkpoint file's block, or undefined when the file holds
- * no intact block (only the agent's text, empty, truncated, not UTF-8 …).
+ * no intact block (only the agent's text, empty, truncated, not UTF-8, a data
+ * line that is not a record …). Records written by earlier versions (kinds
+ * `tier`, `uncapped` and `stall` only, no attempts or end) are read as they
+ * are; missing lists read as empty.
+ *
+ * @param bytes The file's content.
+ * @returns The record, without the data line's version field.
+ *
+ * @example
+ * ```ts
+ * import { parseRecord } from "./record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const old = '<!-- agent-checkpoint:begin -->\n## text\n\n<!-- agent-checkpoint:data {"v":1,' +
+ *   '"kind":"stall","source":"watchdog","runId":"r","dialect":"chat","turnsUsed":2,' +
+ *   '"elapsedSeconds":9,"caps":{},"tier":0,"persistedAt":"2026-01-01T00:00:00.000Z",' +
+ *   '"message":"m","tools":[],"notes":[]} -->\n<!-- agent-checkpoint:end -->\n';
+ * assert.equal(parseRecord(new TextEncoder().encode(old))?.kind, "stall");
+ * assert.equal(parseRecord(new TextEncoder().encode("just notes")), undefined);
+ * ```
  */
 export function parseRecord(bytes: Uint8Array): CheckpointRecord | undefined {
   const at = findBlock(bytes);
   if (!at) return undefined;
-  const block = new TextDecoder().decode(bytes.subarray(at.start, at.end));
-  const line = block.split("\n").find((l) => l.startsWith(DATA_PREFIX));
-  if (!line?.endsWith(" -->")) return undefined;
-  try {
-    const data = JSON.parse(line.slice(DATA_PREFIX.length, -4));
-    return data && typeof data === "object" && data.v === 1 ? data : undefined;
-  } catch {
-    return undefined;
+  const data = blockData(bytes, at);
+  if (!data) return undefined;
+  const { v: _v, ...rest } = data;
+  const r = rest as unknown as CheckpointRecord;
+  if (!RECORD_KINDS.includes(r.kind) || !RECORD_SOURCES.includes(r.source)) return undefined;
+  if (typeof r.runId !== "string" || typeof r.persistedAt !== "string") return undefined;
+  if (typeof r.dialect !== "string") r.dialect = "chat";
+  if (typeof r.message !== "string") r.message = "";
+  r.turnsUsed = num(r.turnsUsed);
+  r.elapsedSeconds = num(r.elapsedSeconds);
+  r.tier = num(r.tier);
+  if (!isObject(r.caps)) r.caps = {};
+  r.tools = Array.isArray(r.tools)
+    ? r.tools.filter((t) => isObject(t) && typeof t.tool === "string")
+    : [];
+  r.notes = strings(r.notes);
+  if (r.attempts !== undefined) r.attempts = strings(r.attempts);
+  if (r.attempt !== undefined && !(Number.isInteger(r.attempt) && r.attempt >= 1)) delete r.attempt;
+  if (
+    r.end !== undefined &&
+    !(isObject(r.end) && END_STATUSES.includes(r.end.status) && typeof r.end.at === "string")
+  ) {
+    delete r.end;
   }
+  if (r.command !== undefined && !isObject(r.command)) delete r.command;
+  if (r.workspace !== undefined && !isObject(r.workspace)) delete r.workspace;
+  return r;
 }

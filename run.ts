@@ -1,38 +1,134 @@
 /**
- * One run's hooks (S6, S13). Every hook is a boundary where the host calls
- * in, so each guards itself: any error becomes a log line and a no-op.
+ * One run's hooks (S6, S13, S15, S16, S18). Every hook is a boundary where the
+ * host calls in, so each guards itself: any error becomes a log line and a
+ * no-op. A hook's path to the file is short: the run reads its figures from
+ * shared memory, and hands a due record to the one checkpoint writer.
  *
  * @module
  */
+import { existsSync } from "node:fs";
+import { clearTimeout, setTimeout } from "node:timers";
 import { errorText, type Log } from "./log.ts";
-import type { RecordSource, RunCaps } from "./record.ts";
-import type { Settings } from "./settings.ts";
-import { nowMs, type SharedRuns } from "./shared.ts";
 import {
+  END_STATUSES,
+  type EndStatus,
+  type RecordKind,
+  type RecordSource,
+  type RunCaps,
+} from "./record.ts";
+import type { Settings } from "./settings.ts";
+import { nowMs, type RunTable } from "./_run_table.ts";
+import { renderTemplate } from "./template.ts";
+import { capValues, fireTier, tierFor, type TierPlan, tierPlan } from "./tier.ts";
+import {
+  type CheckpointWriter,
   MAX_NOTES,
   type PersistEvent,
   type RunInfo,
   templateValues,
   tierMessage,
-} from "./snapshot.ts";
-import { capValues, fireTier, tierFor, type TierPlan, tierPlan } from "./tier.ts";
+} from "./writer.ts";
 
 /** What a run needs from its `AgentCheckpoint`. @internal */
 export interface RunHost {
-  readonly shared: SharedRuns;
+  readonly shared: RunTable;
   readonly log: Log;
+  readonly writer: CheckpointWriter;
   /** Current settings and their version. */
   settingsAt(now: number): Settings;
   settingsVersion(): number;
   /** Start the watchdog if it should run and does not yet. */
   contact(settings: Settings): void;
   toolId(name: string): number;
-  persist(info: RunInfo, event: PersistEvent, source: RecordSource, now: number): void;
-  noted(info: RunInfo, text: string): void;
+  /** Working-tree snapshots, when `workspace_snapshots` is on. */
+  workspaces(settings: Settings): WorkspaceHooks | undefined;
+  /** Put the run's description where the watchdog reads it. */
+  publish(info: RunInfo): void;
   ended(info: RunInfo): void;
 }
 
+/** What a run calls of the working-tree snapshots (S19). @internal */
+export interface WorkspaceHooks {
+  beforeWrite(
+    dir: string,
+    turn: number,
+    paths?: string[],
+    runId?: string,
+  ): unknown;
+  beforeTool(
+    dir: string,
+    turn: number,
+    tool: string,
+    input: unknown,
+    options: { callId?: string; runId?: string },
+  ): unknown;
+  /** A snapshot now, whatever the turn; an unchanged tree gives the newest one. */
+  snapshot(dir: string, reason: string, runId?: string): WorkspaceRef | undefined;
+  afterTool(
+    dir: string,
+    tool: string,
+    options: { ok?: boolean; callId?: string; runId?: string },
+  ): void;
+  afterWrite(dir: string, paths: string[], runId?: string): void;
+}
+
+/** A working-tree snapshot, as a record names it. */
+interface WorkspaceRef {
+  snapshot: string;
+  project: string;
+}
+
+/** The earlier attempt of a resumed run, as its checkpoint file recorded it (S16). */
+export interface PreviousAttempt {
+  /** Its attempt number. */
+  attempt: number;
+  /** Why its last checkpoint was written. */
+  kind: RecordKind;
+  /** The budget tier it had reached. */
+  tier: number;
+  /** Who wrote its last checkpoint. */
+  source: RecordSource;
+  /** Model calls it had made. */
+  turnsUsed: number;
+  /** Seconds it had run. */
+  elapsedSeconds: number;
+  /** Its caps. */
+  caps: RunCaps;
+  /** When its last checkpoint was written, ISO 8601. */
+  persistedAt: string;
+  /** How it ended, when it ended at all; undefined when it was cut off. */
+  endStatus?: EndStatus;
+  /** Whether the agent's own text in the file says INCOMPLETE. */
+  incomplete: boolean;
+  /** One line saying where it got to. */
+  summary: string;
+}
+
+/** What a run starts with besides its hooks' host. @internal */
+export interface RunStart {
+  info: RunInfo;
+  dialect: "chat" | "kanban" | "goal";
+  attempt: number;
+  /** The run's working tree. */
+  workspace?: string;
+  previous?: PreviousAttempt;
+}
+
 const MAX_NOTE = 2000;
+/** How long `end()` waits for a watchdog write in flight before it writes the end. */
+const END_WAIT_MS = 5000;
+/** Call ids remembered for calls still in flight. */
+const MAX_OPEN_CALLS = 64;
+const MAX_ERROR = 500;
+const fileExists = (file: string) => {
+  try {
+    return file !== "" && existsSync(file);
+  } catch {
+    return false;
+  }
+};
+/** A deadline signal that never aborts, for runs without a time cap. */
+const NEVER = new AbortController().signal;
 
 /**
  * A run: one conversation run or task. Created by
@@ -47,21 +143,37 @@ export class Run {
   readonly caps: RunCaps;
   /** The checkpoint file of this run (S8). */
   readonly checkpointFile: string;
+  /** 1 for a fresh run; a resumed run is the earlier attempt's number + 1. */
+  readonly attempt: number;
+  /** The earlier attempt of a resumed run, as its checkpoint recorded it; else undefined. */
+  readonly previous: PreviousAttempt | undefined;
 
   readonly #host: RunHost | undefined;
   readonly #info: RunInfo;
   #plan: TierPlan | undefined;
   #planVersion = -1;
   #prologue = 0;
+  #resumePending: boolean;
+  /** Sequence numbers of the tool calls in flight, by call id. */
+  readonly #calls = new Map<string, number>();
+  #deadline: AbortController | undefined;
+  #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  #ended = false;
+  readonly #workspace: string;
 
   /** @internal */
-  constructor(host: RunHost | undefined, info: RunInfo, dialect: Run["dialect"]) {
+  constructor(host: RunHost | undefined, start: RunStart) {
+    const info = start.info;
     this.#host = host;
     this.#info = info;
     this.runId = info.runId;
-    this.dialect = dialect;
+    this.dialect = start.dialect;
     this.caps = info.caps;
     this.checkpointFile = info.checkpointFile;
+    this.attempt = start.attempt;
+    this.previous = start.previous;
+    this.#resumePending = start.previous !== undefined;
+    this.#workspace = start.workspace ?? "";
   }
 
   /** @internal The run's slot in shared memory. */
@@ -90,17 +202,31 @@ export class Run {
     } catch { /* the logger itself is guarded; this is the last line */ }
   }
 
+  /** @internal A log line about this run, through the host's logger or the log file (adapters). */
+  log(level: "info" | "warn" | "error", message: string): void {
+    try {
+      this.#host?.log(level, message, this.runId);
+    } catch { /* the logger itself is guarded */ }
+  }
+
+  #elapsed(host: RunHost, now: number): number {
+    return (now - host.shared.start(this.#info.slot)) / 1000;
+  }
+
   /**
-   * Call before each model call. Returns the text to put before it when a
-   * tier is due on the prologue surface, else undefined (S6).
+   * Call once before each model call. Returns the text to put before it when
+   * a tier is due on the prologue surface (S6), and on a resumed run's first
+   * call, where the earlier attempt stopped (S16); else undefined. When a
+   * tier is due, the checkpoint file is persisted before this returns, so a
+   * run that ends right after its last model call still has its record.
    *
-   * @returns The tier text (snapshot mode), the budget numbers (notify mode) or undefined.
+   * @returns The text for the model (snapshot mode), the budget numbers (notify mode) or undefined.
    *
    * @example Tier 2 on the penultimate turn of ten
    * ```ts
    * import { createAgentCheckpoint } from "./mod.ts";
    * import assert from "node:assert/strict";
-   * import { mkdtempSync } from "node:fs";
+   * import { existsSync, mkdtempSync } from "node:fs";
    * import { tmpdir } from "node:os";
    * import { join } from "node:path";
    *
@@ -109,6 +235,7 @@ export class Run {
    * const texts = Array.from({ length: 10 }, () => run.preLlmCall());
    * assert.equal(texts.findIndex((t) => t !== undefined), 8);
    * assert.match(texts[8]!, /INCOMPLETE/);
+   * assert.ok(existsSync(run.checkpointFile)); // persisted before the call returned
    * await ac.close();
    * ```
    */
@@ -123,36 +250,94 @@ export class Run {
       const settings = host.settingsAt(now);
       if (!settings.enabled) return undefined;
       host.contact(settings);
-      const elapsed = (now - host.shared.start(slot)) / 1000;
+      const elapsed = this.#elapsed(host, now);
       const tier = tierFor(this.#planFor(host, settings), used, elapsed);
-      if (tier === 0) return undefined;
+      const resume = this.#resumePending
+        ? this.#resumeText(host, settings, used, elapsed)
+        : undefined;
+      if (tier === 0) return resume;
+      this.#midRun(host, settings, tier, now, "pre_llm_call");
       const latch = fireTier(this.#prologue, tier);
-      if (latch === undefined) return undefined;
+      if (latch === undefined) return resume;
       this.#prologue = latch;
       if (settings.mode === "log-only") {
         host.log("info", `tier ${tier} due on the prologue surface (turn ${used})`, this.runId);
-        return undefined;
+        return resume;
       }
-      return tierMessage(settings, tier, templateValues(this.#info, used, elapsed));
+      const text = tierMessage(settings, tier, templateValues(this.#info, used, elapsed));
+      return resume === undefined ? text : `${resume}\n\n${text}`;
     } catch (error) {
       this.#fail("preLlmCall", error);
       return undefined;
     }
   }
 
-  /** The mid-run surface at a tool boundary: persist a due tier once (S6). */
-  #midRun(host: RunHost, now: number, source: RecordSource): void {
-    const settings = host.settingsAt(now);
-    if (!settings.enabled) return;
-    host.contact(settings);
-    if (!settings.mid_run_persist) return;
-    const slot = this.#info.slot;
-    const elapsed = (now - host.shared.start(slot)) / 1000;
-    const tier = tierFor(this.#planFor(host, settings), host.shared.turns(slot), elapsed);
-    if (tier === 0 || !host.shared.claimTier(slot, tier)) return;
+  /** The resume text, once (S16). */
+  #resumeText(
+    host: RunHost,
+    settings: Settings,
+    used: number,
+    elapsed: number,
+  ): string | undefined {
+    this.#resumePending = false;
+    const previous = this.previous;
+    if (!previous) return undefined;
     if (settings.mode === "log-only") {
-      host.log("info", `tier ${tier} due on the mid-run surface (${source})`, this.runId);
-    } else host.persist(this.#info, { kind: "tier", tier }, source, now);
+      host.log("info", `resumed as attempt ${this.attempt}: ${previous.summary}`, this.runId);
+      return undefined;
+    }
+    let text = renderTemplate(settings.resume_template, {
+      ...templateValues(this.#info, used, elapsed),
+      previous: previous.summary,
+      attempt: this.attempt,
+    });
+    if (this.dialect === "kanban") {
+      text += ` The task's comments hold the earlier attempts' checkpoints too.`;
+    }
+    return text;
+  }
+
+  /** The mid-run surface: persist a due tier once, whichever surface sees it first (S6). */
+  #midRun(
+    host: RunHost,
+    settings: Settings,
+    tier: 1 | 2,
+    now: number,
+    source: RecordSource,
+  ): void {
+    if (!settings.mid_run_persist || !host.shared.claimTier(this.#info.slot, tier)) return;
+    // The record names the working-tree snapshot that matches it.
+    const ws = host.workspaces(settings);
+    const ref = ws && this.#workspace !== ""
+      ? ws.snapshot(this.#workspace, `tier ${tier} checkpoint`, this.runId)
+      : undefined;
+    if (ref && ref.snapshot !== this.#info.workspace?.snapshot) {
+      this.#info.workspace = { snapshot: ref.snapshot, project: ref.project };
+      host.publish(this.#info);
+    }
+    host.writer.write(this.#info, settings, { kind: "tier", tier }, source, now);
+  }
+
+  /** Take a working-tree snapshot through `take`, when snapshots are on. */
+  #snapshot(
+    host: RunHost,
+    settings: Settings,
+    take: (ws: WorkspaceHooks, dir: string, turn: number) => unknown,
+  ): void {
+    const ws = host.workspaces(settings);
+    if (ws && this.#workspace !== "") take(ws, this.#workspace, host.shared.turns(this.#info.slot));
+  }
+
+  /** A tool boundary, with the settings enabled: contact, then the mid-run surface. */
+  #boundary(host: RunHost, settings: Settings, now: number, source: RecordSource): void {
+    host.contact(settings);
+    const slot = this.#info.slot;
+    const tier = tierFor(
+      this.#planFor(host, settings),
+      host.shared.turns(slot),
+      this.#elapsed(host, now),
+    );
+    if (tier !== 0) this.#midRun(host, settings, tier, now, source);
   }
 
   /**
@@ -161,6 +346,8 @@ export class Run {
    * tool runs.
    *
    * @param tool The tool's name, as the record should show it.
+   * @param call The call's id, which matches its end to it when calls run in
+   * parallel, and its input.
    *
    * @example
    * ```ts
@@ -170,37 +357,60 @@ export class Run {
    * import { tmpdir } from "node:os";
    * import { join } from "node:path";
    *
-   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
-   * const run = ac.startRun({ sessionId: "s2", caps: { turns: 4 } });
-   * run.preLlmCall();
-   * run.preLlmCall();
-   * run.preToolCall("search"); // two turns used of four: tier 2 is due
-   * assert.ok(existsSync(run.checkpointFile));
+   * const ac = createAgentCheckpoint({
+   *   home: mkdtempSync(join(tmpdir(), "ac-")),
+   *   env: {},
+   *   settings: { watchdog: false },
+   * });
+   * const run = ac.startRun({ sessionId: "s2", caps: { timeSeconds: 3600 } });
+   * run.preToolCall("search", { callId: "call_1", input: { q: "tiers" } });
+   * run.postToolCall("search", { ok: true, callId: "call_1" });
+   * assert.equal(existsSync(run.checkpointFile), false); // nothing due yet
    * await ac.close();
    * ```
    */
-  preToolCall(tool: string): void {
+  preToolCall(tool: string, call?: { callId?: string; input?: unknown }): void {
     try {
       const host = this.#live();
       if (!host) return;
       const now = nowMs();
       const slot = this.#info.slot;
       host.shared.touch(slot, now);
-      host.shared.toolStart(slot, host.toolId(tool), now);
-      this.#midRun(host, now, "pre_tool_call");
+      const callId = call?.callId === undefined ? undefined : String(call.callId);
+      const seq = host.shared.toolStart(slot, host.toolId(tool), now, callId);
+      if (callId !== undefined) {
+        this.#calls.set(callId, seq);
+        // Calls whose end never came: past the ring, their starts are gone from the record too.
+        if (this.#calls.size > MAX_OPEN_CALLS) {
+          this.#calls.delete(this.#calls.keys().next().value as string);
+        }
+      }
+      const settings = host.settingsAt(now);
+      if (!settings.enabled) return;
+      if (call?.input !== undefined) {
+        // Synchronous: the tool runs next, and must find its tree stored.
+        this.#snapshot(host, settings, (ws, dir, turn) => {
+          const options: { callId?: string; runId: string } = { runId: this.runId };
+          if (callId !== undefined) options.callId = callId;
+          return ws.beforeTool(dir, turn, String(tool), call.input, options);
+        });
+      }
+      this.#boundary(host, settings, now, "pre_tool_call");
     } catch (error) {
       this.#fail("preToolCall", error);
     }
   }
 
   /**
-   * Call after each tool call, with its outcome when known. Persists like
-   * {@linkcode Run.preToolCall} when a tier is due.
+   * Call after each tool call, with its outcome when known. The end is
+   * matched to its own start by call id, else to the oldest call of that
+   * tool still in flight. Persists like {@linkcode Run.preToolCall} when a
+   * tier is due.
    *
    * @param tool The tool's name.
-   * @param outcome Whether it succeeded and how long it took.
+   * @param outcome Whether it succeeded, how long it took, its call id and its error.
    *
-   * @example
+   * @example Two parallel calls of one tool, told apart by call id
    * ```ts
    * import { createAgentCheckpoint } from "./mod.ts";
    * import { mkdtempSync } from "node:fs";
@@ -209,23 +419,58 @@ export class Run {
    *
    * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
    * const run = ac.startRun({ sessionId: "s3" });
-   * run.preToolCall("bash");
-   * run.postToolCall("bash", { ok: true, durationMs: 1200 });
+   * run.preToolCall("bash", { callId: "a" });
+   * run.preToolCall("bash", { callId: "b" });
+   * run.postToolCall("bash", { callId: "b", ok: false, error: new Error("exit 1") });
+   * run.postToolCall("bash", { callId: "a", ok: true, durationMs: 1200 });
    * await ac.close();
    * ```
    */
-  postToolCall(tool: string, outcome?: { ok?: boolean; durationMs?: number }): void {
+  postToolCall(
+    tool: string,
+    outcome?: { ok?: boolean; durationMs?: number; callId?: string; error?: unknown },
+  ): void {
     try {
       const host = this.#live();
       if (!host) return;
       const now = nowMs();
       const slot = this.#info.slot;
       host.shared.touch(slot, now);
-      host.shared.toolEnd(slot, host.toolId(tool), outcome?.ok, outcome?.durationMs ?? -1, now);
-      this.#midRun(host, now, "post_tool_call");
+      const toolId = host.toolId(tool);
+      const callId = outcome?.callId === undefined ? undefined : String(outcome.callId);
+      let seq = -1;
+      if (callId !== undefined) {
+        seq = this.#calls.get(callId) ?? -1;
+        this.#calls.delete(callId);
+      } else seq = host.shared.oldestInFlight(slot, toolId);
+      const ok = outcome?.error !== undefined ? false : outcome?.ok;
+      if (ok === false && outcome?.error !== undefined) {
+        this.#toolError(host, seq < 0 ? host.shared.toolCount(slot) : seq, outcome.error);
+      }
+      host.shared.toolEnd(slot, seq, toolId, ok, outcome?.durationMs ?? -1, now, callId);
+      const settings = host.settingsAt(now);
+      if (!settings.enabled) return;
+      const ws = host.workspaces(settings);
+      if (ws && this.#workspace !== "") {
+        const options: { ok?: boolean; callId?: string; runId: string } = { runId: this.runId };
+        if (ok !== undefined) options.ok = ok;
+        if (callId !== undefined) options.callId = callId;
+        ws.afterTool(this.#workspace, String(tool), options);
+      }
+      this.#boundary(host, settings, now, "post_tool_call");
     } catch (error) {
       this.#fail("postToolCall", error);
     }
+  }
+
+  /** Keep a failed call's error for the record (the newest few). */
+  #toolError(host: RunHost, seq: number, error: unknown): void {
+    const text = Array.from(errorText(error)).slice(0, MAX_ERROR).join("");
+    const errors: Record<string, string> = { ...this.#info.toolErrors, [seq]: text };
+    const keys = Object.keys(errors).map(Number).sort((a, b) => a - b);
+    for (const old of keys.slice(0, Math.max(0, keys.length - 8))) delete errors[old];
+    this.#info.toolErrors = errors;
+    host.publish(this.#info);
   }
 
   /**
@@ -285,7 +530,7 @@ export class Run {
       const notes = this.#info.notes;
       notes.push(line);
       if (notes.length > MAX_NOTES) notes.splice(0, notes.length - MAX_NOTES);
-      host.noted(this.#info, line);
+      host.publish(this.#info);
       host.contact(host.settingsAt(now));
     } catch (error) {
       this.#fail("note", error);
@@ -293,8 +538,57 @@ export class Run {
   }
 
   /**
-   * End the run: the watchdog stops watching it and its hooks become no-ops.
-   * Safe to call twice.
+   * Persist a checkpoint now (kind `manual`, source `host`), whatever the
+   * tiers say.
+   *
+   * @param message The record's message. @default {"Checkpoint persisted at the host's request."}
+   * @returns The checkpoint file, or undefined when nothing was written
+   * (the run ended, the library is disabled or in log-only mode, or the write failed: see the log).
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "./mod.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync, readFileSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const run = ac.startRun({ sessionId: "s7" });
+   * const file = await run.checkpoint("tests pass; next: the README");
+   * assert.equal(file, run.checkpointFile);
+   * assert.match(readFileSync(file!, "utf8"), /tests pass; next: the README/);
+   * await ac.close();
+   * ```
+   */
+  checkpoint(message?: string): Promise<string | undefined> {
+    try {
+      const host = this.#live();
+      if (!host) return Promise.resolve(undefined);
+      const now = nowMs();
+      host.shared.touch(this.#info.slot, now);
+      const settings = host.settingsAt(now);
+      if (!settings.enabled) return Promise.resolve(undefined);
+      host.contact(settings);
+      const event: PersistEvent = message === undefined
+        ? { kind: "manual" }
+        : { kind: "manual", message: String(message) };
+      return Promise.resolve(host.writer.write(this.#info, settings, event, "host", now));
+    } catch (error) {
+      this.#fail("checkpoint", error);
+      return Promise.resolve(undefined);
+    }
+  }
+
+  /**
+   * The patience to give the next provider request (S18): while a time cap
+   * is armed, `min(seconds, max(60, remaining / 2))`, so a request never
+   * waits out the budget; never longer than `seconds`. A timeout the user
+   * configured (`explicit: true`) is returned unchanged.
+   *
+   * @param seconds The timeout the request would have.
+   * @param options `explicit`: the user set this timeout themselves.
+   * @returns Seconds.
    *
    * @example
    * ```ts
@@ -305,16 +599,210 @@ export class Run {
    * import { join } from "node:path";
    *
    * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const run = ac.startRun({ sessionId: "s8", caps: { timeSeconds: 600 } });
+   * assert.equal(run.requestTimeout(900), 300); // half of the ten minutes left
+   * assert.equal(run.requestTimeout(120), 120); // never longer than asked
+   * assert.equal(run.requestTimeout(900, { explicit: true }), 900);
+   * await ac.close();
+   * ```
+   */
+  requestTimeout(seconds: number, options?: { explicit?: boolean }): number {
+    try {
+      if (options?.explicit) return seconds;
+      const host = this.#live();
+      const cap = this.caps.time?.value;
+      if (!host || cap === undefined || !(seconds > 0)) return seconds;
+      const remaining = cap - this.#elapsed(host, nowMs());
+      return Math.min(seconds, Math.max(60, Math.ceil(remaining / 2)));
+    } catch (error) {
+      this.#fail("requestTimeout", error);
+      return seconds;
+    }
+  }
+
+  /**
+   * An `AbortSignal` that aborts at the time cap plus
+   * `deadline_grace_seconds`, or never when the run has no time cap (S18).
+   * Just before it aborts, a checkpoint of kind `deadline` is written (by the
+   * watchdog when the main thread is blocked). Its reason is a
+   * `TimeoutError` `DOMException`. Its timer never keeps the process alive.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "./mod.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const run = ac.startRun({ sessionId: "s9", caps: { timeSeconds: 0.2 } });
+   * const work = setInterval(() => {}, 50); // the host's own work keeps the process alive
+   * await new Promise((resolve) => run.deadline.addEventListener("abort", resolve));
+   * clearInterval(work);
+   * assert.equal((run.deadline.reason as DOMException).name, "TimeoutError");
+   * await ac.close();
+   * ```
+   */
+  get deadline(): AbortSignal {
+    if (this.#deadline) return this.#deadline.signal;
+    try {
+      const host = this.#live();
+      const cap = this.caps.time?.value;
+      if (!host || cap === undefined) return NEVER;
+      this.#deadline = new AbortController();
+      const settings = host.settingsAt(nowMs());
+      const grace = Number(
+        (settings as unknown as Record<string, unknown>).deadline_grace_seconds ?? 0,
+      );
+      const at = host.shared.start(this.#info.slot) + (cap + (grace > 0 ? grace : 0)) * 1000;
+      host.shared.armDeadline(this.#info.slot, at);
+      const wait = at - nowMs();
+      if (wait <= 0) this.#fireDeadline();
+      else {
+        this.#deadlineTimer = setTimeout(() => this.#fireDeadline(), wait);
+        this.#deadlineTimer.unref?.();
+      }
+      return this.#deadline.signal;
+    } catch (error) {
+      this.#fail("deadline", error);
+      return this.#deadline?.signal ?? NEVER;
+    }
+  }
+
+  /** Write the deadline checkpoint unless the watchdog did, then abort. */
+  #fireDeadline(): void {
+    const controller = this.#deadline;
+    if (!controller || controller.signal.aborted) return;
+    try {
+      const host = this.#live();
+      if (host && host.shared.claimDeadline(this.#info.slot)) {
+        const now = nowMs();
+        const settings = host.settingsAt(now);
+        const atSeconds = (host.shared.deadlineAt(this.#info.slot) -
+          host.shared.start(this.#info.slot)) / 1000;
+        if (settings.enabled) {
+          host.writer.write(this.#info, settings, { kind: "deadline", atSeconds }, "host", now);
+        }
+      }
+    } catch (error) {
+      this.#fail("deadline", error);
+    }
+    controller.abort(new DOMException("The run's deadline passed", "TimeoutError"));
+  }
+
+  /**
+   * Workspace snapshots: call before the agent changes files (S19). A no-op
+   * unless `workspace_snapshots` is on.
+   *
+   * @param paths The files about to be written, when known.
+   */
+  beforeWrite(paths?: string[]): void {
+    try {
+      const host = this.#live();
+      if (!host) return;
+      const now = nowMs();
+      host.shared.touch(this.#info.slot, now);
+      const settings = host.settingsAt(now);
+      if (!settings.enabled) return;
+      const list = Array.isArray(paths) ? paths.map(String) : undefined;
+      this.#snapshot(
+        host,
+        settings,
+        (ws, dir, turn) => ws.beforeWrite(dir, turn, list, this.runId),
+      );
+    } catch (error) {
+      this.#fail("beforeWrite", error);
+    }
+  }
+
+  /**
+   * Workspace snapshots: call after the agent wrote files, so rollback knows
+   * their content is the agent's (S19). A no-op unless `workspace_snapshots` is on.
+   *
+   * @param paths The files written.
+   */
+  afterWrite(paths: string[]): void {
+    try {
+      const host = this.#live();
+      if (!host || !Array.isArray(paths)) return;
+      const now = nowMs();
+      host.shared.touch(this.#info.slot, now);
+      const settings = host.settingsAt(now);
+      const ws = settings.enabled ? host.workspaces(settings) : undefined;
+      if (ws && this.#workspace !== "") {
+        ws.afterWrite(this.#workspace, paths.map(String), this.runId);
+      }
+    } catch (error) {
+      this.#fail("afterWrite", error);
+    }
+  }
+
+  /**
+   * End the run: when it has a checkpoint file, its block records how it
+   * ended; the watchdog stops watching it and its hooks become no-ops. Safe
+   * to call twice.
+   *
+   * @param outcome `status`: `done` (finished on its own, the default),
+   * `capped` (stopped at its turn cap), `failed`, `aborted` or `deadline`;
+   * `summary`: one line for the record.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "./mod.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync, readFileSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
    * const run = ac.startRun({ sessionId: "s6", caps: { turns: 2 } });
-   * await run.end();
+   * await run.checkpoint();
+   * await run.end({ status: "capped", summary: "stopped at the turn cap" });
+   * assert.match(readFileSync(run.checkpointFile, "utf8"), /capped/);
    * assert.equal(run.preLlmCall(), undefined);
    * await ac.close();
    * ```
    */
-  end(): Promise<void> {
+  end(
+    outcome?: { status?: EndStatus; summary?: string },
+  ): Promise<void> {
+    if (this.#ended) return Promise.resolve();
+    this.#ended = true;
     try {
+      if (this.#deadlineTimer !== undefined) clearTimeout(this.#deadlineTimer);
       const host = this.#live();
-      if (host) host.ended(this.#info);
+      if (!host) return Promise.resolve();
+      let status = outcome?.status ?? "done";
+      if (!END_STATUSES.includes(status)) {
+        host.log(
+          "warn",
+          `end(): unknown status ${JSON.stringify(status)}; recording "done"`,
+          this.runId,
+        );
+        status = "done";
+      }
+      const now = nowMs();
+      const settings = host.settingsAt(now);
+      const event: PersistEvent = outcome?.summary === undefined
+        ? { kind: "end", status }
+        : { kind: "end", status, summary: String(outcome.summary) };
+      // The record is made while the run still holds its slot; then the slot is let go, so
+      // the watchdog starts no new write for the run, and the end lands after any it began.
+      const prepared = settings.enabled
+        ? host.writer.prepare({ info: this.#info, settings, event, source: "host", now })
+        : undefined;
+      host.ended(this.#info);
+      if (!prepared) return Promise.resolve();
+      const commit = () => {
+        if (fileExists(this.checkpointFile)) host.writer.commit(prepared);
+      };
+      if (host.shared.watchdogWriting()) {
+        return host.shared.writesDone(END_WAIT_MS).then(commit).catch((error) =>
+          this.#fail("end", error)
+        );
+      }
+      commit();
     } catch (error) {
       this.#fail("end", error);
     }

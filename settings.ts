@@ -1,55 +1,369 @@
 /**
- * The settings of S3: defaults, their JSON Schema, and validation that never
- * throws. Pure: no file, clock or environment of its own.
+ * The settings: one table, {@linkcode SETTINGS}, describes each setting once;
+ * the TypeScript type, the defaults, the JSON Schema and the validation are
+ * all derived from it. Validation never throws. Pure: no file, clock or
+ * environment of its own.
  *
  * @module
  */
+import { show } from "./_show.ts";
 
-/** What the prologue and mid-run surfaces do when a tier is due (S6). */
-export type Mode = "snapshot" | "notify" | "log-only";
+/** A JSON Schema fragment: the keywords the settings' schema uses. */
+export interface JsonSchema {
+  /** The JSON type or types. */
+  type?: string | string[];
+  /** The values allowed. */
+  enum?: readonly unknown[];
+  /** The smallest number allowed. */
+  minimum?: number;
+  /** Numbers must be greater than this. */
+  exclusiveMinimum?: number;
+  /** The largest number allowed. */
+  maximum?: number;
+  /** The shortest string allowed. */
+  minLength?: number;
+  /** A regular expression a string must match. */
+  pattern?: string;
+  /** The schema of each item of an array. */
+  items?: JsonSchema;
+  /** The fewest items allowed. */
+  minItems?: number;
+  /** The most items allowed. */
+  maxItems?: number;
+  /** Whether items must differ. */
+  uniqueItems?: boolean;
+  /** Schemas of which the value must match one at least. */
+  anyOf?: JsonSchema[];
+  /** The schema of each key of an object. */
+  properties?: Record<string, JsonSchema>;
+  /** False: no keys but `properties`. */
+  additionalProperties?: boolean;
+  /** The default value. */
+  default?: unknown;
+  /** What the value means. */
+  description?: string;
+}
+
+/** The verdict of a setting's check: the value to use, or the rule it breaks. */
+export type Verdict<T> = { ok: true; value: T } | { ok: false; rule: string };
+
+/** One setting, described once. */
+export interface SettingSpec<T> {
+  /** What the setting does, in a sentence; the schema's `description`. */
+  doc: string;
+  /** The default value. */
+  default: T;
+  /** Whether the default is given in the schema (false for one that depends on the home). */
+  schemaDefault: boolean;
+  /** The JSON Schema of a valid value. */
+  schema: JsonSchema;
+  /** Check a raw value: the value to use, or the rule it breaks. */
+  check(value: unknown): Verdict<T>;
+  /** For a mapping setting: its keys, each checked on its own. */
+  fields?: Record<string, SettingSpec<unknown>>;
+}
+
+const accept = <T>(value: T): Verdict<T> => ({ ok: true, value });
+const reject = (rule: string): Verdict<never> => ({ ok: false, rule });
+const isFiniteNumber = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
+
+function spec<T>(
+  doc: string,
+  defaultValue: T,
+  schema: JsonSchema,
+  check: (value: unknown) => Verdict<T>,
+): SettingSpec<T> {
+  return { doc, default: defaultValue, schemaDefault: true, schema, check };
+}
+
+/** `true` or `false`; a number is never a boolean. */
+function boolean(doc: string, defaultValue: boolean): SettingSpec<boolean> {
+  return spec(
+    doc,
+    defaultValue,
+    { type: "boolean" },
+    (v) => typeof v === "boolean" ? accept(v) : reject("must be true or false"),
+  );
+}
+
+/** One of a few strings. */
+function choice<const V extends string>(
+  values: readonly V[],
+  doc: string,
+  defaultValue: V,
+): SettingSpec<V> {
+  const rule = `must be ${values.slice(0, -1).join(", ")} or ${values.at(-1)}`;
+  return spec(
+    doc,
+    defaultValue,
+    { enum: values },
+    (v) => values.includes(v as V) ? accept(v as V) : reject(rule),
+  );
+}
+
+interface Range {
+  integer?: boolean;
+  minimum?: number;
+  exclusiveMinimum?: number;
+  maximum?: number;
+  /** Accepted values below this are raised to it. */
+  floor?: number;
+}
+
+const rangeRule = (r: Range): string => {
+  const what = r.integer ? "a whole number" : "a number";
+  if (r.exclusiveMinimum !== undefined && r.maximum !== undefined) {
+    return `must be ${what} in (${r.exclusiveMinimum}, ${r.maximum}]`;
+  }
+  if (r.minimum !== undefined && r.maximum !== undefined) {
+    return `must be ${what} in [${r.minimum}, ${r.maximum}]`;
+  }
+  if (r.exclusiveMinimum !== undefined) return `must be ${what} > ${r.exclusiveMinimum}`;
+  if (r.minimum !== undefined) return `must be ${what} >= ${r.minimum}`;
+  return `must be ${what}`;
+};
+
+const rangeSchema = (r: Range): JsonSchema => {
+  const schema: JsonSchema = { type: r.integer ? "integer" : "number" };
+  if (r.minimum !== undefined) schema.minimum = r.minimum;
+  if (r.exclusiveMinimum !== undefined) schema.exclusiveMinimum = r.exclusiveMinimum;
+  if (r.maximum !== undefined) schema.maximum = r.maximum;
+  return schema;
+};
+
+const inRange = (v: unknown, r: Range): v is number =>
+  isFiniteNumber(v) && (!r.integer || Number.isInteger(v)) &&
+  (r.minimum === undefined || v >= r.minimum) &&
+  (r.exclusiveMinimum === undefined || v > r.exclusiveMinimum) &&
+  (r.maximum === undefined || v <= r.maximum);
+
+/** A finite number within a range; a boolean or a string is never a number. */
+function number(range: Range, doc: string, defaultValue: number): SettingSpec<number> {
+  const rule = rangeRule(range);
+  const floor = range.floor;
+  return spec(
+    doc,
+    defaultValue,
+    rangeSchema(range),
+    (v) => inRange(v, range) ? accept(floor === undefined ? v : Math.max(floor, v)) : reject(rule),
+  );
+}
+
+/** A list of items of one kind. */
+function list<I>(
+  item: SettingSpec<I>,
+  bounds: { minItems?: number; maxItems?: number; uniqueItems?: boolean; rule: string },
+  doc: string,
+  defaultValue: I[],
+): SettingSpec<I[]> {
+  const schema: JsonSchema = { type: "array", items: item.schema };
+  if (bounds.minItems !== undefined) schema.minItems = bounds.minItems;
+  if (bounds.maxItems !== undefined) schema.maxItems = bounds.maxItems;
+  if (bounds.uniqueItems) schema.uniqueItems = true;
+  return spec(doc, defaultValue, schema, (v) => {
+    if (!Array.isArray(v)) return reject(bounds.rule);
+    if (v.length < (bounds.minItems ?? 0) || v.length > (bounds.maxItems ?? Infinity)) {
+      return reject(bounds.rule);
+    }
+    const out: I[] = [];
+    for (const raw of v) {
+      const verdict = item.check(raw);
+      if (!verdict.ok) return reject(bounds.rule);
+      out.push(verdict.value);
+    }
+    if (bounds.uniqueItems && new Set(out).size !== out.length) return reject(bounds.rule);
+    return accept(out); // a copy: the caller's array may change later
+  });
+}
+
+/** A string with something other than white space in it. */
+function text(doc: string, defaultValue: string): SettingSpec<string> {
+  return spec(
+    doc,
+    defaultValue,
+    { type: "string", minLength: 1, pattern: "\\S" },
+    (v) => typeof v === "string" && /\S/.test(v) ? accept(v) : reject("must be a non-empty string"),
+  );
+}
+
+/**
+ * A positive number as a numeric string, e.g. `"850"`: up to 15 digits before
+ * and after the point, and an exponent of up to two digits, so that every
+ * match is a finite number > 0.
+ */
+const POSITIVE_NUMBER_TEXT =
+  "^\\s*\\+?(?=[0-9.]*[1-9])(?:[0-9]{1,15}(?:\\.[0-9]{0,15})?|\\.[0-9]{1,15})(?:[eE][+-]?[0-9]{1,2})?\\s*$";
+/** A positive whole number as a numeric string, e.g. `"40"` or `"40.0"`. */
+const POSITIVE_INTEGER_TEXT = "^\\s*\\+?0{0,15}[1-9][0-9]{0,14}(?:\\.0{0,15})?\\s*$";
+
+/** A cap: a finite number > 0 or a numeric string for one; unset by default. */
+function budget(integer: boolean, doc: string): SettingSpec<number | undefined> {
+  const pattern = integer ? POSITIVE_INTEGER_TEXT : POSITIVE_NUMBER_TEXT;
+  const re = new RegExp(pattern);
+  const range: Range = integer ? { integer, exclusiveMinimum: 0 } : { exclusiveMinimum: 0 };
+  const rule = rangeRule(range);
+  return {
+    doc,
+    default: undefined,
+    schemaDefault: false,
+    schema: { anyOf: [rangeSchema(range), { type: "string", pattern }, { type: "null" }] },
+    check: (v) =>
+      inRange(v, range)
+        ? accept(v)
+        : typeof v === "string" && re.test(v)
+        ? accept(Number(v))
+        : reject(rule),
+  };
+}
+
+/** The floor under `watchdog_poll_seconds`. */
+export const MIN_POLL_SECONDS = 0.05;
+
+/** The built-in tier-1 template. */
+export const DEFAULT_TIER1_TEMPLATE =
+  "Budget checkpoint: {budget}. Before you continue, write everything you have found so far into {checkpoint_file}, including what remains to be done, then carry on at normal pace.";
+
+/** The built-in tier-2 template. */
+export const DEFAULT_TIER2_TEMPLATE =
+  "Final budget checkpoint: {budget}. Stop expanding the work now. Bring {checkpoint_file} and your deliverable to a final state; if the task is unfinished, mark the checkpoint INCOMPLETE and write the exact next step. Post your summary, then verify that {checkpoint_file} exists.";
+
+/** The built-in text for the first model call of a resumed run. */
+export const DEFAULT_RESUME_TEMPLATE =
+  "Resuming (attempt {attempt}): the earlier attempt stopped ({previous}). Its checkpoint is in {checkpoint_file}: read it first, continue from the next step it names, and do not redo finished work.";
+
+const fraction = (doc: string, defaultValue: number): SettingSpec<number> =>
+  number({ exclusiveMinimum: 0, maximum: 1 }, doc, defaultValue);
+
+const timeSeconds = budget(false, "A time cap in seconds for runs whose own cap is not found.");
+const turns = budget(true, "A turn cap for runs whose own cap is not found.");
+const caps: SettingSpec<{ time_seconds?: number; turns?: number }> = {
+  doc: "Caps the plugin supplies for runs whose own cap is not discoverable.",
+  default: {},
+  schemaDefault: true,
+  schema: {
+    type: "object",
+    additionalProperties: false,
+    properties: { time_seconds: timeSeconds.schema, turns: turns.schema },
+  },
+  check: () => reject("must be a mapping"), // resolved key by key, from `fields`
+  fields: {
+    time_seconds: timeSeconds as SettingSpec<unknown>,
+    turns: turns as SettingSpec<unknown>,
+  },
+};
+
+/**
+ * Every setting, each described once: what it does, its default, its JSON
+ * Schema and its check. {@linkcode Settings}, {@linkcode defaultSettings},
+ * {@linkcode settingsSchema} and {@linkcode resolveSettings} derive from it.
+ */
+export const SETTINGS = {
+  enabled: boolean("Master switch; false makes every hook a no-op.", true),
+  mode: choice(
+    ["snapshot", "notify", "log-only"],
+    "What a due tier does: snapshot (directive and file), notify (budget numbers only), log-only.",
+    "snapshot",
+  ),
+  tier_fractions: list(
+    fraction("A budget fraction.", 0.5),
+    { minItems: 1, maxItems: 2, rule: "must be a list of 1 or 2 numbers in (0, 1]" },
+    "Tier 1's budget fraction, then an optional tier-2 fraction for both axes.",
+    [0.5],
+  ),
+  tier2_time_fraction: fraction("Tier 2 on the time axis.", 0.8),
+  tier2_turn_fraction: fraction("Tier 2 on the turn axis.", 0.9),
+  min_budget_floor_turns: number(
+    { integer: true, minimum: 0 },
+    "A turn cap below this is ignored.",
+    0,
+  ),
+  min_budget_floor_seconds: number(
+    { minimum: 0 },
+    "A time cap below this many seconds is ignored.",
+    0,
+  ),
+  enabled_axes: list(
+    choice(["time", "turns"], "A budget axis.", "time"),
+    { uniqueItems: true, rule: "must be a list of time and/or turns" },
+    "Axes that count; an empty list makes every run capless.",
+    ["time", "turns"],
+  ),
+  checkpoint_dir: {
+    ...text(
+      "Where checkpoint files go; $VAR, ${VAR} and ~ are expanded. Defaults to <home>/agent-checkpoints.",
+      "",
+    ),
+    schemaDefault: false,
+  },
+  allow_tiny_tier1: boolean("Fire tier 1 even on tiny caps.", false),
+  caps,
+  tier1_template: text("Text put before the model call at tier 1.", DEFAULT_TIER1_TEMPLATE),
+  tier2_template: text("Text put before the model call at tier 2.", DEFAULT_TIER2_TEMPLATE),
+  mid_run_persist: boolean(
+    "False: no file writes from tool boundaries, the watchdog or its timers.",
+    true,
+  ),
+  watchdog: boolean("Run the watchdog worker.", true),
+  watchdog_poll_seconds: number(
+    { floor: MIN_POLL_SECONDS },
+    `The watchdog's poll interval in seconds, raised to at least ${MIN_POLL_SECONDS}.`,
+    10,
+  ),
+  uncapped_interval_seconds: number(
+    { minimum: 0 },
+    "Runs with no cap: a checkpoint every this many seconds; 0 disables.",
+    1800,
+  ),
+  stall_window_seconds: number(
+    { minimum: 0 },
+    "A checkpoint after this many seconds without activity; 0 disables.",
+    600,
+  ),
+  resume: boolean(
+    "Resume a run whose earlier attempt did not finish, from its checkpoint file.",
+    true,
+  ),
+  resume_template: text(
+    "Text put before the first model call of a resumed run; also takes {previous} and {attempt}.",
+    DEFAULT_RESUME_TEMPLATE,
+  ),
+  deadline_grace_seconds: number(
+    { minimum: 0 },
+    "Seconds past the time cap before run.deadline aborts.",
+    0,
+  ),
+  workspace_snapshots: boolean("Snapshot the working tree before the agent writes.", false),
+  max_file_size_mb: number(
+    { exclusiveMinimum: 0 },
+    "Files larger than this many MB are left out of workspace snapshots.",
+    10,
+  ),
+  max_total_size_mb: number(
+    { exclusiveMinimum: 0 },
+    "Workspace snapshots together take at most this many MB.",
+    500,
+  ),
+  max_snapshots: number(
+    { integer: true, minimum: 1 },
+    "Workspace snapshots kept per project.",
+    20,
+  ),
+} as const;
+
+/**
+ * The settings, every default filled in; see {@linkcode settingsSchema} for
+ * what each does.
+ */
+export type Settings = {
+  -readonly [K in keyof typeof SETTINGS]: typeof SETTINGS[K] extends SettingSpec<infer T> ? T
+    : never;
+};
+
+/** What the prologue and mid-run surfaces do when a tier is due. */
+export type Mode = Settings["mode"];
 
 /** A budget axis. */
-export type Axis = "time" | "turns";
-
-/** The S3 settings, every default filled in. */
-export interface Settings {
-  /** Master switch; false makes every hook a no-op. @default {true} */
-  enabled: boolean;
-  /** What a due tier does (S6). @default {"snapshot"} */
-  mode: Mode;
-  /** Tier 1 fraction, then an optional tier-2 fraction for both axes. @default {[0.5]} */
-  tier_fractions: number[];
-  /** Tier 2 on the time axis. @default {0.8} */
-  tier2_time_fraction: number;
-  /** Tier 2 on the turn axis. @default {0.9} */
-  tier2_turn_fraction: number;
-  /** A turn cap below this is ignored. @default {0} */
-  min_budget_floor_turns: number;
-  /** A time cap below this many seconds is ignored. @default {0} */
-  min_budget_floor_seconds: number;
-  /** Axes that count; empty makes every run capless. @default {["time", "turns"]} */
-  enabled_axes: Axis[];
-  /** Where checkpoint files go, `$VAR`, `${VAR}` and `~` expanded. @default {"<home>/agent-checkpoints"} */
-  checkpoint_dir: string;
-  /** Fire tier 1 even on tiny caps. @default {false} */
-  allow_tiny_tier1: boolean;
-  /** Caps the plugin supplies for runs whose own cap is not discoverable. */
-  caps: { time_seconds?: number; turns?: number };
-  /** Text put before the model call at tier 1 (S7). */
-  tier1_template: string;
-  /** Text put before the model call at tier 2 (S7). */
-  tier2_template: string;
-  /** False: no file writes from tool boundaries or the watchdog. @default {true} */
-  mid_run_persist: boolean;
-  /** Run the watchdog worker. @default {true} */
-  watchdog: boolean;
-  /** Watchdog poll interval in seconds, floored at 0.05. @default {10} */
-  watchdog_poll_seconds: number;
-  /** Capless runs: a checkpoint every this many seconds; 0 disables. @default {1800} */
-  uncapped_interval_seconds: number;
-  /** A checkpoint after this many silent seconds; 0 disables. @default {600} */
-  stall_window_seconds: number;
-}
+export type Axis = Settings["enabled_axes"][number];
 
 /** Where one setting's value came from. */
 export type SettingSource =
@@ -58,50 +372,51 @@ export type SettingSource =
   | "config.yaml plugins.entries.agent-checkpoint.settings"
   | "override";
 
-/** The built-in tier-1 template (S7). */
-export const DEFAULT_TIER1_TEMPLATE =
-  "Budget checkpoint: {budget}. Before you continue, write everything you have found so far into {checkpoint_file}, including what remains to be done, then carry on at normal pace.";
+const KEYS = Object.keys(SETTINGS) as (keyof Settings)[];
+const specOf = (key: string): SettingSpec<unknown> | undefined =>
+  Object.hasOwn(SETTINGS, key)
+    ? (SETTINGS as Record<string, SettingSpec<unknown>>)[key]
+    : undefined;
+const fieldOf = (spec: SettingSpec<unknown>, key: string) =>
+  spec.fields && Object.hasOwn(spec.fields, key) ? spec.fields[key] : undefined;
 
-/** The built-in tier-2 template (S7). */
-export const DEFAULT_TIER2_TEMPLATE =
-  "Final budget checkpoint: {budget}. Stop expanding the work now. Bring {checkpoint_file} and your deliverable to a final state; if the task is unfinished, mark the checkpoint INCOMPLETE and write the exact next step. Post your summary, then verify that {checkpoint_file} exists.";
-
-/** The floor under `watchdog_poll_seconds`. */
-export const MIN_POLL_SECONDS = 0.05;
-
-/** Defaults without `checkpoint_dir`, which depends on the home directory. */
-export function defaultSettings(checkpointDir: string): Settings {
-  return {
-    enabled: true,
-    mode: "snapshot",
-    tier_fractions: [0.5],
-    tier2_time_fraction: 0.8,
-    tier2_turn_fraction: 0.9,
-    min_budget_floor_turns: 0,
-    min_budget_floor_seconds: 0,
-    enabled_axes: ["time", "turns"],
-    checkpoint_dir: checkpointDir,
-    allow_tiny_tier1: false,
-    caps: {},
-    tier1_template: DEFAULT_TIER1_TEMPLATE,
-    tier2_template: DEFAULT_TIER2_TEMPLATE,
-    mid_run_persist: true,
-    watchdog: true,
-    watchdog_poll_seconds: 10,
-    uncapped_interval_seconds: 1800,
-    stall_window_seconds: 600,
-  };
-}
-
-const fraction = {
-  type: "number",
-  exclusiveMinimum: 0,
-  maximum: 1,
-} as const;
+const copyDefault = (value: unknown): unknown =>
+  Array.isArray(value)
+    ? [...value]
+    : typeof value === "object" && value !== null
+    ? { ...value }
+    : value;
 
 /**
- * The JSON Schema (draft 2020-12) of the S3 settings section, for editors and
- * hosts that validate `config.yaml`.
+ * Every default, with `checkpoint_dir` given (it depends on the home directory).
+ *
+ * @example
+ * ```ts
+ * import { defaultSettings } from "./settings.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const settings = defaultSettings("/tmp/cp");
+ * assert.equal(settings.mode, "snapshot");
+ * assert.equal(settings.checkpoint_dir, "/tmp/cp");
+ * ```
+ */
+export function defaultSettings(checkpointDir: string): Settings {
+  const out: Record<string, unknown> = {};
+  for (const key of KEYS) out[key] = copyDefault(SETTINGS[key].default);
+  out.checkpoint_dir = checkpointDir;
+  return out as Settings;
+}
+
+const propertySchema = (s: SettingSpec<unknown>): JsonSchema => {
+  const out: JsonSchema = { ...s.schema, description: s.doc };
+  if (s.schemaDefault) out.default = copyDefault(s.default);
+  return out;
+};
+
+/**
+ * The JSON Schema (draft 2020-12) of the settings section, for editors and
+ * hosts that validate `config.yaml`. It accepts exactly what the settings'
+ * checks accept, except `NaN` and infinities, which JSON cannot hold.
  *
  * @example Every property has a default, except the ones with none
  * ```ts
@@ -112,60 +427,40 @@ const fraction = {
  * assert.deepEqual(settingsSchema.properties.tier_fractions.default, [0.5]);
  * ```
  */
-export const settingsSchema = {
+export const settingsSchema: {
+  $schema: string;
+  title: string;
+  type: "object";
+  additionalProperties: false;
+  properties: {
+    [K in keyof Settings]:
+      & JsonSchema
+      & (typeof SETTINGS[K] extends { schemaDefault: false } ? unknown : { default: Settings[K] });
+  };
+} = {
   $schema: "https://json-schema.org/draft/2020-12/schema",
   title: "agent-checkpoint settings",
   type: "object",
   additionalProperties: false,
-  properties: {
-    enabled: { type: "boolean", default: true },
-    mode: {
-      enum: ["snapshot", "notify", "log-only"],
-      default: "snapshot",
-    },
-    tier_fractions: {
-      type: "array",
-      items: fraction,
-      minItems: 1,
-      maxItems: 2,
-      default: [0.5],
-    },
-    tier2_time_fraction: { ...fraction, default: 0.8 },
-    tier2_turn_fraction: { ...fraction, default: 0.9 },
-    min_budget_floor_turns: { type: "integer", minimum: 0, default: 0 },
-    min_budget_floor_seconds: { type: "number", minimum: 0, default: 0 },
-    enabled_axes: {
-      type: "array",
-      items: { enum: ["time", "turns"] },
-      uniqueItems: true,
-      default: ["time", "turns"],
-    },
-    checkpoint_dir: {
-      type: "string",
-      minLength: 1,
-      description: "Defaults to <home>/agent-checkpoints",
-    },
-    allow_tiny_tier1: { type: "boolean", default: false },
-    caps: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        time_seconds: { type: ["number", "string", "null"], exclusiveMinimum: 0 },
-        turns: { type: ["integer", "string", "null"], exclusiveMinimum: 0 },
-      },
-      default: {},
-    },
-    tier1_template: { type: "string", minLength: 1, default: DEFAULT_TIER1_TEMPLATE },
-    tier2_template: { type: "string", minLength: 1, default: DEFAULT_TIER2_TEMPLATE },
-    mid_run_persist: { type: "boolean", default: true },
-    watchdog: { type: "boolean", default: true },
-    watchdog_poll_seconds: { type: "number", default: 10 },
-    uncapped_interval_seconds: { type: "number", minimum: 0, default: 1800 },
-    stall_window_seconds: { type: "number", minimum: 0, default: 600 },
-  },
-} as const;
+  properties: Object.fromEntries(
+    KEYS.map((key) => [key, propertySchema(SETTINGS[key] as SettingSpec<unknown>)]),
+  ) as typeof settingsSchema.properties,
+};
 
-/** A finite number > 0, or a numeric string for one; never a boolean (S4). */
+/**
+ * A budget value (cap discovery): a finite number > 0, or a numeric string for
+ * one; never a boolean.
+ *
+ * @example
+ * ```ts
+ * import { budgetValue } from "./settings.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(budgetValue("850"), 850);
+ * assert.equal(budgetValue(true), undefined);
+ * assert.equal(budgetValue(0), undefined);
+ * ```
+ */
 export function budgetValue(value: unknown): number | undefined {
   let n: number;
   if (typeof value === "number") n = value;
@@ -173,72 +468,6 @@ export function budgetValue(value: unknown): number | undefined {
   else return undefined;
   return Number.isFinite(n) && n > 0 ? n : undefined;
 }
-
-const isNumber = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
-const isFraction = (v: unknown) => isNumber(v) && v > 0 && v <= 1;
-
-type Check = (value: unknown) => { ok: true; value: unknown } | { ok: false; rule: string };
-const accept = (value: unknown) => ({ ok: true as const, value });
-const reject = (rule: string) => ({ ok: false as const, rule });
-const when = (test: (v: unknown) => boolean, rule: string): Check => (v) =>
-  test(v) ? accept(v) : reject(rule);
-
-const CHECKS: Record<Exclude<keyof Settings, "caps">, Check> = {
-  enabled: when((v) => typeof v === "boolean", "must be true or false"),
-  mode: when(
-    (v) => v === "snapshot" || v === "notify" || v === "log-only",
-    "must be snapshot, notify or log-only",
-  ),
-  tier_fractions: when(
-    (v) => Array.isArray(v) && v.length >= 1 && v.length <= 2 && v.every(isFraction),
-    "must be a list of 1 or 2 numbers in (0, 1]",
-  ),
-  tier2_time_fraction: when(isFraction, "must be a number in (0, 1]"),
-  tier2_turn_fraction: when(isFraction, "must be a number in (0, 1]"),
-  min_budget_floor_turns: when(
-    (v) => Number.isInteger(v) && (v as number) >= 0,
-    "must be a whole number >= 0",
-  ),
-  min_budget_floor_seconds: when((v) => isNumber(v) && v >= 0, "must be a number >= 0"),
-  enabled_axes: when(
-    (v) =>
-      Array.isArray(v) && v.every((a) => a === "time" || a === "turns") &&
-      new Set(v).size === v.length,
-    "must be a list of time and/or turns",
-  ),
-  checkpoint_dir: when(
-    (v) => typeof v === "string" && v.trim() !== "",
-    "must be a non-empty string",
-  ),
-  allow_tiny_tier1: when((v) => typeof v === "boolean", "must be true or false"),
-  tier1_template: when(
-    (v) => typeof v === "string" && v.trim() !== "",
-    "must be a non-empty string",
-  ),
-  tier2_template: when(
-    (v) => typeof v === "string" && v.trim() !== "",
-    "must be a non-empty string",
-  ),
-  mid_run_persist: when((v) => typeof v === "boolean", "must be true or false"),
-  watchdog: when((v) => typeof v === "boolean", "must be true or false"),
-  watchdog_poll_seconds: (v) =>
-    isNumber(v) ? accept(Math.max(MIN_POLL_SECONDS, v)) : reject("must be a number"),
-  uncapped_interval_seconds: when((v) => isNumber(v) && v >= 0, "must be a number >= 0"),
-  stall_window_seconds: when((v) => isNumber(v) && v >= 0, "must be a number >= 0"),
-};
-
-const CAP_CHECKS: Record<"time_seconds" | "turns", Check> = {
-  time_seconds: (v) => {
-    const n = budgetValue(v);
-    return n === undefined ? reject("must be a number > 0") : accept(n);
-  },
-  turns: (v) => {
-    const n = budgetValue(v);
-    return n === undefined || !Number.isInteger(n)
-      ? reject("must be a whole number > 0")
-      : accept(n);
-  },
-};
 
 /** One layer of raw settings and the name it is reported under. */
 export interface SettingsLayer {
@@ -253,33 +482,67 @@ export interface ResolvedSettings {
   sources: Record<string, SettingSource>;
 }
 
-const show = (v: unknown): string => {
-  try {
-    return typeof v === "string" ? JSON.stringify(v) : String(JSON.stringify(v) ?? v);
-  } catch {
-    return String(v);
-  }
-};
-
 const isMapping = (v: unknown): v is Record<string, unknown> =>
   typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** The own enumerable string keys and values of a mapping, read one by one. */
+function* entriesOf(
+  values: Record<string, unknown>,
+  unreadable: (key: string, error: unknown) => void,
+): Generator<[string, unknown]> {
+  for (const key of Object.keys(values)) {
+    let value: unknown;
+    try {
+      value = values[key];
+    } catch (error) {
+      unreadable(key, error);
+      continue;
+    }
+    yield [key, value];
+  }
+}
+
+/** A key as a warning shows it: control characters escaped, at most 100 characters. */
+const keyText = (key: string): string => JSON.stringify(key.slice(0, 100)).slice(1, -1);
+
+const reason = (error: unknown): string => {
+  try {
+    return error instanceof Error ? error.message : String(error);
+  } catch {
+    return "an unprintable error";
+  }
+};
 
 /**
  * Merge layers (lowest precedence first) key by key over the defaults. An
  * invalid value falls back to the default with a warning naming key, value and
- * default; a layer that is not a mapping is skipped with a warning.
+ * default; a layer that is not a mapping is skipped with a warning. Never
+ * throws, whatever the layers hold.
+ *
+ * @example
+ * ```ts
+ * import { defaultSettings, resolveSettings } from "./settings.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const { settings, warnings } = resolveSettings(defaultSettings("/tmp/cp"), [
+ *   { source: "override", values: { mode: "notify", valueOf: 1 } },
+ * ]);
+ * assert.equal(settings.mode, "notify");
+ * assert.deepEqual(warnings, ["unknown setting valueOf in override; ignoring it"]);
+ * ```
  */
 export function resolveSettings(
   defaults: Settings,
   layers: readonly SettingsLayer[],
 ): ResolvedSettings {
-  const settings: Settings = { ...defaults, caps: { ...defaults.caps } };
+  const settings = { ...defaults, caps: { ...defaults.caps } } as Record<string, unknown>;
   const warnings: string[] = [];
   const sources: Record<string, SettingSource> = {};
-  for (const key of Object.keys(CHECKS)) sources[key] = "default";
-  sources["caps.time_seconds"] = "default";
-  sources["caps.turns"] = "default";
-
+  for (const key of KEYS) {
+    const fields = (SETTINGS[key] as SettingSpec<unknown>).fields;
+    if (fields) { for (const field of Object.keys(fields)) sources[`${key}.${field}`] = "default"; }
+    else sources[key] = "default";
+  }
   const bad = (key: string, value: unknown, rule: string, fallback: unknown, src: string) =>
     warnings.push(
       `setting ${key} = ${show(value)} from ${src} is invalid (${rule}); using ${
@@ -288,54 +551,67 @@ export function resolveSettings(
     );
 
   for (const { source, values } of layers) {
-    if (values === undefined || values === null) continue;
-    if (!isMapping(values)) {
-      warnings.push(
-        `settings in ${source} are not a mapping (got ${show(values)}); ignoring them`,
-      );
-      continue;
-    }
-    for (const [key, value] of Object.entries(values)) {
-      if (value === null || value === undefined) continue;
-      if (key === "caps") {
-        if (!isMapping(value)) {
-          bad("caps", value, "must be a mapping", {}, source);
+    try {
+      if (values === undefined || values === null) continue;
+      if (!isMapping(values)) {
+        warnings.push(
+          `settings in ${source} are not a mapping (got ${show(values)}); ignoring them`,
+        );
+        continue;
+      }
+      const unreadable = (key: string) => (name: string, error: unknown) =>
+        warnings.push(
+          `setting ${key}${name} in ${source} cannot be read (${reason(error)}); ignoring it`,
+        );
+      for (const [key, value] of entriesOf(values, unreadable(""))) {
+        if (value === null || value === undefined) continue;
+        const s = specOf(key);
+        if (!s) {
+          warnings.push(`unknown setting ${keyText(key)} in ${source}; ignoring it`);
           continue;
         }
-        for (const [capKey, capValue] of Object.entries(value)) {
-          const check = CAP_CHECKS[capKey as keyof typeof CAP_CHECKS];
-          if (!check) {
-            warnings.push(`unknown setting caps.${capKey} in ${source}; ignoring it`);
+        if (s.fields) {
+          if (!isMapping(value)) {
+            bad(key, value, "must be a mapping", s.default, source);
             continue;
           }
-          if (capValue === null || capValue === undefined) continue;
-          const result = check(capValue);
-          if (result.ok) {
-            settings.caps[capKey as keyof Settings["caps"]] = result.value as number;
-            sources[`caps.${capKey}`] = source;
-          } else {
-            delete settings.caps[capKey as keyof Settings["caps"]];
-            sources[`caps.${capKey}`] = "default";
-            bad(`caps.${capKey}`, capValue, result.rule, undefined, source);
+          const nested = settings[key] as Record<string, unknown>;
+          for (const [field, raw] of entriesOf(value, unreadable(`${key}.`))) {
+            const f = fieldOf(s, field);
+            const name = `${key}.${field}`;
+            if (!f) {
+              warnings.push(
+                `unknown setting ${key}.${keyText(field)} in ${source}; ignoring it`,
+              );
+              continue;
+            }
+            if (raw === null || raw === undefined) continue;
+            const verdict = f.check(raw);
+            if (verdict.ok) {
+              nested[field] = verdict.value;
+              sources[name] = source;
+            } else {
+              delete nested[field];
+              sources[name] = "default";
+              bad(name, raw, verdict.rule, f.default, source);
+            }
           }
+          continue;
         }
-        continue;
+        const verdict = s.check(value);
+        if (verdict.ok) {
+          settings[key] = verdict.value;
+          sources[key] = source;
+        } else {
+          const fallback = (defaults as Record<string, unknown>)[key];
+          settings[key] = copyDefault(fallback);
+          sources[key] = "default";
+          bad(key, value, verdict.rule, fallback, source);
+        }
       }
-      const check = CHECKS[key as keyof typeof CHECKS];
-      if (!check) {
-        warnings.push(`unknown setting ${key} in ${source}; ignoring it`);
-        continue;
-      }
-      const result = check(value);
-      if (result.ok) {
-        (settings as unknown as Record<string, unknown>)[key] = result.value;
-        sources[key] = source;
-      } else {
-        (settings as unknown as Record<string, unknown>)[key] = defaults[key as keyof Settings];
-        sources[key] = "default";
-        bad(key, value, result.rule, defaults[key as keyof Settings], source);
-      }
+    } catch (error) {
+      warnings.push(`settings in ${source} cannot be read (${reason(error)}); ignoring the rest`);
     }
   }
-  return { settings, warnings, sources };
+  return { settings: settings as Settings, warnings, sources };
 }

@@ -16,6 +16,10 @@ export interface TemplateValues {
   timeCapSeconds?: number;
   /** The path of the checkpoint file. */
   checkpointFile?: string;
+  /** A one-line summary of the earlier attempt of a resumed run; absent on a fresh run. */
+  previous?: string;
+  /** The attempt number of a resumed run (1 = fresh); absent leaves `{attempt}` out. */
+  attempt?: number;
 }
 
 /**
@@ -42,6 +46,21 @@ export function formatDuration(seconds: number): string {
   return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }
 
+/**
+ * The time used and the time left, as the budget clause prints them: the time
+ * used floored, the time left the rest rounded up, so the two add up to the
+ * cap as printed and `0s` is left only at or past the cap.
+ */
+function timeFigures(elapsed: number, cap: number): { used: string; left: string } {
+  const used = Math.floor(elapsed);
+  // With a whole-second cap, cap - floor(elapsed) is the rest rounded up, exactly.
+  let left = Number.isInteger(cap) ? cap - used : Math.ceil(cap - elapsed);
+  if (elapsed >= cap || left < 0) left = 0;
+  // In the hours form (minutes shown) the rest is rounded up to the minute too.
+  if (left >= 3600 && left % 60 !== 0) left = Math.ceil(left / 60) * 60;
+  return { used: formatDuration(used), left: formatDuration(left) };
+}
+
 const finite = (n: number | undefined): n is number => n !== undefined && Number.isFinite(n);
 const count = (n: number | undefined) => (finite(n) && n > 0 ? Math.floor(n) : 0);
 
@@ -64,21 +83,28 @@ function placeholders(values: TemplateValues) {
     parts.push(`${used} of ${cap} turns (${Math.max(0, cap - used)} left)`);
   }
   if (timePresent) {
-    map.set("time_used", formatDuration(elapsed));
+    const { used: timeUsed, left: timeLeft } = timeFigures(elapsed, timeCap);
+    map.set("time_used", timeUsed);
     map.set("time_cap", formatDuration(timeCap));
-    map.set("time_left", formatDuration(Math.max(0, timeCap - elapsed)));
-    parts.push(
-      `${formatDuration(elapsed)} of ${formatDuration(timeCap)} (${
-        formatDuration(Math.max(0, timeCap - elapsed))
-      } left)`,
-    );
+    map.set("time_left", timeLeft);
+    parts.push(`${timeUsed} of ${formatDuration(timeCap)} (${timeLeft} left)`);
   }
   if (parts.length > 0) map.set("budget", `you have used ${parts.join(" and ")}`);
   map.set("checkpoint_file", values.checkpointFile || "your checkpoint file");
+  const previous = typeof values.previous === "string"
+    ? values.previous.replace(/\s*\n\s*/g, " ").trim()
+    : "";
+  if (previous !== "") map.set("previous", previous);
+  if (finite(values.attempt) && values.attempt >= 1) {
+    map.set("attempt", String(Math.floor(values.attempt)));
+  }
   return map;
 }
 
-/** Placeholders that belong to an axis, and so vanish with it. */
+/**
+ * Placeholders that can be absent (an axis's, and a resumed run's), and so
+ * take their clause with them when they are.
+ */
 const AXIS_PLACEHOLDERS = new Set([
   "turns_used",
   "turns_cap",
@@ -87,6 +113,8 @@ const AXIS_PLACEHOLDERS = new Set([
   "time_cap",
   "time_left",
   "budget",
+  "previous",
+  "attempt",
 ]);
 
 // Literal braces are parked on private-use characters while clauses are cut.
@@ -99,9 +127,12 @@ const SEPARATOR = /(\s*[,;]\s*(?:and\s+)?|\s+and\s+|\s+—\s+|[.!?](?=\s|$)\s*|\
 const isSentenceEnd = (sep: string) => /^[.!?\n]/.test(sep);
 
 /**
- * Render a tier template (S7). Placeholders of an absent axis take their
+ * Render a tier or resume template. Placeholders of an absent axis (and
+ * `{previous}` and `{attempt}` on a run that is not resumed) take their
  * clause (and its separator) with them; unknown placeholders stay as written;
- * `{{` and `}}` give literal braces. Never outputs `undefined` or `NaN`.
+ * `{{` and `}}` give literal braces. Never outputs `undefined` or `NaN`. The
+ * time used is floored and the time left rounded up, so the two add up to the
+ * cap and `0s left` is shown only once the cap is reached.
  *
  * @param template Text with `{turns_used}`, `{time_left}`, `{budget}` … in it.
  * @param values The run's figures; an axis is present when its cap is given.
@@ -117,6 +148,23 @@ const isSentenceEnd = (sep: string) => /^[.!?\n]/.test(sep);
  *   { turnsUsed: 5, turnsCap: 10, checkpointFile: "/tmp/run.md" },
  * );
  * assert.equal(text, "Used 5 of 10 turns. Save to /tmp/run.md.");
+ * ```
+ *
+ * @example The time left is rounded up; a fresh run has no `{previous}`
+ * ```ts
+ * import { renderTemplate } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(
+ *   renderTemplate("{budget}", { elapsedSeconds: 16.4, timeCapSeconds: 20 }),
+ *   "you have used 16s of 20s (4s left)",
+ * );
+ * const resume = "This is attempt {attempt}; the last one {previous}. Read {checkpoint_file}.";
+ * assert.equal(
+ *   renderTemplate(resume, { attempt: 2, previous: "was cut off at tier 1", checkpointFile: "a.md" }),
+ *   "This is attempt 2; the last one was cut off at tier 1. Read a.md.",
+ * );
+ * assert.equal(renderTemplate(resume, { checkpointFile: "a.md" }), "Read a.md.");
  * ```
  */
 export function renderTemplate(template: string, values: TemplateValues): string {

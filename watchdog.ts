@@ -4,21 +4,24 @@
  * itself, so a run whose main thread is blocked still gets its record.
  *
  * It sleeps until the next moment something can be due (a tier crossing on
- * the time axis, the next uncapped multiple, a stall deadline) or the poll
- * interval, whichever comes first, and reloads the settings on each poll.
+ * the time axis, the next uncapped multiple, a stall deadline, a run's
+ * deadline) or the poll interval, whichever comes first, and reloads the
+ * settings on each poll. A look takes in only new and changed runs and those
+ * whose moment has come, unless the settings changed. The writes one look finds
+ * due go out through the one checkpoint writer: one at once, a burst
+ * concurrently.
  *
  * @module
  */
 import process from "node:process";
 import { type MessagePort, parentPort, workerData } from "node:worker_threads";
-import { SettingsSource } from "./discover.ts";
+import { SettingsSource } from "./config.ts";
 import { createLog, errorText, type Log } from "./log.ts";
-import { commentBody } from "./record.ts";
 import type { Settings } from "./settings.ts";
-import { MAX_RUNS, nowMs, SharedRuns } from "./shared.ts";
-import { type PersistEvent, persistRecord, type RunInfo, snapshot } from "./snapshot.ts";
+import { nowMs, RunTable } from "./_run_table.ts";
+import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./writer.ts";
 import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
-import type { FromWorker, WatchdogData } from "./watchdog_protocol.ts";
+import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
 
 /** Seconds past the time cap after which a run is no longer watched (S11). */
 export const PAST_CAP_SECONDS = 180;
@@ -28,17 +31,20 @@ interface Watched {
   gen: number;
   seq: number;
   info: RunInfo;
-  /** The kanban comment of a capless run went out (S9: first fire only). */
-  commented: boolean;
   /** No longer watched (S9 interval 0, S11 time cap + 180 s). */
   dropped: boolean;
+  /** When it next needs a look, ms; -Infinity when new or changed. */
+  nextAt: number;
+  /** Its deadline and stall state at its last look: a change calls for a new one. */
+  deadlineAt: number;
+  stalled: boolean;
   plan?: TierPlan;
   planVersion?: number;
 }
 
 /** The watchdog's loop, over the data its `AgentCheckpoint` started it with. */
 function watchdog(port: MessagePort, data: WatchdogData): void {
-  const shared = new SharedRuns(data.buffer);
+  const shared = new RunTable(data.buffers);
   const watched = new Map<number, Watched>();
   const post = (message: FromWorker) => port.postMessage(message);
   const log: Log = data.hostLogger
@@ -62,51 +68,47 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       moduleSink = mod.postComment;
     }).catch((error) => log("error", `commentModule could not be loaded: ${errorText(error)}`));
 
-  /** Through the comment module once it has loaded, else through the host's sink when free. */
-  function comment(info: RunInfo, body: string): void {
-    const taskId = info.taskId as string;
-    const fail = (error: unknown) =>
-      log("warn", `posting the task comment failed: ${errorText(error)}`, info.runId);
-    moduleReady.then(async () => {
-      if (moduleSink) await moduleSink({ taskId, body });
-      else if (data.hostComments) post({ type: "comment", comment: { taskId, body } });
-    }).catch(fail);
-  }
+  const writer = new CheckpointWriter(shared, {
+    log,
+    // Through the comment module once it has loaded, else through the host's sink when free.
+    comment: (comment, runId) => {
+      const fail = (error: unknown) =>
+        log("warn", `posting the task comment failed: ${errorText(error)}`, runId);
+      moduleReady.then(async () => {
+        if (moduleSink) await moduleSink(comment);
+        else if (data.hostComments) post({ type: "comment", comment });
+      }).catch(fail);
+    },
+    written: (event) => post({ type: "written", event }),
+  });
+
+  /** The writes one look found due: one goes out at once, a burst concurrently. */
+  let due: PendingWrite[] = [];
 
   function act(run: Watched, settings: Settings, event: PersistEvent, now: number): void {
-    const info = run.info;
-    if (settings.mode === "log-only") {
-      log(
-        "info",
-        `${event.kind === "tier" ? `tier ${event.tier}` : event.kind} due (watchdog)`,
-        info.runId,
-      );
-      return;
-    }
-    let record;
+    due.push({ info: run.info, settings, event, source: "watchdog", now });
+  }
+
+  async function flush(): Promise<void> {
+    let writes = due;
+    due = [];
+    if (writes.length === 0) return;
+    // close() has begun: it waits for writes counted in, and no new one starts.
+    if (!shared.writing(true)) return;
     try {
-      record = snapshot(
-        info,
-        shared,
-        settings,
-        event,
-        "watchdog",
-        now,
+      // Counted in first, then checked: a run that ended meanwhile is skipped, and one that
+      // ends from here on waits for these writes before it writes its end.
+      writes = writes.filter((w) =>
+        shared.live(w.info.slot) && shared.gen(w.info.slot) === w.info.gen
       );
-      persistRecord(info, record);
-    } catch (error) {
-      log(
-        "error",
-        `could not persist the checkpoint to ${info.checkpointFile}: ${errorText(error)}`,
-        info.runId,
-      );
-      return;
+      if (writes.length === 0) return;
+      if (writes.length === 1) {
+        const w = writes[0]!;
+        writer.write(w.info, w.settings, w.event, w.source, w.now);
+      } else await writer.writeMany(writes);
+    } finally {
+      shared.writing(false);
     }
-    if (info.taskId === undefined) return;
-    // Capless runs rewrite the file at every multiple but comment once (S9).
-    if (event.kind === "uncapped" && run.commented) return;
-    run.commented = true;
-    comment(info, commentBody(record));
   }
 
   /** Look at one run; returns when it next needs looking at, or undefined to stop watching. */
@@ -121,7 +123,14 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     }
     const plan = run.plan;
     const capped = plan.turnCap !== undefined || plan.timeCap !== undefined;
-    if (plan.timeCap !== undefined && elapsed > plan.timeCap + PAST_CAP_SECONDS) {
+    const deadline = shared.deadlineAt(slot);
+    if (deadline > 0 && now >= deadline && shared.claimDeadline(slot)) {
+      act(run, settings, { kind: "deadline", atSeconds: (deadline - start) / 1000 }, now);
+    }
+    if (
+      plan.timeCap !== undefined && elapsed > plan.timeCap + PAST_CAP_SECONDS &&
+      !(deadline > now)
+    ) {
       log(
         "info",
         `time cap + ${PAST_CAP_SECONDS}s passed; the watchdog stops watching`,
@@ -137,7 +146,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       );
       return undefined;
     }
-    let next = Infinity;
+    let next = deadline > now ? deadline : Infinity;
     if (capped) {
       const tier = tierFor(plan, shared.turns(slot), elapsed);
       if (tier !== 0 && shared.claimTier(slot, tier)) {
@@ -188,7 +197,12 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     if (known?.gen === gen && known.seq === shared.infoSeq(slot)) return known;
     const read = shared.readInfo(slot);
     if (!read) return known?.gen === gen ? known : undefined;
-    const info = JSON.parse(read.text) as RunInfo;
+    let info: RunInfo;
+    try {
+      info = JSON.parse(read.text) as RunInfo;
+    } catch {
+      return undefined; // no description yet, or one too large to publish (logged by the main thread)
+    }
     // A slot just claimed still holds its previous run's description.
     if (info.gen !== gen) return undefined;
     const same = known?.gen === gen;
@@ -196,25 +210,54 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       gen,
       seq: read.seq,
       info,
-      commented: same && known.commented,
       dropped: same && known.dropped,
+      nextAt: -Infinity,
+      deadlineAt: 0,
+      stalled: false,
     };
     watched.set(slot, run);
     return run;
   }
 
+  let nextPoll = 0;
+  let lastVersion = -1;
+
+  /**
+   * Look at the runs that need it: all of them when the settings changed
+   * (they are reloaded at each poll); else only the new and changed ones and
+   * those whose moment has come, so that a wake or a poll costs a scan of the
+   * table, not a look at every run.
+   */
   function look(): number {
     const now = nowMs();
     const settings = source.at(now);
-    let next = now + settings.watchdog_poll_seconds * 1000;
+    // A poll reloads the settings (above); only changed settings call for a look at every run.
+    const full = source.version !== lastVersion;
+    lastVersion = source.version;
+    if (now >= nextPoll || full) nextPoll = now + settings.watchdog_poll_seconds * 1000;
+    let next = nextPoll;
     if (!settings.enabled || !settings.watchdog || !settings.mid_run_persist) return next;
-    for (let slot = 0; slot < MAX_RUNS; slot++) {
+    const slots = shared.slots;
+    shared.refresh(); // after reading the count: the views cover every slot counted
+    for (let slot = 0; slot < slots; slot++) {
       try {
         const run = runIn(slot);
         if (!run || run.dropped) continue;
+        if (
+          !full && run.nextAt > now && run.deadlineAt === shared.deadlineAt(slot) &&
+          run.stalled === shared.stalled(slot)
+        ) {
+          next = Math.min(next, run.nextAt);
+          continue;
+        }
+        run.deadlineAt = shared.deadlineAt(slot);
         const due = watch(run, settings, now);
+        run.stalled = shared.stalled(slot);
         if (due === undefined) run.dropped = true;
-        else next = Math.min(next, due);
+        else {
+          run.nextAt = due;
+          next = Math.min(next, due);
+        }
       } catch (error) {
         log("error", `watchdog failed on a run: ${errorText(error)}`);
       }
@@ -222,16 +265,28 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     return next;
   }
 
-  function loop(): void {
+  /** Wakes closer together than this are taken as one (a burst of new runs). */
+  const WAKE_GAP_MS = 5;
+  let lastLook = 0;
+
+  async function loop(): Promise<void> {
     const seen = shared.wakes();
     let next: number;
     try {
+      lastLook = nowMs();
       next = look();
+      await flush();
     } catch (error) {
       log("error", `watchdog poll failed: ${errorText(error)}`);
       next = nowMs() + 10_000;
     }
-    shared.waitForWake(seen, Math.ceil(next - nowMs())).then(loop, loop);
+    shared.waitForWake(seen, Math.ceil(next - nowMs())).then(settle, settle);
+  }
+
+  function settle(): void {
+    const gap = WAKE_GAP_MS - (nowMs() - lastLook);
+    if (gap > 0) setTimeout(loop, gap);
+    else loop();
   }
 
   // A pending Atomics.waitAsync does not keep a worker alive by itself. This

@@ -5,11 +5,14 @@
  *   deno task build:npm
  *
  * 1. Tools (TypeScript, @types/node, better-sqlite3 for Node 20, publint,
- *    @arethetypeswrong/cli) go into `.build/`, installed only when their
+ *    @arethetypeswrong/cli) and every package of `NPM_DEPS` (the frameworks
+ *    the adapters' tests drive) go into `.build/`, installed only when their
  *    versions change.
- * 2. `npm/` is emptied; `tsc` compiles the library, its tests and the demo to
- *    ESM `.js` + `.d.ts` (relative `.ts` imports rewritten); package.json,
- *    README and LICENSE are written.
+ * 2. The sources are staged in `.build/src/` with their `npm:` specifiers
+ *    rewritten to Node package names; `npm/` is emptied; `tsc` compiles the
+ *    library, its adapters, its tests and the demo to ESM `.js` + `.d.ts`
+ *    (relative `.ts` imports rewritten); package.json (one subpath export per
+ *    `deno.json` export), README and LICENSE are written.
  * 3. `npm pack`, then publint and attw on the tarball.
  */
 import * as fs from "node:fs";
@@ -19,16 +22,98 @@ import { execFileSync } from "node:child_process";
 
 const root = path.resolve(new URL("..", import.meta.url).pathname);
 const tools = path.join(root, ".build");
+const staged = path.join(tools, "src");
 const out = path.join(root, "npm");
 const deno = JSON.parse(fs.readFileSync(path.join(root, "deno.json"), "utf8"));
-const jsYaml = String(deno.imports["js-yaml"]).replace(/^npm:js-yaml@/, "");
 
-/** What the build and the Node test run need, pinned. */
+/**
+ * Every `npm:` specifier the sources use, and what it becomes in Node. The
+ * sources name npm packages by full `npm:` specifiers, so Deno imports them by
+ * URL with no import map; the build rewrites each to `node` (a subpath
+ * `npm:x@1/sub` becomes `node/sub`), and installs `install` for the compiled
+ * tests. `dependency` makes it a dependency of the package, `peer` an optional
+ * peer dependency (a framework an adapter wraps). Aliases (`ai-v5@npm:ai@5…`)
+ * let the tests run several majors of one framework side by side.
+ */
+export interface NpmDep {
+  spec: string;
+  node: string;
+  install: string;
+  dependency?: string;
+  peer?: { name: string; range: string };
+}
+
+/** The table of `npm:` specifiers; add a row for each new one. */
+export const NPM_DEPS: NpmDep[] = [
+  { spec: "npm:js-yaml@^5.5.0", node: "js-yaml", install: "js-yaml@5.5.0", dependency: "^5.5.0" },
+  // The shell tokenizer of workspace.ts (destructive-command detection), and its types for tsc.
+  {
+    spec: "npm:shell-quote@^1.8.3",
+    node: "shell-quote",
+    install: "shell-quote@1.8.3",
+    dependency: "^1.8.3",
+  },
+  {
+    spec: "npm:@types/shell-quote@1.7.5",
+    node: "@types/shell-quote",
+    install: "@types/shell-quote@1.7.5",
+  },
+  // Its CLI is a native binary in an optional dependency (about 400 MB): never --omit=optional.
+  // PostToolBatch and duration_ms, which the adapter needs, arrived in 0.2.128.
+  {
+    spec: "npm:@anthropic-ai/claude-agent-sdk@0.x",
+    node: "@anthropic-ai/claude-agent-sdk",
+    install: "@anthropic-ai/claude-agent-sdk@0.3.332",
+    peer: { name: "@anthropic-ai/claude-agent-sdk", range: ">=0.2.128 <1" },
+  },
+  // The OpenAI Agents and LangChain adapters; tested with these versions.
+  {
+    spec: "npm:@openai/agents@0.x",
+    node: "@openai/agents",
+    install: "@openai/agents@0.20.0",
+    peer: { name: "@openai/agents", range: ">=0.20.0 <1" },
+  },
+  {
+    spec: "npm:langchain@1",
+    node: "langchain",
+    install: "langchain@1.5.14",
+    peer: { name: "langchain", range: "^1.0.0" },
+  },
+  {
+    spec: "npm:@langchain/langgraph@1",
+    node: "@langchain/langgraph",
+    install: "@langchain/langgraph@1.7.3",
+    peer: { name: "@langchain/langgraph", range: "^1.0.0" },
+  },
+  {
+    spec: "npm:@langchain/core@1",
+    node: "@langchain/core",
+    install: "@langchain/core@1.4.0",
+    peer: { name: "@langchain/core", range: "^1.0.0" },
+  },
+  {
+    spec: "npm:zod@^4",
+    node: "zod",
+    install: "zod@4.6.7",
+    peer: { name: "zod", range: "^3.25.0 || ^4.0.0" },
+  },
+  // The AI SDK adapter: `ai` as the user has it (v5–v7), and each major its tests drive.
+  {
+    spec: "npm:ai@^7.0.0",
+    node: "ai",
+    install: "ai@7.0.173",
+    peer: { name: "ai", range: ">=5 <8" },
+  },
+  { spec: "npm:ai@5.0.277", node: "ai-v5", install: "ai-v5@npm:ai@5.0.277" },
+  { spec: "npm:ai@6.0.326", node: "ai-v6", install: "ai-v6@npm:ai@6.0.326" },
+  { spec: "npm:ai@7.0.173", node: "ai-v7", install: "ai-v7@npm:ai@7.0.173" },
+];
+
+/** What the build and the Node test run need, pinned, besides NPM_DEPS. */
 export const TOOLS: Record<string, string> = {
   typescript: "5.9.3",
   "@types/node": "~20.19.0",
   "better-sqlite3": "^12.6.2",
-  "js-yaml": jsYaml,
   publint: "0.3.25",
   "@arethetypeswrong/cli": "0.18.5",
 };
@@ -39,44 +124,77 @@ const step = (what: string) => console.log(`build:npm: ${what}`);
 
 function installTools(): void {
   const stampFile = path.join(tools, "stamp.json");
-  const stamp = JSON.stringify({ tools: TOOLS, node: process.versions.node });
+  const installs = [
+    ...Object.entries(TOOLS).map(([name, version]) => `${name}@${version}`),
+    ...[...new Set(NPM_DEPS.map((d) => d.install))],
+  ];
+  const stamp = JSON.stringify({ installs, node: process.versions.node });
   if (fs.existsSync(stampFile) && fs.readFileSync(stampFile, "utf8") === stamp) return;
-  step("installing build tools into .build/ (better-sqlite3 builds from source, about a minute)");
+  step("installing build tools and test dependencies into .build/ (a few minutes the first time)");
   fs.mkdirSync(tools, { recursive: true });
   fs.writeFileSync(
     path.join(tools, "package.json"),
     JSON.stringify({ name: "agent-checkpoint-build-tools", private: true }, null, 2),
   );
-  run("npm", [
-    "install",
-    "--no-audit",
-    "--no-fund",
-    "--loglevel=error",
-    ...Object.entries(TOOLS).map(([name, version]) => `${name}@${version}`),
-  ], tools);
+  run("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", ...installs], tools);
   fs.writeFileSync(stampFile, stamp);
 }
 
-/** The sources tsc compiles: the library, the worker, the tests and the demo. */
+const walk = (dir: string): string[] =>
+  fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? walk(path.join(dir, e.name)) : [path.join(dir, e.name)]
+  );
+
+/** The sources tsc compiles: the library, the worker, the adapters, the tests and the demo. */
 function sources(): string[] {
-  const ts = (dir: string) =>
-    fs.readdirSync(path.join(root, dir)).filter((f) => f.endsWith(".ts")).map((f) =>
-      path.join(root, dir, f)
-    );
-  return [
-    ...ts("."),
-    ...ts("tests"),
-    ...ts("tests/fixtures"),
-    path.join(root, "scripts/demo.ts"),
-    path.join(root, "scripts/demo_progress.ts"),
-    ...(fs.existsSync(path.join(root, "scripts/cli.ts"))
-      ? [path.join(root, "scripts/cli.ts")]
-      : []),
-  ];
+  const tree = (dir: string) =>
+    fs.existsSync(path.join(root, dir))
+      ? walk(path.join(root, dir)).filter((f) => f.endsWith(".ts"))
+      : [];
+  const top = fs.readdirSync(root).filter((f) => f.endsWith(".ts")).map((f) => path.join(root, f));
+  const scripts = ["demo.ts", "demo_progress.ts", "cli.ts"].map((f) =>
+    path.join(root, "scripts", f)
+  )
+    .filter((f) => fs.existsSync(f));
+  return [...top, ...tree("adapters"), ...tree("tests"), ...scripts];
+}
+
+/** Rewrite a source's `npm:` specifiers to Node package names; unknown ones are an error. */
+export function rewriteSpecifiers(text: string, file = "<source>"): string {
+  return text.replace(/(["'])npm:([^"']+)\1/g, (_whole, quote: string, rest: string) => {
+    const spec = `npm:${rest}`;
+    const dep = NPM_DEPS.filter((d) => spec === d.spec || spec.startsWith(`${d.spec}/`))
+      .sort((a, b) => b.spec.length - a.spec.length)[0];
+    if (!dep) {
+      throw new Error(`${path.relative(root, file)} imports ${spec}, which NPM_DEPS does not list`);
+    }
+    return `${quote}${dep.node}${spec.slice(dep.spec.length)}${quote}`;
+  });
+}
+
+/** Copy the sources into .build/src with Node specifiers, so tsc resolves them from .build/node_modules. */
+function stage(): string[] {
+  fs.rmSync(staged, { recursive: true, force: true });
+  return sources().map((file) => {
+    const to = path.join(staged, path.relative(root, file));
+    fs.mkdirSync(path.dirname(to), { recursive: true });
+    // Node can load js-yaml on demand (createRequire), Deno only statically: the npm build
+    // ships the on-demand twin.
+    const from = path.relative(root, file) === "_yaml.ts" ? path.join(root, "_yaml_node.ts") : file;
+    fs.writeFileSync(to, rewriteSpecifiers(fs.readFileSync(from, "utf8"), from));
+    return to;
+  });
+}
+
+/** Each `deno.json` export as [subpath, source file]: `.` is mod.ts, `./ai-sdk` an adapter … */
+function entryPoints(): [string, string][] {
+  const exports = typeof deno.exports === "string" ? { ".": deno.exports } : deno.exports;
+  return Object.entries(exports as Record<string, string>);
 }
 
 function compile(): void {
   step("compiling with tsc");
+  const files = stage();
   const tsconfig = {
     compilerOptions: {
       target: "ES2022",
@@ -85,42 +203,53 @@ function compile(): void {
       lib: ["ES2024"],
       types: ["node"],
       typeRoots: [path.join(tools, "node_modules/@types")],
-      paths: { "js-yaml": [path.join(tools, "node_modules/js-yaml")] },
       strict: true,
       noUncheckedIndexedAccess: true,
       exactOptionalPropertyTypes: true,
+      skipLibCheck: true,
       declaration: true,
       stripInternal: true,
       rewriteRelativeImportExtensions: true,
-      rootDir: root,
+      rootDir: staged,
       outDir: path.join(out, "esm"),
       newLine: "lf",
     },
-    files: sources(),
+    files,
   };
   const config = path.join(tools, "tsconfig.json");
   fs.writeFileSync(config, JSON.stringify(tsconfig, null, 2));
   run(path.join(tools, "node_modules/.bin/tsc"), ["-p", config]);
-  // Declarations keep the sources' `.ts` specifiers; consumers resolve `.js`.
-  const walk = (dir: string): string[] =>
-    fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-      e.isDirectory() ? walk(path.join(dir, e.name)) : [path.join(dir, e.name)]
-    );
+  // Doc examples import the package by name, as an npm user would.
+  const byName: [string, string][] = entryPoints().map(([sub, src]) => [
+    path.normalize(src),
+    sub === "." ? "agent-checkpoint" : `agent-checkpoint/${sub.slice(2)}`,
+  ]);
   for (const file of walk(path.join(out, "esm")).filter((f) => f.endsWith(".d.ts"))) {
-    // Doc examples import the package by name, as an npm user would.
-    const text = fs.readFileSync(file, "utf8").replaceAll(
-      `from "./mod.ts"`,
-      `from "agent-checkpoint"`,
+    const dir = path.dirname(path.relative(path.join(out, "esm"), file));
+    // Declarations keep the sources' `.ts` specifiers; consumers resolve `.js`.
+    const text = fs.readFileSync(file, "utf8").replace(
+      /((?:from|import)\s*\(?\s*)(["'])(\.{1,2}\/[^"']*)\.ts\2/g,
+      (_whole, lead: string, quote: string, spec: string) => {
+        const named = byName.find(([src]) => src === path.normalize(path.join(dir, `${spec}.ts`)));
+        return named ? `${lead}${quote}${named[1]}${quote}` : `${lead}${quote}${spec}.js${quote}`;
+      },
     );
-    fs.writeFileSync(
-      file,
-      text.replace(/((?:from|import)\s*\(?\s*["']\.{1,2}\/[^"']*)\.ts(["'])/g, "$1.js$2"),
-    );
+    fs.writeFileSync(file, text);
   }
 }
 
 function packageJson(): void {
   const hasCli = fs.existsSync(path.join(out, "esm/scripts/cli.js"));
+  const exports: Record<string, unknown> = {};
+  for (const [sub, src] of entryPoints()) {
+    const js = `./esm/${src.replace(/^\.\//, "").replace(/\.ts$/, "")}`;
+    exports[sub] = { types: `${js}.d.ts`, default: `${js}.js` };
+  }
+  exports["./package.json"] = "./package.json";
+  const dependencies = Object.fromEntries(
+    NPM_DEPS.filter((d) => d.dependency).map((d) => [d.node, d.dependency]),
+  );
+  const peers = NPM_DEPS.flatMap((d) => d.peer ? [d.peer] : []);
   const pkg = {
     name: "agent-checkpoint",
     version: deno.version,
@@ -129,30 +258,34 @@ function packageJson(): void {
     license: "MIT",
     keywords: ["agent", "llm", "checkpoint", "budget", "watchdog", "deno"],
     type: "module",
-    sideEffects: false,
-    exports: {
-      ".": { types: "./esm/mod.d.ts", default: "./esm/mod.js" },
-      "./package.json": "./package.json",
-    },
+    // Not `sideEffects: false`: the library's graph includes the watchdog worker's module.
+    exports,
     ...(hasCli ? { bin: { "agent-checkpoint": "./esm/scripts/cli.js" } } : {}),
     files: [
       "esm/*.js",
       "esm/*.d.ts",
+      "esm/adapters/*.js",
+      "esm/adapters/*.d.ts",
       "esm/scripts/*.js",
       "esm/scripts/*.d.ts",
       "README.md",
       "LICENSE",
     ],
     engines: { node: ">=20" },
-    dependencies: { "js-yaml": jsYaml },
-    peerDependencies: { "better-sqlite3": "^12.0.0" },
-    peerDependenciesMeta: { "better-sqlite3": { optional: true } },
+    dependencies,
+    peerDependencies: {
+      "better-sqlite3": "^12.0.0",
+      ...Object.fromEntries(peers.map((p) => [p.name, p.range])),
+    },
+    peerDependenciesMeta: Object.fromEntries(
+      ["better-sqlite3", ...peers.map((p) => p.name)].map((name) => [name, { optional: true }]),
+    ),
   };
   fs.writeFileSync(path.join(out, "package.json"), JSON.stringify(pkg, null, 2) + "\n");
   for (const file of ["README.md", "LICENSE"]) {
     fs.copyFileSync(path.join(root, file), path.join(out, file));
   }
-  // The compiled tests resolve js-yaml and better-sqlite3 from the tools' node_modules.
+  // The compiled tests resolve their dependencies from the tools' node_modules.
   fs.symlinkSync(path.join(tools, "node_modules"), path.join(out, "node_modules"), "dir");
 }
 

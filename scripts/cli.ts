@@ -2,5 +2,12 @@
 /** The `agent-checkpoint` command (the npm bin; `deno task cli` in the repository). */
 import process from "node:process";
 import { main } from "../cli.ts";
+import { releaseStdin } from "../_cli.ts";
 
-process.exitCode = main(process.argv.slice(2));
+main(process.argv.slice(2)).then(
+  (code) => void (process.exitCode = code),
+  (error) => {
+    process.stderr.write(`agent-checkpoint: ${error?.stack ?? error}\n`);
+    process.exitCode = 1;
+  },
+).finally(releaseStdin);

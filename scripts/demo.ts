@@ -1,6 +1,6 @@
 /**
  * A capped agent run whose main thread gets stuck inside one long tool call,
- * and the checkpoint the watchdog writes anyway.
+ * the checkpoint the watchdog writes anyway, and the retry that resumes from it.
  *
  *   deno task demo                 # a 90-second run: tier 1 at 45 s, tier 2 at 72 s
  *   deno task demo --seconds 20    # the same, shorter
@@ -103,8 +103,25 @@ console.log(
 console.log("model call, so no prompt could have asked the agent to save its work. The watchdog");
 console.log(`wrote the checkpoint by itself. This is ${run.checkpointFile}:\n`);
 console.log(fs.readFileSync(run.checkpointFile, "utf8"));
-await run.end();
+// The run is at its cap: the host gives up on it. The agent wrote its own notes meanwhile.
+fs.appendFileSync(
+  run.checkpointFile,
+  "\n## Agent notes\nThe date parser drops the time zone. INCOMPLETE: next, fix parseDate()\n",
+);
+await run.end({ status: "capped", summary: "stopped at its time cap inside analyze_repository" });
 await ac.close();
+
+// A retry, as a scheduler would start it: a new process (here a new keeper), the same session.
+console.log("A retry of the same session starts. It is told where the first attempt stopped:\n");
+const retry = createAgentCheckpoint({ home, env: {}, settings: { allow_tiny_tier1: true } });
+const second = retry.startRun({ sessionId: "demo-session", caps: { timeSeconds: seconds } });
+console.log(`  attempt ${second.attempt}; the earlier one: ${second.previous?.summary}\n`);
+console.log("  The first model call of attempt 2 gets this before it:\n");
+console.log(`  > ${second.preLlmCall()?.replaceAll("\n", "\n  > ")}\n`);
+second.preToolCall("edit_file", { callId: "call_1" });
+second.postToolCall("edit_file", { callId: "call_1", ok: true, durationMs: 40 });
+await second.end();
+await retry.close();
 if (keep) console.log(`Kept: ${home}`);
 else {
   fs.rmSync(home, { recursive: true, force: true });

@@ -22,8 +22,9 @@ const run = (cmd: string, args: string[], cwd: string, timeout = 120_000) =>
   execFileSync(cmd, args, { cwd, encoding: "utf8", timeout, stdio: ["ignore", "pipe", "pipe"] });
 
 function suite(): number {
-  const files = fs.readdirSync(path.join(npmDir, "esm/tests"))
+  const files = (fs.readdirSync(path.join(npmDir, "esm/tests"), { recursive: true }) as string[])
     .filter((f) => f.endsWith("_test.js"))
+    .sort()
     .map((f) => `esm/tests/${f}`);
   const version = run("node", ["--version"], npmDir).trim(); // not process.version: that is Deno's
   say(`node ${version} --test (${files.length} files)`);
@@ -54,8 +55,9 @@ function consumer(): void {
   for (const f of fs.readdirSync(path.join(root, "scripts/consumer"))) {
     fs.copyFileSync(path.join(root, "scripts/consumer", f), path.join(dir, f));
   }
+  // npm resolves the package's optional peers against the registry: slow on a busy machine.
   const npm = (...args: string[]) =>
-    run("npm", ["--no-audit", "--no-fund", "--loglevel=error", ...args], dir);
+    run("npm", ["--no-audit", "--no-fund", "--loglevel=error", ...args], dir, 600_000);
   npm("install", path.join(tools, tarball));
 
   // Before better-sqlite3 is there: Node 20 has no node:sqlite, so the board is skipped.
@@ -133,6 +135,17 @@ function consumer(): void {
   fs.rmSync(dir, { recursive: true, force: true });
 }
 
+/** What package.json promises: no `sideEffects: false` (the worker's module is loaded for its effect). */
+function packageClaims(): void {
+  const pkg = JSON.parse(fs.readFileSync(path.join(npmDir, "package.json"), "utf8"));
+  if (pkg.sideEffects === false) throw new Error("package.json claims sideEffects: false");
+  for (const sub of ["./ai-sdk", "./openai-agents", "./langchain", "./claude-agent-sdk"]) {
+    if (!pkg.exports[sub]) throw new Error(`package.json exports no ${sub}`);
+  }
+  console.log("package.json: no sideEffects claim; the four adapter subpaths are exported");
+}
+
+packageClaims();
 const passed = suite();
 consumer();
 // The consumer checks above throw on failure; reaching here means they all passed.

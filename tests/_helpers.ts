@@ -30,6 +30,20 @@ export function blockFor(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
+/**
+ * Block this thread (no event loop) until `check` holds or `ms` passes, as a
+ * host stuck in a long synchronous call that lasts until the watchdog has
+ * acted; returns whether it held. Bounds lateness without demanding speed.
+ */
+export function blockUntil(check: () => boolean, ms = 20_000, everyMs = 10): boolean {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (check()) return true;
+    blockFor(everyMs);
+  }
+  return check();
+}
+
 /** Poll until `check` holds or `ms` passes; returns whether it held. */
 export async function waitFor(check: () => boolean, ms = 5000): Promise<boolean> {
   const end = Date.now() + ms;

@@ -3,24 +3,21 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { createAgentCheckpoint } from "../mod.ts";
-import { type CliIo, main, parseDuration } from "../cli.ts";
+import { type CliIo, COMMANDS, main, parseDuration } from "../cli.ts";
+import { memoryIo } from "../_cli.ts";
 import { explain } from "../explain.ts";
 import { Buffer } from "node:buffer";
-import { runScript, tempHome, writeConfig } from "./_helpers.ts";
+import { fixture, runScript, scriptCommand, tempHome, writeConfig } from "./_helpers.ts";
+import { execFileSync, spawn } from "node:child_process";
+import process from "node:process";
+import { type CheckpointRecord, renderBlock } from "../record.ts";
+import { checkpointFileName, persistBlock } from "../persist.ts";
 
-/** Run the command line; returns exit code, stdout and stderr. */
-function cli(args: string[], io: Partial<CliIo> = {}) {
-  let stdout = "";
-  let stderr = "";
-  const code = main(args, {
-    stdout: (t) => void (stdout += t),
-    stderr: (t) => void (stderr += t),
-    env: {},
-    isTTY: false,
-    now: () => Date.now(),
-    ...io,
-  });
-  return { code, stdout, stderr };
+/** Run the command line; resolves to exit code, stdout and stderr. */
+async function cli(args: string[], io: Partial<CliIo> = {}) {
+  const m = memoryIo(io);
+  const code = await main(args, m.io);
+  return { code, stdout: m.stdout(), stderr: m.stderr() };
 }
 
 /** A home with two persisted runs and every kind of odd file. */
@@ -42,10 +39,10 @@ async function populated(): Promise<string> {
   return home;
 }
 
-test("explain shows every setting with its source, the caps, the schedule and the runtime", () => {
+test("explain shows every setting with its source, the caps, the schedule and the runtime", async () => {
   const home = tempHome();
   writeConfig(home, "agent:\n  max_turns: 60\nagent_checkpoint:\n  stall_window_seconds: 300\n");
-  const { code, stdout, stderr } = cli(["explain", "--home", home, "--task", "t-9"], {
+  const { code, stdout, stderr } = await cli(["explain", "--home", home, "--task", "t-9"], {
     env: { TERMINAL_TIMEOUT: "900" },
   });
   assert.equal(stderr, "");
@@ -58,7 +55,7 @@ test("explain shows every setting with its source, the caps, the schedule and th
       /^ {2}dialect +kanban {2}\(task t-9\)$/m,
       /^ {2}turn cap +60 {2}\(agent\.max_turns\)$/m,
       /^ {2}time cap +15m30s {2}\(TERMINAL_TIMEOUT\)$/m,
-      /^ {2}1 +model call 31 \(30 turns used\), or the first model call after 7m44s +tool calls after model call 30, or 7m44s/m,
+      /^ {2}1 +model call 31 \(30 turns used\), or the first model call after 7m45s +tool calls after model call 30, or 7m45s/m,
       /^ {2}2 +model call 55 \(54 turns used\)/m,
       new RegExp(
         `^ {2}${path.join(home, "agent-checkpoints", "t-9.md").replace(/[.]/g, "\\.")}$`,
@@ -74,9 +71,9 @@ test("explain shows every setting with its source, the caps, the schedule and th
   ) assert.match(stdout, line);
 });
 
-test("explain --json gives the same as one JSON object", () => {
+test("explain --json gives the same as one JSON object", async () => {
   const home = tempHome();
-  const { code, stdout } = cli(["explain", "--home", home, "--session", "s1", "--json"]);
+  const { code, stdout } = await cli(["explain", "--home", home, "--session", "s1", "--json"]);
   assert.equal(code, 0);
   const e = JSON.parse(stdout);
   assert.equal(e.home, home);
@@ -92,24 +89,24 @@ test("explain --json gives the same as one JSON object", () => {
   assert.equal(e.watchdog.pollSeconds, 10);
 });
 
-test("explain exits 1 when settings fell back to defaults", () => {
+test("explain exits 1 when settings fell back to defaults", async () => {
   const home = tempHome();
   writeConfig(home, "agent_checkpoint:\n  mode: loud\n");
-  const { code, stdout } = cli(["explain", "--home", home]);
+  const { code, stdout } = await cli(["explain", "--home", home]);
   assert.equal(code, 1);
   assert.match(stdout, /1 problem:\n {2}✗ settings: setting mode = "loud"/);
 });
 
-test("explain exits 1 when the checkpoint directory cannot be written", () => {
+test("explain exits 1 when the checkpoint directory cannot be written", async () => {
   const home = tempHome();
   const file = path.join(home, "a-file");
   fs.writeFileSync(file, "");
-  const { code, stdout } = cli(["explain", "--home", home], {
+  const { code, stdout } = await cli(["explain", "--home", home], {
     env: { DIR: file },
   });
   assert.equal(code, 0, "the default directory is fine");
   writeConfig(home, "agent_checkpoint:\n  checkpoint_dir: $DIR/cp\n");
-  const bad = cli(["explain", "--home", home, "--json"], { env: { DIR: file } });
+  const bad = await cli(["explain", "--home", home, "--json"], { env: { DIR: file } });
   assert.equal(bad.code, 1, stdout);
   assert.match(
     JSON.parse(bad.stdout).problems[0],
@@ -117,11 +114,11 @@ test("explain exits 1 when the checkpoint directory cannot be written", () => {
   );
 });
 
-test("explain exits 1 when a kanban board cannot be read", () => {
+test("explain exits 1 when a kanban board cannot be read", async () => {
   const home = tempHome();
   const board = path.join(home, "kanban.db");
   fs.writeFileSync(board, "not a database at all, just text that is long enough to be a header");
-  const { code, stdout } = cli(["explain", "--home", home, "--task", "t"], {
+  const { code, stdout } = await cli(["explain", "--home", home, "--task", "t"], {
     env: { HERMES_KANBAN_DB: board },
   });
   assert.equal(code, 1);
@@ -141,13 +138,14 @@ test("explain reports a kanban run with no SQLite driver as a problem", () => {
 
 test("ls lists every file newest first, with records and odd files described", async () => {
   const home = await populated();
-  const { code, stdout } = cli(["ls", "--home", home]);
+  const { code, stdout } = await cli(["ls", "--home", home]);
   assert.equal(code, 0);
   const lines = stdout.split("\n");
   assert.match(lines[0]!, /^RUN +PERSISTED +KIND +SOURCE +AGENT TEXT +MARKED +SIZE$/);
   const row = (run: string) => lines.find((l) => l.startsWith(`${run} `)) ?? "";
-  assert.match(row("alpha"), /^alpha +just now +tier 2 +pre_tool_call +yes +INCOMPLETE +\d/);
-  assert.match(row("beta"), /^beta +just now +tier 1 +pre_tool_call +- +- +\d/);
+  // The tier became due at a model call, which persists the file itself.
+  assert.match(row("alpha"), /^alpha +just now +tier 2 +pre_llm_call +yes +INCOMPLETE +\d/);
+  assert.match(row("beta"), /^beta +just now +tier 1 +pre_llm_call +- +- +\d/);
   assert.match(row("mine"), /^mine +- +agent text only +- +yes +- +23 B$/);
   assert.match(row("empty"), /^empty +- +empty +- +- +- +0 B$/);
   assert.match(row("trunc"), /^trunc +- +truncated /);
@@ -165,7 +163,7 @@ test("ls lists every file newest first, with records and odd files described", a
 
 test("ls --json gives each file's description", async () => {
   const home = await populated();
-  const { stdout } = cli(["ls", "--home", home, "--json"]);
+  const { stdout } = await cli(["ls", "--home", home, "--json"]);
   const { files } = JSON.parse(stdout);
   assert.equal(files.length, 6);
   const alpha = files.find((f: { runId: string }) => f.runId === "alpha");
@@ -178,15 +176,15 @@ test("ls --json gives each file's description", async () => {
 test("ls shows relative times from when a checkpoint was persisted", async () => {
   const home = await populated();
   const later = Date.now() + 3 * 60_000 + 5_000;
-  const { stdout } = cli(["ls", "--home", home], { now: () => later });
+  const { stdout } = await cli(["ls", "--home", home], { now: () => later });
   assert.match(stdout, /^alpha +3m ago /m);
-  const { stdout: days } = cli(["ls", "--home", home], { now: () => later + 2 * 86_400_000 });
+  const { stdout: days } = await cli(["ls", "--home", home], { now: () => later + 2 * 86_400_000 });
   assert.match(days, /^alpha +2d ago /m);
 });
 
 test("show prints one file, also one that is empty, truncated or not UTF-8", async () => {
   const home = await populated();
-  const alpha = cli(["show", "alpha", "--home", home]);
+  const alpha = await cli(["show", "alpha", "--home", home]);
   assert.equal(alpha.code, 0);
   assert.match(
     alpha.stdout,
@@ -194,18 +192,21 @@ test("show prints one file, also one that is empty, truncated or not UTF-8", asy
   );
   assert.match(alpha.stdout, /INCOMPLETE: next, rerun the failing test\n$/);
   for (const run of ["empty", "trunc", "latin", "mine.md"]) {
-    assert.equal(cli(["show", run, "--home", home]).code, 0, run);
+    assert.equal((await cli(["show", run, "--home", home])).code, 0, run);
   }
-  assert.match(cli(["show", "latin", "--home", home]).stdout, /not valid UTF-8.*\n\ncaf\uFFFD\n$/);
+  assert.match(
+    (await cli(["show", "latin", "--home", home])).stdout,
+    /not valid UTF-8.*\n\ncaf\uFFFD\n$/,
+  );
   assert.equal(
-    JSON.parse(cli(["show", "trunc", "--home", home, "--json"]).stdout).state,
+    JSON.parse((await cli(["show", "trunc", "--home", home, "--json"])).stdout).state,
     "truncated",
   );
 });
 
 test("show of an unknown run is a usage error naming ls", async () => {
   const home = await populated();
-  const { code, stderr } = cli(["show", "nope", "--home", home]);
+  const { code, stderr } = await cli(["show", "nope", "--home", home]);
   assert.equal(code, 2);
   assert.match(
     stderr,
@@ -215,11 +216,11 @@ test("show of an unknown run is a usage error naming ls", async () => {
 
 test("audit summarizes kinds, sources, tiers, agent text and INCOMPLETE", async () => {
   const home = await populated();
-  const { code, stdout } = cli(["audit", "--home", home]);
+  const { code, stdout } = await cli(["audit", "--home", home]);
   assert.equal(code, 0);
   assert.match(stdout, /^runs with a record +2$/m);
   assert.match(stdout, /^ {2}by kind +tier: 2$/m);
-  assert.match(stdout, /^ {2}by source +pre_tool_call: 2$/m);
+  assert.match(stdout, /^ {2}by source +pre_llm_call: 2$/m);
   assert.match(stdout, /^ {2}by tier +tier (1|2): 1 · tier (1|2): 1$/m);
   assert.match(stdout, /^agent's own text +4 of 6$/m);
   assert.match(stdout, /^marked INCOMPLETE +1$/m);
@@ -227,7 +228,7 @@ test("audit summarizes kinds, sources, tiers, agent text and INCOMPLETE", async 
     stdout,
     /^files without a record +agent text only: 2 · (empty|truncated): 1 · (empty|truncated): 1$/m,
   );
-  const json = JSON.parse(cli(["audit", "--home", home, "--json"]).stdout);
+  const json = JSON.parse((await cli(["audit", "--home", home, "--json"])).stdout);
   assert.deepEqual(json.byTier, { "1": 1, "2": 1 });
 });
 
@@ -236,13 +237,15 @@ test("audit --since keeps only what was persisted in that window", async () => {
   const later = Date.now() + 2 * 3600_000;
   assert.equal(
     JSON.parse(
-      cli(["audit", "--home", home, "--json", "--since", "3h"], { now: () => later }).stdout,
+      (await cli(["audit", "--home", home, "--json", "--since", "3h"], { now: () => later }))
+        .stdout,
     ).files,
     6,
   );
   assert.equal(
     JSON.parse(
-      cli(["audit", "--home", home, "--json", "--since", "1h"], { now: () => later }).stdout,
+      (await cli(["audit", "--home", home, "--json", "--since", "1h"], { now: () => later }))
+        .stdout,
     ).files,
     0,
   );
@@ -253,9 +256,9 @@ test("audit --since keeps only what was persisted in that window", async () => {
   ]);
 });
 
-test("each command has help; unknown commands, flags and missing arguments exit 2", () => {
+test("each command has help; unknown commands, flags and missing arguments exit 2", async () => {
   for (const command of ["", "explain", "ls", "show", "audit"]) {
-    const { code, stdout } = cli(command ? [command, "--help"] : ["--help"]);
+    const { code, stdout } = await cli(command ? [command, "--help"] : ["--help"]);
     assert.equal(code, 0);
     assert.match(
       stdout,
@@ -271,7 +274,7 @@ test("each command has help; unknown commands, flags and missing arguments exit 
     [["ls", "extra"], /unexpected argument "extra"/],
   ];
   for (const [args, reason] of cases) {
-    const { code, stdout, stderr } = cli(args);
+    const { code, stdout, stderr } = await cli(args);
     assert.equal(code, 2, args.join(" "));
     assert.equal(stdout, "");
     assert.match(stderr, reason);
@@ -281,12 +284,13 @@ test("each command has help; unknown commands, flags and missing arguments exit 
 
 test("colour only on a terminal, and never with NO_COLOR set", async () => {
   const home = await populated();
-  const coloured = (io: Partial<CliIo>) => cli(["ls", "--home", home], io).stdout.includes("\x1b[");
-  assert.equal(coloured({}), false);
-  assert.equal(coloured({ isTTY: true }), true);
-  assert.equal(coloured({ isTTY: true, env: { NO_COLOR: "1" } }), false);
+  const coloured = async (io: Partial<CliIo>) =>
+    (await cli(["ls", "--home", home], io)).stdout.includes("\x1b[");
+  assert.equal(await coloured({}), false);
+  assert.equal(await coloured({ isTTY: true }), true);
+  assert.equal(await coloured({ isTTY: true, env: { NO_COLOR: "1" } }), false);
   // no-color.org: an empty NO_COLOR is as good as unset.
-  assert.equal(coloured({ isTTY: true, env: { NO_COLOR: "" } }), true);
+  assert.equal(await coloured({ isTTY: true, env: { NO_COLOR: "" } }), true);
 });
 
 test("the command runs as a program, with its exit codes", async () => {
@@ -301,5 +305,333 @@ test("the command runs as a program, with its exit codes", async () => {
   assert.equal(
     bad.stderr,
     'agent-checkpoint: unknown command "frob" (see agent-checkpoint --help)\n',
+  );
+});
+
+/** Writes a checkpoint file for `runId` whose record has `extra` (an end, an attempt …). */
+function writeRecord(home: string, runId: string, extra: Record<string, unknown>, agent = "") {
+  const dir = path.join(home, "agent-checkpoints");
+  fs.mkdirSync(dir, { recursive: true });
+  const record = {
+    kind: "tier",
+    source: "watchdog",
+    runId,
+    dialect: "chat",
+    turnsUsed: 7,
+    elapsedSeconds: 65,
+    caps: { turns: { value: 10, source: "host" } },
+    tier: 2,
+    persistedAt: new Date().toISOString(),
+    message: "checkpoint",
+    tools: [],
+    notes: [],
+    ...extra,
+  } as unknown as CheckpointRecord;
+  const file = path.join(dir, checkpointFileName(runId));
+  if (agent) fs.writeFileSync(file, agent);
+  persistBlock(file, renderBlock(record));
+  return file;
+}
+
+const ended = (status: string, summary?: string) => ({
+  kind: "end",
+  source: "host",
+  end: { status, at: "2026-11-30T10:00:00.000Z", ...(summary ? { summary } : {}) },
+});
+
+/** A home with runs that ended each way, runs cut off, and a resumed one. */
+function endings(): string {
+  const home = tempHome();
+  writeRecord(home, "finished", ended("done", "all tests pass"));
+  writeRecord(home, "capped", ended("capped"));
+  writeRecord(home, "crashed", ended("failed"));
+  writeRecord(home, "stopped", ended("aborted"));
+  writeRecord(home, "late", { ...ended("deadline"), kind: "deadline", source: "supervisor" });
+  writeRecord(home, "cut", {});
+  writeRecord(
+    home,
+    "again",
+    { kind: "manual", source: "host", attempt: 2 },
+    "INCOMPLETE: step 3\n",
+  );
+  writeRecord(home, "stalled", { kind: "stall", source: "pre_llm_call", attempt: 1 });
+  return home;
+}
+
+test("ls tells runs that ended, with their status, from runs that were cut off", async () => {
+  const home = endings();
+  const { code, stdout } = await cli(["ls", "--home", home]);
+  assert.equal(code, 0);
+  const row = (run: string) => stdout.split("\n").find((l) => l.startsWith(`${run} `)) ?? "";
+  assert.match(row("finished"), /^finished +just now +ended done +host /);
+  assert.match(row("capped"), / ended capped +host /);
+  assert.match(row("crashed"), / ended failed +host /);
+  assert.match(row("stopped"), / ended aborted +host /);
+  assert.match(row("late"), / ended deadline +supervisor /);
+  assert.match(row("cut"), / tier 2 +watchdog /);
+  assert.match(row("again"), / manual, attempt 2 +host +yes +INCOMPLETE /);
+  assert.match(row("stalled"), / stall +pre_llm_call /);
+  assert.match(
+    stdout,
+    /^5 runs ended, 3 runs cut off \(no end recorded: (cut|again|stalled), (cut|again|stalled), (cut|again|stalled)\)$/m,
+  );
+
+  const { files } = JSON.parse((await cli(["ls", "--home", home, "--json"])).stdout);
+  const file = (run: string) => files.find((f: { runId: string }) => f.runId === run);
+  assert.equal(file("finished").run, "ended");
+  assert.equal(file("finished").ended, "done");
+  assert.equal(file("finished").record.end.summary, "all tests pass");
+  assert.equal(file("late").ended, "deadline");
+  assert.equal(file("cut").run, "cut off");
+  assert.equal(file("cut").ended, undefined);
+  assert.equal(file("cut").cutOff, true);
+  assert.equal(file("again").attempt, 2);
+  assert.equal(file("cut").attempt, 1);
+});
+
+test("show heads a file with how its run ended, or that it was cut off", async () => {
+  const home = endings();
+  const done = await cli(["show", "finished", "--home", home]);
+  assert.equal(done.code, 0);
+  assert.match(
+    done.stdout,
+    /^Run finished: ended done at 2026-11-30T10:00:00\.000Z: all tests pass\n.*finished\.md\nended done, persisted just now, /,
+  );
+  const cut = await cli(["show", "again", "--home", home]);
+  assert.match(
+    cut.stdout,
+    /^Run again, attempt 2: cut off \(its run never recorded an end\)\n.*again\.md\nmanual, attempt 2, persisted/,
+  );
+  assert.match(cut.stdout, /INCOMPLETE: step 3\n/);
+  const json = JSON.parse((await cli(["show", "late", "--home", home, "--json"])).stdout);
+  assert.equal(json.run, "ended");
+  assert.equal(json.ended, "deadline");
+  assert.equal(json.record.source, "supervisor");
+});
+
+test("audit counts runs that ended, by status, and runs cut off", async () => {
+  const home = endings();
+  const { code, stdout } = await cli(["audit", "--home", home]);
+  assert.equal(code, 0);
+  assert.match(stdout, /^runs with a record +8$/m);
+  assert.match(
+    stdout,
+    /^ {2}ended +5 {2}\((done|capped|failed|aborted|deadline): 1( · (done|capped|failed|aborted|deadline): 1){4}\)$/m,
+  );
+  assert.match(stdout, /^ {2}cut off +3$/m);
+  assert.match(stdout, /^ {2}by kind +end: 4 · (tier|manual|stall|deadline): 1/m);
+  assert.match(stdout, /^ {2}by source +host: 5 · /m);
+  assert.match(stdout, /pre_llm_call: 1/);
+  assert.match(stdout, /supervisor: 1/);
+  assert.match(stdout, /^ {2}resumed +attempt 2: 1$/m);
+  const json = JSON.parse((await cli(["audit", "--home", home, "--json"])).stdout);
+  assert.deepEqual(json.ended, { done: 1, capped: 1, failed: 1, aborted: 1, deadline: 1 });
+  assert.equal(json.cutOff, 3);
+  assert.deepEqual(json.byAttempt, { "2": 1 });
+  assert.equal(json.byKind.deadline, 1);
+  assert.equal(json.byKind.manual, 1);
+});
+
+test("explain prints each time crossing at its exact second", async () => {
+  const home = tempHome();
+  writeConfig(home, "agent_checkpoint:\n  caps:\n    time_seconds: 3600\n");
+  const { code, stdout } = await cli(["explain", "--home", home]);
+  assert.equal(code, 0, stdout);
+  assert.match(stdout, /^ {2}1 +the first model call after 30m00s +30m00s \(the watchdog/m);
+  assert.match(stdout, /^ {2}2 +the first model call after 48m00s +48m00s \(the watchdog/m);
+  assert.doesNotMatch(stdout, /29m59s|47m59s/);
+  const e = JSON.parse((await cli(["explain", "--home", home, "--json"])).stdout);
+  assert.deepEqual(e.schedule.map((t: { atSeconds: number }) => t.atSeconds), [1800, 2880]);
+  // A crossing inside a second is shown at the end of that second: 0.5 × 915 s = 457.5 s.
+  writeConfig(home, "agent_checkpoint:\n  caps:\n    time_seconds: 915\n");
+  const odd = await cli(["explain", "--home", home]);
+  assert.match(odd.stdout, /^ {2}1 +the first model call after 7m38s /m);
+  assert.equal(
+    JSON.parse((await cli(["explain", "--home", home, "--json"])).stdout).schedule[0].atSeconds,
+    457.5,
+  );
+});
+
+test("explain shows the settings generically, the supervisor's deadline and run id", async () => {
+  const home = tempHome();
+  const now = Date.parse("2026-11-30T12:00:00Z");
+  const deadline = now + 10 * 60_000;
+  const { stdout } = await cli(["explain", "--home", home], {
+    now: () => now,
+    env: { AGENT_CHECKPOINT_DEADLINE: String(deadline), AGENT_CHECKPOINT_RUN_ID: "sup-1" },
+  });
+  assert.match(
+    stdout,
+    /^ {2}supervisor deadline +2026-11-30T12:10:00\.000Z, in 10m00s {2}\(AGENT_CHECKPOINT_DEADLINE\)$/m,
+  );
+  assert.match(stdout, /^ {2}supervisor run id +sup-1 {2}\(AGENT_CHECKPOINT_RUN_ID\)$/m);
+  const e = JSON.parse(
+    (await cli(["explain", "--home", home, "--json"], {
+      now: () => now,
+      env: { AGENT_CHECKPOINT_DEADLINE: String(deadline) },
+    })).stdout,
+  );
+  assert.equal(e.supervisor.at, deadline);
+  assert.equal(e.supervisor.secondsLeft, 600);
+  // Every setting of the table is listed, whichever it is.
+  for (const s of e.settings) {
+    assert.match(stdout, new RegExp(`^ {2}${s.key.replace(".", "\\.")} `, "m"));
+  }
+  const bad = await cli(["explain", "--home", home], {
+    env: { AGENT_CHECKPOINT_DEADLINE: "tomorrow" },
+  });
+  assert.equal(bad.code, 1);
+  assert.match(bad.stdout, /✗ .*AGENT_CHECKPOINT_DEADLINE.*tomorrow/);
+});
+
+test("help CMD prints a command's help; help of an unknown command is a usage error", async () => {
+  for (const command of ["explain", "ls", "show", "audit"]) {
+    const { code, stdout } = await cli(["help", command]);
+    assert.equal(code, 0);
+    assert.match(stdout, new RegExp(`^Usage: agent-checkpoint ${command}`));
+    assert.equal(stdout, (await cli([command, "-h"])).stdout);
+  }
+  const overview = await cli(["help"]);
+  assert.equal(overview.code, 0);
+  for (const command of ["explain", "ls", "show", "audit"]) {
+    assert.match(overview.stdout, new RegExp(`^ {2}${command} +\\S`, "m"));
+  }
+  assert.equal(overview.stdout, (await cli([])).stdout);
+  const bad = await cli(["help", "frob"]);
+  assert.equal(bad.code, 2);
+  assert.equal(
+    bad.stderr,
+    'agent-checkpoint: unknown command "frob" (see agent-checkpoint --help)\n',
+  );
+  // --help wins over a usage error in the same arguments.
+  assert.equal((await cli(["show", "--colour", "--help"])).code, 0);
+});
+
+test("a relative --home is taken from the command's current directory", async () => {
+  const home = endings();
+  const { code, stdout } = await cli(["ls", "--home", path.basename(home), "--json"], {
+    cwd: path.dirname(home),
+  });
+  assert.equal(code, 0);
+  assert.equal(JSON.parse(stdout).dir, path.join(home, "agent-checkpoints"));
+  const e = await cli(["explain", "--home", path.basename(home), "--json"], {
+    cwd: path.dirname(home),
+  });
+  assert.equal(JSON.parse(e.stdout).home, home);
+});
+
+/** Runs the ask fixture with `input` on its stdin. */
+function askFixture(
+  count: number,
+  input: string | undefined,
+  options: { keepOpen?: boolean } = {},
+) {
+  const [cmd, argv] = scriptCommand(fixture("cli_ask"), [String(count)]);
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const child = spawn(cmd, argv, { stdio: ["pipe", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => stdout += d);
+    child.stderr.on("data", (d) => stderr += d);
+    const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+    child.on("error", reject);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+    if (input !== undefined && options.keepOpen) child.stdin.write(input);
+    else if (input !== undefined) child.stdin.end(input);
+  });
+}
+
+test("ask reads one line of stdin per question, and an empty answer at its end", async () => {
+  const two = await askFixture(3, "yes\nno\n");
+  assert.equal(two.code, 0, two.stderr);
+  assert.equal(two.stdout, 'answer 1: "yes"\nanswer 2: "no"\nanswer 3: ""\n');
+  assert.match(two.stderr, /question 1\? question 2\? question 3\? /);
+  // A question answered before the input ends lets the program exit.
+  const one = await askFixture(1, "y\nmore\n");
+  assert.equal(one.code, 0, one.stderr);
+  assert.equal(one.stdout, 'answer 1: "y"\n');
+  // Nor does an input that stays open keep it alive once it has its answer.
+  const open = await askFixture(1, "ok\n", { keepOpen: true });
+  assert.equal(open.code, 0, open.stderr);
+  assert.equal(open.stdout, 'answer 1: "ok"\n');
+});
+
+test("every command of the table has its help, listed in the overview", async () => {
+  const names = COMMANDS.map((c) => c.name);
+  assert.deepEqual(names.slice(0, 4), ["explain", "ls", "show", "audit"]);
+  assert.equal(new Set(names).size, names.length, "one entry per name");
+  const overview = (await cli(["--help"])).stdout;
+  for (const command of COMMANDS) {
+    assert.match(
+      overview,
+      new RegExp(`^ {2}${command.name} +${command.summary.slice(0, 20)}`, "m"),
+    );
+    for (const args of [["help", command.name], [command.name, "--help"]]) {
+      const { code, stdout, stderr } = await cli(args);
+      assert.equal(code, 0, args.join(" "));
+      assert.equal(stderr, "");
+      assert.match(stdout, new RegExp(`^Usage: agent-checkpoint ${command.name}\\b`));
+      assert.match(stdout, /--home DIR/, `${command.name} takes --home`);
+    }
+  }
+});
+
+test("ls and audit tell a run that called end() from one that never did", async () => {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  for (const id of ["ends", "never"]) {
+    const run = ac.startRun({ sessionId: id, caps: { turns: 3 } });
+    run.preLlmCall();
+    run.preLlmCall();
+    run.preToolCall("bash");
+    if (id === "ends") await run.end({ status: "capped", summary: "stopped at the cap" });
+  }
+  await ac.close();
+  const { stdout } = await cli(["ls", "--home", home]);
+  assert.match(stdout, /^ends +just now +ended capped +/m);
+  assert.match(stdout, /^never +just now +tier 2 +/m);
+  assert.match(stdout, /^1 run ended, 1 run cut off \(no end recorded: never\)$/m);
+  const audit = JSON.parse((await cli(["audit", "--home", home, "--json"])).stdout);
+  assert.deepEqual(audit.ended, { capped: 1 });
+  assert.equal(audit.cutOff, 1);
+  assert.match(
+    (await cli(["show", "ends", "--home", home])).stdout,
+    /^Run ends: ended capped at .*: stopped at the cap\n/,
+  );
+});
+
+test("show finds a run by its record's run id, and never hangs on a FIFO", async (t) => {
+  const home = endings();
+  const dir = path.join(home, "agent-checkpoints");
+  fs.renameSync(path.join(dir, "cut.md"), path.join(dir, "renamed.md"));
+  const cut = await cli(["show", "cut", "--home", home]);
+  assert.equal(cut.code, 0, cut.stderr);
+  assert.match(cut.stdout, /^Run cut: cut off .*\n.*renamed\.md\n/);
+  if (process.platform === "win32") return t.skip("no FIFOs");
+  execFileSync("mkfifo", [path.join(dir, "pipe.md")]);
+  const pipe = await cli(["show", "pipe", "--home", home]);
+  assert.equal(pipe.code, 0, pipe.stderr);
+  assert.match(pipe.stdout, /not a regular file/);
+  const { files } = JSON.parse((await cli(["ls", "--home", home, "--json"])).stdout);
+  assert.equal(
+    files.find((f: { runId: string }) => f.runId === "pipe").state,
+    "not a regular file",
+  );
+});
+
+test("main hands run its arguments after --, --help included, and exits with its status", async (t) => {
+  if (process.platform === "win32") return t.skip("no sh");
+  const home = tempHome();
+  const { code, stderr } = await cli(["run", "--home", home, "--", "sh", "-c", "exit 4", "--help"]);
+  assert.equal(code, 4, stderr);
+  assert.equal((await cli(["run", "--help"])).code, 0);
+  const usage = await cli(["run", "--deadline", "soon", "--", "true"]);
+  assert.equal(usage.code, 2);
+  assert.match(
+    usage.stderr,
+    /^agent-checkpoint: --deadline .*"soon".*\(see agent-checkpoint (run )?--help\)\n$/,
   );
 });

@@ -5,7 +5,8 @@ import * as path from "node:path";
 import { createHash } from "node:crypto";
 import { discoverCaps, type DiscoveredCaps, type RunInit } from "../mod.ts";
 import { type SqliteDb, sqliteDriver } from "../sqlite.ts";
-import { tempHome, writeConfig } from "./_helpers.ts";
+import process from "node:process";
+import { fixture, runScript, tempHome, writeConfig } from "./_helpers.ts";
 
 const driver = sqliteDriver();
 const openDb = (file: string): SqliteDb => {
@@ -277,4 +278,162 @@ test("discoverCaps() applies floors, enabled_axes and the 1-turn rule, saying wh
   });
   assert.deepEqual(b.caps, { time: { value: 100, source: "host" } });
   assert.match(b.dropped[0]!, /turns is not in enabled_axes/);
+});
+
+test("discoverCaps() takes a bad description or bad options without throwing", async () => {
+  for (const init of [undefined, null, 7, "s", {}]) {
+    const found = await discoverCaps(init as never, { home: tempHome(), env: {} });
+    assert.equal(found.dialect, "chat", String(init));
+    assert.deepEqual(found.caps, {});
+  }
+  const found = await discoverCaps({ sessionId: "s" }, null as never);
+  assert.equal(found.runId, "s");
+});
+
+test("discoverCaps() makes a numeric task id a string, and names one it cannot use", async () => {
+  const home = tempHome();
+  const file = board(home, 700, "42");
+  const found = await discover({ sessionId: "s", taskId: 42 as unknown as string }, {
+    home,
+    env: { HERMES_KANBAN_DB: file },
+  });
+  assert.equal(found.dialect, "kanban");
+  assert.equal(found.runId, "42");
+  assert.equal(found.taskId, "42");
+  assert.deepEqual(found.caps.time, { value: 700, source: "kanban db" });
+  const bad = await discover({ sessionId: "s", taskId: { id: 1 } as unknown as string });
+  assert.equal(bad.dialect, "chat");
+  assert.equal(bad.runId, "s");
+  assert.match(bad.problems.join("\n"), /taskId \{"id":1\} is not a string; ignoring it/);
+  const numericSession = await discover({ sessionId: 7 as unknown as string });
+  assert.equal(numericSession.runId, "7");
+});
+
+test("discoverCaps() takes the run id from AGENT_CHECKPOINT_RUN_ID over the session id, never over a task id", async () => {
+  const env = { AGENT_CHECKPOINT_RUN_ID: "sup-1" };
+  assert.equal((await discover({ sessionId: "s" }, { env })).runId, "sup-1");
+  const kanban = await discover({ sessionId: "s", taskId: "t-9" }, { env });
+  assert.equal(kanban.runId, "t-9");
+  assert.equal(
+    (await discover({ sessionId: "s" }, { env: { AGENT_CHECKPOINT_RUN_ID: "" } })).runId,
+    "s",
+  );
+});
+
+test("discoverCaps() takes AGENT_CHECKPOINT_DEADLINE as a time cap from the supervisor", async () => {
+  const deadline = (seconds: number) => ({
+    AGENT_CHECKPOINT_DEADLINE: String(Date.now() + seconds * 1000),
+  });
+  const a = await discover({ sessionId: "s" }, { env: deadline(600) });
+  assert.equal(a.caps.time?.source, "supervisor");
+  assert.ok(a.caps.time!.value > 590 && a.caps.time!.value <= 600, String(a.caps.time!.value));
+  // It wins over the config sources when it comes first…
+  const b = await discover({ sessionId: "s" }, {
+    env: deadline(600),
+    overrides: { caps: { time_seconds: 3600 } },
+  });
+  assert.equal(b.caps.time?.source, "supervisor");
+  // …and over the host's cap when it comes first; a smaller cap wins over it.
+  const c = await discover({ sessionId: "s", caps: { timeSeconds: 3600 } }, { env: deadline(600) });
+  assert.equal(c.caps.time?.source, "supervisor");
+  const d = await discover({ sessionId: "s", caps: { timeSeconds: 60 } }, { env: deadline(600) });
+  assert.deepEqual(d.caps.time, { value: 60, source: "host" });
+  const e = await discover({ sessionId: "s", taskId: "t" }, {
+    env: { ...deadline(600), TERMINAL_TIMEOUT: "100" },
+  });
+  assert.deepEqual(e.caps.time, { value: 130, source: "TERMINAL_TIMEOUT" });
+});
+
+test("discoverCaps() names a bad or past AGENT_CHECKPOINT_DEADLINE", async () => {
+  const bad = await discover({ sessionId: "s" }, { env: { AGENT_CHECKPOINT_DEADLINE: "soon" } });
+  assert.equal(bad.caps.time, undefined);
+  assert.match(
+    bad.problems[0]!,
+    /AGENT_CHECKPOINT_DEADLINE="soon" is not a time in ms since the epoch/,
+  );
+  const past = await discover({ sessionId: "s" }, {
+    env: { AGENT_CHECKPOINT_DEADLINE: String(Date.now() - 5000) },
+  });
+  assert.equal(past.caps.time?.source, "supervisor");
+  assert.match(past.problems[0]!, /AGENT_CHECKPOINT_DEADLINE passed \d+s before the run started/);
+});
+
+test("discoverCaps() reads a WAL board nobody has open without creating -wal or -shm files", async () => {
+  const home = tempHome();
+  const file = board(home, 900);
+  assert.ok(!fs.existsSync(`${file}-wal`), "the board's writer closed it");
+  const before = hash(file);
+  const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+    home,
+    env: { HERMES_KANBAN_DB: file },
+  });
+  assert.deepEqual(found.caps.time, { value: 900, source: "kanban db" });
+  assert.deepEqual(fs.readdirSync(home).sort(), ["kanban.db"]);
+  assert.equal(hash(file), before);
+});
+
+test("discoverCaps() reads a WAL board in use from another process without changing its files", async () => {
+  const home = tempHome();
+  const file = board(home, 900);
+  const writer = openDb(file);
+  writer.run("UPDATE tasks SET max_runtime_seconds = 1000 WHERE id = 't-1'");
+  // better-sqlite3 (Node 20) cannot open SQLite URIs, so it reads a WAL board in
+  // use read-only, which may update the -shm read marks as any reader does.
+  const files = driver?.name === "node:sqlite"
+    ? [file, `${file}-wal`, `${file}-shm`]
+    : [file, `${file}-wal`];
+  const before = files.map(hash);
+  try {
+    const result = await runScript(fixture("config_probe"), ["read-board", home], {
+      timeoutMs: 60_000,
+    });
+    assert.equal(result.code, 0, result.stderr);
+    const found = JSON.parse(result.stdout.trim().split("\n").at(-1)!);
+    assert.deepEqual(found.time, { value: 1000, source: "kanban db" }, "the committed value");
+    assert.deepEqual(found.problems, []);
+    assert.deepEqual(files.map(hash), before);
+    assert.deepEqual(fs.readdirSync(home).sort(), ["kanban.db", "kanban.db-shm", "kanban.db-wal"]);
+  } finally {
+    writer.close();
+  }
+});
+
+test("discoverCaps() does not wait on a locked board: a problem line and the fallback", async () => {
+  const home = tempHome();
+  const file = path.join(home, "kanban.db");
+  const setup = openDb(file);
+  setup.exec("CREATE TABLE tasks (id TEXT PRIMARY KEY, max_runtime_seconds)");
+  setup.run("INSERT INTO tasks VALUES (?, ?)", "t-1", 900);
+  setup.close();
+  const writer = openDb(file);
+  writer.exec("BEGIN EXCLUSIVE");
+  writer.run("UPDATE tasks SET max_runtime_seconds = 5");
+  try {
+    const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+      home,
+      env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "60" },
+    });
+    assert.deepEqual(found.caps.time, { value: 90, source: "TERMINAL_TIMEOUT" });
+    assert.match(found.problems.join("\n"), /cannot read the kanban board .*locked/);
+  } finally {
+    writer.exec("ROLLBACK");
+    writer.close();
+  }
+  // Every connection the library opens gives up on a lock at once.
+  const db = openDb(file);
+  assert.equal(Object.values(db.get("PRAGMA busy_timeout")!)[0], 0);
+  db.close();
+});
+
+test("discoverCaps() does not hang on a board or state.db that is a FIFO", {
+  skip: process.platform === "win32" && "no FIFOs",
+}, async () => {
+  const result = await runScript(fixture("config_probe"), ["fifo-board", tempHome()], {
+    timeoutMs: 60_000,
+  });
+  assert.equal(result.code, 0, result.stderr);
+  const { time, problems } = JSON.parse(result.stdout.trim().split("\n").at(-1)!);
+  assert.deepEqual(time, { value: 90, source: "TERMINAL_TIMEOUT" });
+  assert.match(problems.join("\n"), /kanban\.db is not a regular file/);
+  assert.match(problems.join("\n"), /state\.db is not a regular file/);
 });

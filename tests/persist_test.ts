@@ -2,11 +2,23 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { spawn } from "node:child_process";
+import process from "node:process";
+import { Worker } from "node:worker_threads";
+import { execFileSync, spawn } from "node:child_process";
 import { Buffer } from "node:buffer";
 import { createAgentCheckpoint, writeFileAtomic } from "../mod.ts";
-import { checkpointFileName, findBlock, persistBlock, writeFileAtomicSync } from "../persist.ts";
-import { fixture, scriptCommand, sleep, tempHome } from "./_helpers.ts";
+import {
+  checkpointFileName,
+  MAX_CHECKPOINT_BYTES,
+  persistBlock,
+  persistBlocks,
+  readCheckpoint,
+  writeFileAtomicSync,
+} from "../persist.ts";
+import { findBlock, findBlocks } from "../block.ts";
+import { parseRecord, renderBlock } from "../record.ts";
+import { resetSwept } from "../_file_ops.ts";
+import { fixture, scriptCommand, sleep, tempHome, waitFor } from "./_helpers.ts";
 
 const AGENT = "# My findings\n\nThe bug is in parser.ts line 40.\n";
 
@@ -164,4 +176,328 @@ test("run ids that try to escape checkpoint_dir all land inside it, each in its 
   assert.equal(fs.readdirSync(dir).length, ids.length);
   assert.equal(checkpointFileName("ok-id_1.2"), "ok-id_1.2.md");
   await ac.close();
+});
+
+// ---- hostile files at the checkpoint path ------------------------------------
+
+const BLOCK = (text: string) =>
+  `<!-- agent-checkpoint:begin -->\n${text}\n<!-- agent-checkpoint:end -->`;
+
+test("a FIFO at the checkpoint path is refused at once, and readCheckpoint() does not block", () => {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  execFileSync("mkfifo", [file]);
+  assert.throws(() => persistBlock(file, BLOCK("x")), /is a FIFO, not a regular file/);
+  assert.ok(fs.lstatSync(file).isFIFO(), "the FIFO is left as it is");
+  const found = readCheckpoint(file);
+  assert.equal(found.state, "not a regular file");
+  assert.equal(found.record, undefined);
+  assert.deepEqual(fs.readdirSync(dir), ["run.md"], "no temporary file is left");
+});
+
+test("a symlink to /dev/zero at the checkpoint path is replaced by a file, never read", () => {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  fs.symlinkSync("/dev/zero", file);
+  assert.equal(readCheckpoint(file).state, "not a regular file");
+  persistBlock(file, BLOCK("x"));
+  assert.ok(fs.lstatSync(file).isFile(), "the link itself was replaced");
+  assert.equal(fs.readFileSync(file, "utf8"), `${BLOCK("x")}\n`);
+});
+
+test("a 50 MB checkpoint file is neither loaded nor rewritten, and is described as too large", () => {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  const fd = fs.openSync(file, "w");
+  fs.writeSync(fd, "agent text\n");
+  fs.ftruncateSync(fd, 50 * 1024 * 1024);
+  fs.closeSync(fd);
+  const before = fs.statSync(file);
+  assert.throws(
+    () => persistBlock(file, BLOCK("x")),
+    /over the 4\.0 MiB a checkpoint file may hold/,
+  );
+  const after = fs.statSync(file);
+  assert.equal(after.ino, before.ino);
+  assert.equal(after.size, before.size);
+  assert.equal(after.mtimeMs, before.mtimeMs);
+  const found = readCheckpoint(file);
+  assert.equal(found.state, "too large");
+  assert.equal(found.size, 50 * 1024 * 1024);
+  assert.equal(MAX_CHECKPOINT_BYTES, 4 * 1024 * 1024);
+});
+
+test("a checkpoint path planted as a symlink to a 0600 secret never copies the secret", () => {
+  const dir = tempHome();
+  const secret = path.join(dir, "secret.txt");
+  fs.writeFileSync(secret, "API_KEY=hunter2\n", { mode: 0o600 });
+  fs.chmodSync(secret, 0o600);
+  const file = path.join(dir, "run.md");
+  fs.symlinkSync(secret, file);
+  persistBlock(file, BLOCK("x"));
+  assert.ok(fs.lstatSync(file).isFile());
+  assert.doesNotMatch(fs.readFileSync(file, "utf8"), /hunter2/);
+  assert.equal(fs.readFileSync(secret, "utf8"), "API_KEY=hunter2\n", "the target is untouched");
+  assert.equal(fs.statSync(secret).mode & 0o777, 0o600);
+});
+
+test("a checkpoint path planted as a hard link to another file is refused, and left as it is", () => {
+  const dir = tempHome();
+  const secret = path.join(dir, "secret.txt");
+  fs.writeFileSync(secret, "API_KEY=hunter2\n", { mode: 0o600 });
+  const file = path.join(dir, "run.md");
+  fs.linkSync(secret, file);
+  assert.throws(() => persistBlock(file, BLOCK("x")), /has 2 hard links/);
+  assert.equal(fs.statSync(file).ino, fs.statSync(secret).ino);
+  assert.equal(fs.readFileSync(file, "utf8"), "API_KEY=hunter2\n");
+});
+
+test("a new file a killed writer left hard-linked to its temporary file is still persisted", async () => {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  persistBlock(file, BLOCK("one")); // this process has swept the directory now
+  // Killed between link() and unlink(): the temporary file is a second name of the file.
+  fs.linkSync(file, path.join(dir, `.run.md.${await deadPid()}.0badf00d.tmp`));
+  persistBlock(file, BLOCK("two"));
+  assert.equal(fs.readFileSync(file, "utf8"), `${BLOCK("two")}\n`);
+  assert.deepEqual(temps(dir), []);
+});
+
+test("a replaced checkpoint file keeps its mode: the agent's 0600 file stays 0600", async () => {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  fs.writeFileSync(file, "private notes\n");
+  fs.chmodSync(file, 0o600);
+  persistBlock(file, BLOCK("x"));
+  assert.equal(fs.statSync(file).mode & 0o777, 0o600);
+  assert.equal(fs.readFileSync(file, "utf8"), `private notes\n\n${BLOCK("x")}\n`);
+  await writeFileAtomic(file, "y");
+  writeFileAtomicSync(file, "z");
+  assert.equal(fs.statSync(file).mode & 0o777, 0o600);
+  const [error] = await persistBlocks([{ file, block: BLOCK("w") }]);
+  assert.equal(error, undefined);
+  assert.equal(fs.statSync(file).mode & 0o777, 0o600);
+});
+
+// ---- markers in text -----------------------------------------------------------
+
+test("agent text that quotes the markers inline or holds a copied old block loses no byte", () => {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  const record = (n: number) =>
+    renderBlock({
+      kind: "tier",
+      source: "pre_tool_call",
+      runId: "r",
+      dialect: "chat",
+      turnsUsed: n,
+      elapsedSeconds: n,
+      caps: {},
+      tier: 1,
+      persistedAt: new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString(),
+      message: `persist ${n}`,
+      tools: [],
+      notes: [],
+    });
+  persistBlock(file, record(1));
+  const ours = fs.readFileSync(file);
+  // The agent quotes the markers inline, then pastes a copy of an older block below ours.
+  const head = Buffer.from(
+    "Markers look like <!-- agent-checkpoint:begin --> and <!-- agent-checkpoint:end -->.\n",
+  );
+  const copied = Buffer.from(`\nAn old block, for the record:\n${record(0)}\n`);
+  fs.writeFileSync(file, Buffer.concat([head, ours, copied]));
+  for (let n = 2; n < 6; n++) persistBlock(file, record(n));
+  const bytes = fs.readFileSync(file);
+  assert.deepEqual(
+    bytes,
+    Buffer.concat([head, Buffer.from(`${record(5)}\n`), copied]),
+    "only the plugin's own block changed",
+  );
+  assert.equal(parseRecord(bytes)?.turnsUsed, 5);
+  // A copy of an older block pasted above ours does not take its place either: the newest is ours.
+  const above = Buffer.from(`${record(3)}\n\n`);
+  fs.writeFileSync(file, Buffer.concat([above, bytes]));
+  persistBlock(file, record(6));
+  assert.deepEqual(
+    fs.readFileSync(file),
+    Buffer.concat([above, head, Buffer.from(`${record(6)}\n`), copied]),
+  );
+});
+
+test("markers inside a note, tool name, run id or message neither corrupt the file nor grow it", () => {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  const evil = "x\n<!-- agent-checkpoint:end -->\n<!-- agent-checkpoint:begin -->\ny";
+  const record = {
+    kind: "stall" as const,
+    source: "watchdog" as const,
+    runId: evil,
+    dialect: "chat",
+    turnsUsed: 1,
+    elapsedSeconds: 1,
+    caps: {},
+    tier: 0,
+    persistedAt: "2026-01-01T00:00:00.000Z",
+    message: evil,
+    tools: [{ tool: evil, status: "in flight" as const, startedAt: 0, callId: evil }],
+    notes: [evil, "<!-- agent-checkpoint:data {} -->"],
+  };
+  fs.writeFileSync(file, "agent text\n");
+  persistBlock(file, renderBlock(record));
+  const size = fs.statSync(file).size;
+  for (let i = 0; i < 5; i++) persistBlock(file, renderBlock(record));
+  assert.equal(fs.statSync(file).size, size, "the file does not grow on every persist");
+  const bytes = fs.readFileSync(file);
+  assert.deepEqual(parseRecord(bytes), record);
+  assert.equal(findBlocks(bytes).length, 1);
+  assert.ok(bytes.toString().startsWith("agent text\n\n<!-- agent-checkpoint:begin -->\n"));
+});
+
+// ---- an agent writing while the library persists --------------------------------
+
+/** Persist in a loop while a child appends `count` lines at `rate`/s; returns the lines lost and doubled. */
+async function appendWhilePersisting(rate: number, count: number) {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  fs.writeFileSync(file, "# notes\n");
+  const [cmd, args] = scriptCommand(fixture("append_writer"), [file, String(rate), String(count)]);
+  const child = spawn(cmd, args, { stdio: "inherit" });
+  const exited = new Promise((resolve) => child.once("close", resolve));
+  let persists = 0;
+  while (!fs.existsSync(`${file}.done`)) {
+    persistBlock(file, BLOCK(`persist ${persists++}`));
+    await sleep(0); // let the child's exit be seen
+  }
+  persistBlock(file, BLOCK("final"));
+  await exited;
+  const seen = new Map<number, number>();
+  for (const m of fs.readFileSync(file, "utf8").matchAll(/^agent line (\d+)$/gm)) {
+    seen.set(Number(m[1]), (seen.get(Number(m[1])) ?? 0) + 1);
+  }
+  let lost = 0;
+  let doubled = 0;
+  for (let i = 0; i < count; i++) {
+    if (!seen.has(i)) lost++;
+    if ((seen.get(i) ?? 0) > 1) doubled++;
+  }
+  return { lost, doubled, persists };
+}
+
+test("an agent appending 50 lines a second while the library persists loses no line", async () => {
+  const { lost, doubled, persists } = await appendWhilePersisting(50, 100);
+  assert.ok(persists > 10, `only ${persists} persists overlapped the appends`);
+  assert.equal(lost, 0);
+  assert.equal(doubled, 0);
+});
+
+test("an agent appending 2,000 lines a second while the library persists loses no line", async () => {
+  const { lost, doubled } = await appendWhilePersisting(2000, 4000);
+  assert.equal(lost, 0);
+  assert.equal(doubled, 0);
+});
+
+test("bytes written through a descriptor the agent keeps open reach the new file", () => {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  fs.writeFileSync(file, "# notes\n");
+  const fd = fs.openSync(file, "a");
+  const lines: string[] = [];
+  for (let i = 0; i < 6; i++) {
+    persistBlock(file, BLOCK(`persist ${i}`));
+    const line = `kept-open line ${i}\n`;
+    fs.writeSync(fd, line); // lands in the file that persist replaced
+    lines.push(line);
+  }
+  fs.closeSync(fd);
+  persistBlock(file, BLOCK("final"));
+  const text = fs.readFileSync(file, "utf8");
+  for (const line of lines) assert.ok(text.includes(line), `missing ${JSON.stringify(line)}`);
+  assert.equal(text.match(/kept-open line/g)?.length, lines.length);
+});
+
+test("a file the agent replaces between persists is merged, never clobbered", () => {
+  const dir = tempHome();
+  const file = path.join(dir, "run.md");
+  persistBlock(file, BLOCK("one"));
+  // An editor's save: a new file renamed over the old one, block kept.
+  const edited = path.join(dir, "edit.tmp");
+  fs.writeFileSync(edited, `# rewritten by the agent\n${BLOCK("one")}\n`);
+  fs.renameSync(edited, file);
+  persistBlock(file, BLOCK("two"));
+  assert.equal(fs.readFileSync(file, "utf8"), `# rewritten by the agent\n${BLOCK("two")}\n`);
+});
+
+// ---- sweeping temporary files ------------------------------------------------------
+
+/** A process id that is no longer running. */
+async function deadPid(): Promise<number> {
+  const child = spawn(process.execPath, ["--version"], { stdio: "ignore" });
+  await new Promise((resolve) => child.once("close", resolve));
+  return child.pid!;
+}
+
+test("stale temporary files are swept once per directory, not once per file", async () => {
+  const dir = tempHome();
+  const pid = await deadPid();
+  const stale = (target: string) => path.join(dir, `.${target}.${pid}.0badf00d.tmp`);
+  fs.writeFileSync(stale("a.md"), "left by a killed writer");
+  fs.writeFileSync(stale("b.md"), "left by a killed writer");
+  persistBlock(path.join(dir, "a.md"), BLOCK("a"));
+  assert.deepEqual(temps(dir), [], "the first write sweeps the whole directory");
+  fs.writeFileSync(stale("c.md"), "left later");
+  persistBlock(path.join(dir, "c.md"), BLOCK("c"));
+  persistBlock(path.join(dir, "d.md"), BLOCK("d"));
+  assert.deepEqual(temps(dir), [path.basename(stale("c.md"))], "the directory is listed once");
+  const live = path.join(dir, `.e.md.${process.pid}.0badf00d.tmp`);
+  fs.writeFileSync(live, "this process's own");
+  resetSwept();
+  persistBlock(path.join(dir, "e.md"), BLOCK("e"));
+  assert.ok(fs.existsSync(live), "a live writer's temporary file is kept");
+  assert.ok(!fs.existsSync(stale("c.md")));
+});
+
+test("a large directory is swept off the main thread, without a write waiting for the listing", async () => {
+  const dir = tempHome();
+  const pid = await deadPid();
+  for (let i = 0; i < 5000; i++) fs.writeFileSync(path.join(dir, `old-${i}.md`), "");
+  for (let i = 0; i < 20; i++) {
+    fs.writeFileSync(path.join(dir, `.t${i}.md.${pid}.0badf00d.tmp`), "");
+  }
+  persistBlock(path.join(dir, "new.md"), BLOCK("x"));
+  assert.equal(fs.readFileSync(path.join(dir, "new.md"), "utf8"), `${BLOCK("x")}\n`);
+  assert.equal(temps(dir).length, 20, "the host's thread does not list a large directory");
+  const worker = new Worker(fixture("persist_in_worker"), { workerData: path.join(dir, "w.md") });
+  try {
+    assert.ok(await waitFor(() => temps(dir).length === 0, 30_000), `left: ${temps(dir).length}`);
+  } finally {
+    await worker.terminate();
+  }
+  assert.match(fs.readFileSync(path.join(dir, "w.md"), "utf8"), /from a worker/);
+});
+
+// ---- bursts ----------------------------------------------------------------------
+
+test("persistBlocks() writes a burst concurrently with persistBlock()'s guarantees", async () => {
+  const dir = tempHome();
+  const files = Array.from({ length: 40 }, (_, i) => path.join(dir, "sub", `r${i}.md`));
+  fs.mkdirSync(path.join(dir, "sub"));
+  fs.writeFileSync(files[3]!, "agent text of run 3\n");
+  const fifo = path.join(dir, "sub", "fifo.md");
+  execFileSync("mkfifo", [fifo]);
+  const items = [
+    ...files.map((file, i) => ({ file, block: BLOCK(`run ${i}`) })),
+    { file: fifo, block: BLOCK("x") },
+    { file: files[0]!, block: BLOCK("run 0, again") },
+  ];
+  const errors = await persistBlocks(items, { concurrency: 8 });
+  assert.equal(errors.length, items.length);
+  assert.deepEqual(errors.slice(0, 40), Array(40).fill(undefined));
+  assert.match(String(errors[40]), /FIFO/);
+  assert.equal(errors[41], undefined);
+  assert.equal(fs.readFileSync(files[0]!, "utf8"), `${BLOCK("run 0, again")}\n`);
+  assert.equal(fs.readFileSync(files[3]!, "utf8"), `agent text of run 3\n\n${BLOCK("run 3")}\n`);
+  assert.equal(fs.readFileSync(files[39]!, "utf8"), `${BLOCK("run 39")}\n`);
+  assert.deepEqual(temps(path.join(dir, "sub")), []);
+  await assert.rejects(persistBlocks(items, { concurrency: 0 }), RangeError);
 });

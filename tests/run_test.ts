@@ -3,7 +3,6 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { createAgentCheckpoint, type TaskComment } from "../mod.ts";
 import { parseRecord } from "../record.ts";
-import { MAX_RUNS } from "../shared.ts";
 import { captureLog, sleep, tempHome, writeConfig } from "./_helpers.ts";
 
 // The watchdog is off here so that tool boundaries alone decide; it has tests of its own.
@@ -215,25 +214,54 @@ test("a chat run posts no comment", async () => {
   await ac.close();
 });
 
-test("at most 512 runs are kept and the least recently active is evicted", async () => {
+test("the run table grows past 512 runs and evicts no one", async () => {
   const { ac, log } = make();
   const runs = Array.from(
-    { length: MAX_RUNS },
+    { length: 2000 },
     (_, i) => ac.startRun({ sessionId: `r${i}`, caps: { turns: 3 } }),
   );
-  runs.forEach((run, i) => i !== 7 && run.activity());
-  const newest = ac.startRun({ sessionId: "r512", caps: { turns: 3 } });
+  assert.deepEqual(log.records, []);
+  for (const run of [runs[0]!, runs[777]!, runs[1999]!]) {
+    run.preLlmCall();
+    assert.match(run.preLlmCall() ?? "", /^Final/);
+  }
+  await ac.close();
+});
+
+test("at the table's bound the least recently active idle run is evicted, never a busy one", async () => {
+  const { ac, log } = make({}, { maxRuns: 4 });
+  const busy = ac.startRun({ sessionId: "busy", caps: { turns: 3 } });
+  busy.preToolCall("stuck"); // a tool call in flight: never evicted
+  const pending = ac.startRun({ sessionId: "pending", caps: { timeSeconds: 3600 } }); // a crossing to come
+  const idle = ac.startRun({ sessionId: "idle" }); // capless: nothing to miss
+  const done = ac.startRun({ sessionId: "done", caps: { turns: 3 } });
+  done.preLlmCall();
+  done.preLlmCall(); // tier 2 persisted: nothing left to come
+  idle.activity(); // more recently active than done
+  const newest = ac.startRun({ sessionId: "newest", caps: { turns: 3 } });
   assert.deepEqual(log.records.map((r) => [r.runId, r.message]), [[
-    "r7",
-    "evicted: at most 512 runs are kept",
+    "done",
+    "evicted: the run table is at its bound of 4 runs",
   ]]);
-  // The evicted run's hooks are no-ops now; the others work.
-  runs[7]!.preLlmCall();
-  assert.equal(runs[7]!.preLlmCall(), undefined);
-  runs[8]!.preLlmCall();
-  assert.match(runs[8]!.preLlmCall() ?? "", /^Final/);
+  assert.equal(done.preLlmCall(), undefined, "the evicted run's hooks are no-ops");
+  for (const run of [busy, pending, idle, newest]) assert.equal(run.runId === "x", false);
   newest.preLlmCall();
   assert.match(newest.preLlmCall() ?? "", /^Final/);
+  await ac.close();
+});
+
+test("when every run is busy at the bound, a new run keeps its prologue and the host is told", async () => {
+  const { ac, log } = make({}, { maxRuns: 2 });
+  for (const id of ["a", "b"]) ac.startRun({ sessionId: id, caps: { turns: 3 } }).preToolCall("t");
+  const extra = ac.startRun({ sessionId: "extra", caps: { turns: 3 } });
+  assert.ok(
+    log.records.some((r) =>
+      r.runId === "extra" && r.level === "warn" && /run table is full/.test(r.message)
+    ),
+  );
+  extra.preLlmCall();
+  assert.match(extra.preLlmCall() ?? "", /^Final/);
+  assert.equal(parseRecord(fs.readFileSync(extra.checkpointFile))?.source, "pre_llm_call");
   await ac.close();
 });
 

@@ -150,3 +150,191 @@ test("settingsSchema rejects what loadSettings() rejects, for enums and ranges",
   assert.equal(props.tier2_time_fraction.maximum, 1);
   assert.equal(props.tier2_time_fraction.exclusiveMinimum, 0);
 });
+
+/**
+ * A tiny JSON Schema checker for the keywords `settingsSchema` uses: enough to
+ * run the schema against the values the checks reject.
+ */
+function schemaAccepts(schema: Record<string, unknown>, value: unknown): boolean {
+  const s = schema as {
+    type?: string | string[];
+    enum?: unknown[];
+    minimum?: number;
+    exclusiveMinimum?: number;
+    maximum?: number;
+    minLength?: number;
+    pattern?: string;
+    items?: Record<string, unknown>;
+    minItems?: number;
+    maxItems?: number;
+    uniqueItems?: boolean;
+    anyOf?: Record<string, unknown>[];
+    properties?: Record<string, Record<string, unknown>>;
+    additionalProperties?: boolean;
+  };
+  if (s.anyOf && !s.anyOf.some((sub) => schemaAccepts(sub, value))) return false;
+  if (s.enum && !s.enum.includes(value)) return false;
+  if (s.type !== undefined) {
+    const types = Array.isArray(s.type) ? s.type : [s.type];
+    const typeOf = (t: string) =>
+      t === "integer"
+        ? Number.isInteger(value)
+        : t === "number"
+        ? typeof value === "number"
+        : t === "null"
+        ? value === null
+        : t === "array"
+        ? Array.isArray(value)
+        : t === "object"
+        ? typeof value === "object" && value !== null && !Array.isArray(value)
+        : t === "string"
+        ? typeof value === "string"
+        : t === "boolean" && typeof value === "boolean";
+    if (!types.some(typeOf)) return false;
+  }
+  if (typeof value === "number") {
+    if (s.minimum !== undefined && !(value >= s.minimum)) return false;
+    if (s.exclusiveMinimum !== undefined && !(value > s.exclusiveMinimum)) return false;
+    if (s.maximum !== undefined && !(value <= s.maximum)) return false;
+  }
+  if (typeof value === "string") {
+    if (s.minLength !== undefined && value.length < s.minLength) return false;
+    if (s.pattern !== undefined && !new RegExp(s.pattern, "u").test(value)) return false;
+  }
+  if (Array.isArray(value)) {
+    if (s.minItems !== undefined && value.length < s.minItems) return false;
+    if (s.maxItems !== undefined && value.length > s.maxItems) return false;
+    if (s.uniqueItems && new Set(value.map((v) => JSON.stringify(v))).size !== value.length) {
+      return false;
+    }
+    if (s.items && !value.every((v) => schemaAccepts(s.items!, v))) return false;
+  }
+  if (s.properties && typeof value === "object" && value !== null && !Array.isArray(value)) {
+    for (const [k, v] of Object.entries(value)) {
+      const sub = Object.hasOwn(s.properties, k) ? s.properties[k] : undefined;
+      if (sub === undefined ? s.additionalProperties === false : !schemaAccepts(sub, v)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+/** Per key: values the checks must accept, then values they must reject (all JSON values). */
+const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
+  enabled: [[true, false], [1, 0, "true", [], {}]],
+  mode: [["snapshot", "notify", "log-only"], ["loud", 3, true, ""]],
+  tier_fractions: [[[0.5], [0.3, 0.7], [1]], [[], [0], [1.5], [0.2, 0.5, 0.9], ["0.5"], 0.5, [
+    true,
+  ]]],
+  tier2_time_fraction: [[0.8, 1, 0.001], [0, -0.1, 1.01, true, "0.8"]],
+  tier2_turn_fraction: [[0.9], [0, 2, false, "x"]],
+  min_budget_floor_turns: [[0, 5, 2.0], [-1, 2.5, true, "3"]],
+  min_budget_floor_seconds: [[0, 0.5, 100], [-1, true, "10"]],
+  enabled_axes: [[["time"], ["turns", "time"], []], [["tokens"], ["time", "time"], "time", [1]]],
+  checkpoint_dir: [["/tmp/cp", "~/cp"], ["", "   ", 3, true]],
+  allow_tiny_tier1: [[true], ["yes", 1]],
+  caps: [[{ turns: 3 }, { time_seconds: 0.5 }, { time_seconds: "850" }, { turns: "40" }], [
+    { turns: 2.5 },
+    { turns: true },
+    { turns: 0 },
+    { turns: "2.5" },
+    { time_seconds: -1 },
+    { time_seconds: "soon" },
+    { time_seconds: "0" },
+    { time_seconds: "1e-400" },
+    { time_seconds: false },
+  ]],
+  tier1_template: [["Checkpoint: {budget}"], ["", " \n ", 1]],
+  tier2_template: [["Final: {budget}"], ["", false]],
+  mid_run_persist: [[false], ["false"]],
+  watchdog: [[true], [0]],
+  watchdog_poll_seconds: [[0.001, 10, -5], [true, "10"]],
+  uncapped_interval_seconds: [[0, 60], [-1, "60", true]],
+  stall_window_seconds: [[0, 600], [-0.5, "soon"]],
+  resume: [[true, false], ["no", 0]],
+  resume_template: [["Resume from {checkpoint_file}"], ["", 7]],
+  deadline_grace_seconds: [[0, 2.5], [-1, true, "5"]],
+  workspace_snapshots: [[true], [1]],
+  max_file_size_mb: [[0.5, 10], [0, -1, true, "10"]],
+  max_total_size_mb: [[500], [0, false]],
+  max_snapshots: [[1, 20], [0, 1.5, -3, true, "20"]],
+};
+
+test("settingsSchema and the checks agree on every key's valid and invalid values", () => {
+  const props = settingsSchema.properties as unknown as Record<string, Record<string, unknown>>;
+  assert.deepEqual(Object.keys(SAMPLES).sort(), Object.keys(props).sort(), "a sample per key");
+  for (const [key, [valid, invalid]] of Object.entries(SAMPLES)) {
+    for (const value of valid) {
+      const { warnings, sources } = loadSettings({
+        home: "/nonexistent",
+        env: {},
+        overrides: { [key]: value },
+      });
+      assert.deepEqual(warnings, [], `${key} = ${JSON.stringify(value)}`);
+      assert.ok(
+        Object.entries(sources).some(([k, s]) => k.split(".")[0] === key && s === "override"),
+        `${key} = ${JSON.stringify(value)} is taken`,
+      );
+      assert.ok(
+        schemaAccepts(props[key]!, value),
+        `the schema accepts ${key} = ${JSON.stringify(value)}`,
+      );
+    }
+    for (const value of invalid) {
+      const { warnings } = loadSettings({
+        home: "/nonexistent",
+        env: {},
+        overrides: { [key]: value },
+      });
+      assert.equal(warnings.length, 1, `${key} = ${JSON.stringify(value)}: ${warnings.join("\n")}`);
+      assert.match(warnings[0]!, new RegExp(`^setting ${key}(\\.\\w+)? = .* is invalid`));
+      assert.ok(
+        !schemaAccepts(props[key]!, value),
+        `the schema rejects ${key} = ${JSON.stringify(value)}`,
+      );
+    }
+  }
+  // Settings as a whole: unknown keys are rejected by both.
+  assert.ok(!schemaAccepts(settingsSchema as unknown as Record<string, unknown>, { modee: 1 }));
+  assert.ok(
+    schemaAccepts(settingsSchema as unknown as Record<string, unknown>, { mode: "notify" }),
+  );
+});
+
+test("the new settings have their defaults: resume, deadlines and workspace snapshots", () => {
+  const { settings } = load(undefined);
+  assert.equal(settings.resume, true);
+  assert.match(settings.resume_template, /\{checkpoint_file\}/);
+  assert.match(settings.resume_template, /\{previous\}/);
+  assert.match(settings.resume_template, /\{attempt\}/);
+  assert.match(settings.resume_template, /read it first, continue from the next step it names/);
+  assert.equal(settings.deadline_grace_seconds, 0);
+  assert.equal(settings.workspace_snapshots, false);
+  assert.equal(settings.max_file_size_mb, 10);
+  assert.equal(settings.max_total_size_mb, 500);
+  assert.equal(settings.max_snapshots, 20);
+});
+
+test("warnings print NaN, Infinity, -0 and bigints as themselves, not as null", () => {
+  const { warnings } = load(
+    "agent_checkpoint: { stall_window_seconds: .nan, tier2_time_fraction: .inf, tier_fractions: [-.inf] }",
+    { min_budget_floor_turns: 10n, uncapped_interval_seconds: -Infinity },
+  );
+  const text = warnings.join("\n");
+  assert.match(text, /stall_window_seconds = NaN /);
+  assert.match(text, /tier2_time_fraction = Infinity /);
+  assert.match(text, /tier_fractions = \[-Infinity\] /);
+  assert.match(text, /min_budget_floor_turns = 10n /);
+  assert.match(text, /uncapped_interval_seconds = -Infinity /);
+  assert.doesNotMatch(text, /null/);
+});
+
+test("a warning shows at most a bounded part of a huge value", () => {
+  const { warnings } = load(undefined, {
+    mode: "x".repeat(1_000_000),
+    tier_fractions: Array(1e5).fill(2),
+  });
+  assert.equal(warnings.length, 2);
+  for (const w of warnings) assert.ok(w.length < 600, `${w.length} characters`);
+});

@@ -32,7 +32,8 @@ const both = { turnsUsed: 0, turnsCap: 10, elapsedSeconds: 1800, timeCapSeconds:
 test("renderTemplate() writes the budget clause for both axes", () => {
   assert.equal(
     renderTemplate("{budget}", { ...both, elapsedSeconds: 1800.5 }),
-    "you have used 0 of 10 turns (10 left) and 30m00s of 1h00m (29m59s left)",
+    // The time used is floored and the rest rounded up: they add up to the cap.
+    "you have used 0 of 10 turns (10 left) and 30m00s of 1h00m (30m00s left)",
   );
 });
 
@@ -197,4 +198,88 @@ test("renderTemplate() never outputs undefined, NaN or a placeholder of an absen
       }
     }
   }
+});
+
+/** Seconds in a duration as formatDuration() writes it. */
+function seconds(text: string): number {
+  const m = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(text);
+  assert.ok(m, text);
+  return Number(m[1] ?? 0) * 3600 + Number(m[2] ?? 0) * 60 + Number(m[3] ?? 0);
+}
+
+test("renderTemplate() floors the time used and rounds the time left up", () => {
+  assert.equal(
+    renderTemplate("{budget}", { elapsedSeconds: 16.2, timeCapSeconds: 20 }),
+    "you have used 16s of 20s (4s left)",
+  );
+  assert.equal(
+    renderTemplate("{time_used} {time_left}", { elapsedSeconds: 19.01, timeCapSeconds: 20 }),
+    "19s 1s",
+  );
+  // 0s left only at or past the cap.
+  for (const [elapsed, left] of [[19.999, "1s"], [20, "0s"], [20.5, "0s"], [400, "0s"]] as const) {
+    assert.equal(
+      renderTemplate("{time_left}", { elapsedSeconds: elapsed, timeCapSeconds: 20 }),
+      left,
+      String(elapsed),
+    );
+  }
+  // In the hours form the time left is rounded up to the minute.
+  assert.equal(
+    renderTemplate("{time_left}", { elapsedSeconds: 30, timeCapSeconds: 7200 }),
+    "2h00m",
+  );
+  assert.equal(
+    renderTemplate("{time_left}", { elapsedSeconds: 3599.5, timeCapSeconds: 7200 }),
+    "1h01m",
+  );
+});
+
+test("the time used and the time left add up to the cap as printed", () => {
+  const random = rng(7);
+  for (const cap of [1, 7, 20, 59, 60, 61, 90, 930, 1800, 3599]) {
+    for (let i = 0; i < 400; i++) {
+      const elapsed = random() * cap * 1.1;
+      const values = { elapsedSeconds: elapsed, timeCapSeconds: cap };
+      const [used, total, left] = renderTemplate("{time_used} {time_cap} {time_left}", values)
+        .split(" ") as [string, string, string];
+      const context = `elapsed ${elapsed} of ${cap}`;
+      assert.equal(seconds(total), cap, context);
+      if (elapsed < cap) {
+        assert.equal(seconds(used) + seconds(left), cap, context);
+        assert.notEqual(left, "0s", context);
+      } else assert.equal(left, "0s", context);
+    }
+  }
+});
+
+test("{previous} and {attempt} fill a resume text, and their clauses go when absent", () => {
+  const template =
+    "Resuming (attempt {attempt}): the earlier attempt {previous}. Read {checkpoint_file} first, and continue.";
+  assert.equal(
+    renderTemplate(template, {
+      attempt: 3,
+      previous: "stopped at tier 2\nafter 40 turns",
+      checkpointFile: "/cp/t.md",
+    }),
+    "Resuming (attempt 3): the earlier attempt stopped at tier 2 after 40 turns. Read /cp/t.md first, and continue.",
+  );
+  assert.equal(
+    renderTemplate(template, { checkpointFile: "/cp/t.md" }),
+    "Read /cp/t.md first, and continue.",
+  );
+  for (const attempt of [NaN, 0, -1, Infinity]) {
+    const out = renderTemplate("Attempt {attempt}. Go.", { attempt });
+    assert.equal(out, "Go.", String(attempt));
+  }
+  assert.equal(renderTemplate("{previous}; go", { previous: "  " }), "go");
+  // Budget and resume placeholders together.
+  assert.equal(
+    renderTemplate("attempt {attempt}, {budget}", {
+      attempt: 2,
+      turnsUsed: 1,
+      turnsCap: 10,
+    }),
+    "attempt 2, you have used 1 of 10 turns (9 left)",
+  );
 });

@@ -5,11 +5,13 @@
  *
  * @module
  */
-import type { Env } from "./discover.ts";
+import type { Env } from "./config.ts";
+import type { CheckpointEvent } from "./writer.ts";
+import type { RunTableBuffers } from "./_run_table.ts";
 
 /** What the worker starts with. */
 export interface WatchdogData {
-  buffer: SharedArrayBuffer;
+  buffers: RunTableBuffers;
   home: string;
   env: Env;
   overrides: Record<string, unknown> | undefined;
@@ -32,4 +34,5 @@ export interface WatchdogStats {
 export type FromWorker =
   | { type: "log"; level: "info" | "warn" | "error"; message: string; runId?: string }
   | { type: "comment"; comment: { taskId: string; body: string } }
+  | { type: "written"; event: CheckpointEvent }
   | { type: "stats"; stats: WatchdogStats };

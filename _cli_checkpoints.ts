@@ -1,0 +1,465 @@
+/**
+ * `agent-checkpoint ls`, `show RUN` and `audit`: reading the checkpoint
+ * directory back, telling runs that ended from runs that were cut off.
+ *
+ * @module
+ */
+import * as fs from "node:fs";
+import * as path from "node:path";
+import {
+  ago,
+  checkpointDir,
+  type CliIo,
+  type Command,
+  homeOption,
+  NAME,
+  type Paint,
+  paint,
+  parseArgs,
+  parseDuration,
+  size,
+  table,
+  UsageError,
+  writeJson,
+} from "./_cli.ts";
+import { type CheckpointFile, listCheckpoints } from "./inspect.ts";
+
+export type { CheckpointFile };
+import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "./persist.ts";
+import { errorText } from "./log.ts";
+
+/** How a run ended (the record's `end.status`). */
+export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
+const END_STATUSES: readonly string[] = ["done", "capped", "failed", "aborted", "deadline"];
+
+/** What a record says about the run's end and attempt, read defensively. */
+export interface RunState {
+  /** `ended` when the record has an end, `cut off` when it has none, undefined without a record. */
+  state?: "ended" | "cut off";
+  /** The end's status, when it ended. */
+  status?: EndStatus;
+  /** When it ended (ISO), when it did. */
+  endedAt?: string;
+  /** The summary given to `end()`, when any. */
+  summary?: string;
+  /** The attempt number, when the record names one. */
+  attempt?: number;
+}
+
+/**
+ * Whether a file's run ended (and how) or was cut off, and its attempt.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { runState } from "./_cli_checkpoints.ts";
+ *
+ * const record = { kind: "end", end: { status: "capped", at: "2026-01-01T00:00:00Z" }, attempt: 2 };
+ * assert.deepEqual(runState({ record } as never), {
+ *   state: "ended",
+ *   status: "capped",
+ *   endedAt: "2026-01-01T00:00:00Z",
+ *   attempt: 2,
+ * });
+ * assert.deepEqual(runState({ record: { kind: "tier" } } as never), { state: "cut off" });
+ * assert.deepEqual(runState({} as never), {});
+ * ```
+ */
+export function runState(file: Pick<CheckpointFile, "record">): RunState {
+  const record = file.record as
+    | (CheckpointFile["record"] & { end?: unknown; attempt?: unknown })
+    | undefined;
+  if (!record) return {};
+  const out: RunState = {};
+  const end = record.end as { status?: unknown; at?: unknown; summary?: unknown } | undefined;
+  if (end && typeof end === "object") {
+    out.state = "ended";
+    out.status = typeof end.status === "string" && END_STATUSES.includes(end.status)
+      ? end.status as EndStatus
+      : "done";
+    if (typeof end.at === "string") out.endedAt = end.at;
+    if (typeof end.summary === "string" && end.summary !== "") out.summary = end.summary;
+  } else out.state = "cut off";
+  if (typeof record.attempt === "number" && Number.isInteger(record.attempt)) {
+    out.attempt = record.attempt;
+  }
+  return out;
+}
+
+/**
+ * The KIND cell: the last checkpoint's kind for a run cut off, `ended STATUS`
+ * for a run that ended, the file's state without a record; `, attempt N` for
+ * a later attempt.
+ */
+function kindText(f: CheckpointFile): string {
+  const r = f.record;
+  if (!r) return f.state;
+  const s = runState(f);
+  const kind = r.kind as string;
+  const text = s.state === "ended"
+    ? `ended ${s.status}`
+    : kind === "tier"
+    ? `tier ${r.tier}`
+    : kind === "uncapped"
+    ? `uncapped #${r.multiple ?? "?"}`
+    : typeof kind === "string"
+    ? kind
+    : "?";
+  return s.attempt !== undefined && s.attempt > 1 ? `${text}, attempt ${s.attempt}` : text;
+}
+
+/**
+ * A file as `ls --json` and `show --json` give it: inspect's description, with
+ * `run` ("ended", "cut off", or null without a record), `ended` (the end's
+ * status) and `attempt` (1 for a fresh run, null without a record).
+ */
+function described(f: CheckpointFile) {
+  const s = runState(f);
+  return {
+    ...f,
+    run: s.state ?? null,
+    ...(s.status ? { ended: s.status } : {}),
+    attempt: s.attempt ?? (f.record ? 1 : null),
+  };
+}
+
+const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
+function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): string {
+  if (files.length === 0) return `No checkpoint files in ${dir}.\n`;
+  const yes = (b: boolean) => (b ? "yes" : "-");
+  const rows = files.map((f) => [
+    f.runId,
+    f.record ? ago(io.now() - f.at) : "-",
+    kindText(f),
+    (f.record?.source as string | undefined) ?? "-",
+    yes(f.agentText),
+    f.incomplete ? "INCOMPLETE" : "-",
+    size(f.size) + (f.utf8 ? "" : "  (not UTF-8)"),
+  ]);
+  const withRecord = files.filter((f) => f.record);
+  const ended = withRecord.filter((f) => runState(f).state === "ended").length;
+  const cutOff = withRecord.filter((f) => runState(f).state === "cut off");
+  const lines = [
+    table([
+      ["RUN", "PERSISTED", "KIND", "SOURCE", "AGENT TEXT", "MARKED", "SIZE"],
+      ...rows,
+    ], p.bold),
+    "",
+  ];
+  if (withRecord.length > 0) {
+    lines.push(
+      `${plural(ended, "run")} ended, ${plural(cutOff.length, "run")} cut off${
+        cutOff.length > 0 ? ` (no end recorded: ${cutOff.map((f) => f.runId).join(", ")})` : ""
+      }`,
+    );
+  }
+  lines.push(
+    `${files.length} checkpoint file${
+      files.length === 1 ? "" : "s"
+    } in ${dir}: ${withRecord.length} with a record, ${
+      files.filter((f) => f.agentText).length
+    } with the agent's own text, ${files.filter((f) => f.incomplete).length} marked INCOMPLETE`,
+  );
+  return lines.join("\n") + "\n";
+}
+
+const LS_HELP = `Usage: ${NAME} ls [--home DIR] [--json]
+
+Lists the checkpoint files, newest first: run id, when last persisted, kind,
+tier and source, whether the agent wrote its own text there, whether it is
+marked INCOMPLETE, and size. Files without a readable record are listed too.
+
+KIND tells a run that ended ("ended done", "ended capped", "ended failed",
+"ended aborted", "ended deadline") from a run that was cut off: a run that
+never recorded its end shows its last checkpoint's kind ("tier 2", "stall",
+"deadline" …) and is named in the "cut off" line. A later attempt of a
+resumed run adds ", attempt N".
+
+  --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
+  --json       one JSON object: { dir, files } (each file with run: "ended" |
+               "cut off" | null, ended: its end status, and attempt)`;
+
+/**
+ * `agent-checkpoint ls`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { lsCommand } from "./_cli_checkpoints.ts";
+ * import { memoryIo } from "./_cli.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
+ * const m = memoryIo();
+ * assert.equal(await lsCommand.run(["--home", home], m.io), 0);
+ * assert.match(m.stdout(), /^No checkpoint files in /);
+ * ```
+ */
+export const lsCommand: Command = {
+  name: "ls",
+  summary: "list the checkpoint files, newest first: ended or cut off",
+  help: LS_HELP,
+  run(args: string[], io: CliIo): Promise<number> {
+    const parsed = parseArgs(args, { command: "ls", switches: ["--json"] });
+    const dir = checkpointDir(homeOption(parsed, io), io.env);
+    const files = listCheckpoints(dir);
+    if (parsed.switches.has("--json")) writeJson(io, { dir, files: files.map(described) });
+    else io.stdout(lsText(files, dir, io, paint(io)));
+    return Promise.resolve(0);
+  },
+};
+
+const SHOW_HELP = `Usage: ${NAME} show RUN [--home DIR] [--json]
+
+Prints the checkpoint file of run RUN (a kanban task id, a session id, or the
+file's name), headed by whether the run ended (and how) or was cut off.
+
+  --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
+  --json       the file's description as JSON instead of its text`;
+
+/**
+ * The file of run `runId` in `dir`: its own file name first (`RUN.md`, or
+ * `RUN` as a file name), without listing the directory; else the file whose
+ * record names that run.
+ */
+function findRun(dir: string, runId: string): CheckpointFile | undefined {
+  const names = [checkpointFileName(runId)];
+  if (runId.endsWith(".md") && !names.includes(runId)) names.push(runId);
+  for (const name of names) {
+    const file = path.join(dir, name);
+    if (path.dirname(file) !== dir) continue;
+    let exists = false;
+    try {
+      fs.lstatSync(file);
+      exists = true;
+    } catch {
+      // Not there.
+    }
+    if (exists) return readCheckpoint(file);
+  }
+  return listCheckpoints(dir).find((f) => f.runId === runId);
+}
+
+/** The line heading `show`: how the run ended, or that it was cut off. */
+function stateLine(f: CheckpointFile): string | undefined {
+  const s = runState(f);
+  if (!s.state) return undefined;
+  const attempt = s.attempt !== undefined && s.attempt > 1 ? `, attempt ${s.attempt}` : "";
+  if (s.state === "cut off") {
+    return `Run ${f.runId}${attempt}: cut off (its run never recorded an end)`;
+  }
+  return `Run ${f.runId}${attempt}: ended ${s.status}${s.endedAt ? ` at ${s.endedAt}` : ""}${
+    s.summary ? `: ${s.summary.replace(/\s*\n\s*/g, " ")}` : ""
+  }`;
+}
+
+/**
+ * `agent-checkpoint show RUN`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { showCommand } from "./_cli_checkpoints.ts";
+ * import { memoryIo, UsageError } from "./_cli.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
+ * fs.mkdirSync(path.join(home, "agent-checkpoints"));
+ * fs.writeFileSync(path.join(home, "agent-checkpoints", "r1.md"), "my notes\n");
+ * const m = memoryIo();
+ * assert.equal(await showCommand.run(["r1", "--home", home], m.io), 0);
+ * assert.match(m.stdout(), /my notes\n$/);
+ * await assert.rejects(showCommand.run(["r2", "--home", home], m.io), UsageError);
+ * ```
+ */
+export const showCommand: Command = {
+  name: "show",
+  summary: "print one run's checkpoint file",
+  help: SHOW_HELP,
+  run(args: string[], io: CliIo): Promise<number> {
+    const parsed = parseArgs(args, { command: "show", switches: ["--json"], positional: ["RUN"] });
+    const dir = checkpointDir(homeOption(parsed, io), io.env);
+    const runId = parsed.positional[0] as string;
+    const found = findRun(dir, runId);
+    if (!found) {
+      return Promise.reject(
+        new UsageError(`no checkpoint file for run "${runId}" in ${dir}`, "ls"),
+      );
+    }
+    if (parsed.switches.has("--json")) {
+      writeJson(io, described(found));
+      return Promise.resolve(0);
+    }
+    const p = paint(io);
+    let text = "";
+    try {
+      text = new TextDecoder().decode(readCheckpointBytes(found.file));
+    } catch (error) {
+      text = `(cannot read: ${errorText(error)})`;
+    }
+    const at = found.at ? ago(io.now() - found.at) : "never";
+    const state = stateLine(found);
+    io.stdout(
+      `${state ? `${p.bold(state)}\n` : ""}${p.bold(found.file)}\n${
+        p.dim(
+          `${kindText(found)}, persisted ${at}, ${size(found.size)}${
+            found.utf8 ? "" : ", not valid UTF-8 (shown with replacement characters)"
+          }`,
+        )
+      }\n\n${text}${text.endsWith("\n") ? "" : "\n"}`,
+    );
+    return Promise.resolve(0);
+  },
+};
+
+/** What `audit` counts. */
+export interface AuditSummary {
+  /** Checkpoint files. */
+  files: number;
+  /** Files with a readable record (one per run). */
+  withRecord: number;
+  /** Runs that recorded their end, by status. */
+  ended: Record<string, number>;
+  /** Runs with a record but no end: cut off. */
+  cutOff: number;
+  /** Records by kind. */
+  byKind: Record<string, number>;
+  /** Records by source. */
+  bySource: Record<string, number>;
+  /** Tier records by tier. */
+  byTier: Record<string, number>;
+  /** Runs on a later attempt (resumed), by attempt number. */
+  byAttempt: Record<string, number>;
+  /** Files with the agent's own text. */
+  agentText: number;
+  /** Files marked INCOMPLETE. */
+  incomplete: number;
+  /** Files without a record, by state. */
+  withoutRecord: Record<string, number>;
+}
+
+/**
+ * Counts over checkpoint files, as `audit` shows them.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { auditSummary } from "./_cli_checkpoints.ts";
+ *
+ * const a = auditSummary([
+ *   { record: { kind: "end", source: "host", tier: 0, end: { status: "done" } } },
+ *   { record: { kind: "tier", source: "watchdog", tier: 1 } },
+ * ] as never);
+ * assert.deepEqual(a.ended, { done: 1 });
+ * assert.equal(a.cutOff, 1);
+ * ```
+ */
+export function auditSummary(files: CheckpointFile[]): AuditSummary {
+  const count = (keys: string[]) => {
+    const out: Record<string, number> = {};
+    for (const k of keys) out[k] = (out[k] ?? 0) + 1;
+    return out;
+  };
+  const records = files.filter((f) => f.record);
+  const states = records.map(runState);
+  return {
+    files: files.length,
+    withRecord: records.length,
+    ended: count(states.filter((s) => s.state === "ended").map((s) => s.status as string)),
+    cutOff: states.filter((s) => s.state === "cut off").length,
+    byKind: count(records.map((f) => String(f.record!.kind))),
+    bySource: count(records.map((f) => String(f.record!.source))),
+    byTier: count(
+      records.filter((f) => f.record!.kind === "tier").map((f) => String(f.record!.tier)),
+    ),
+    byAttempt: count(
+      states.filter((s) => s.attempt !== undefined && s.attempt > 1).map((s) => String(s.attempt)),
+    ),
+    agentText: files.filter((f) => f.agentText).length,
+    incomplete: files.filter((f) => f.incomplete).length,
+    withoutRecord: count(files.filter((f) => !f.record).map((f) => f.state)),
+  };
+}
+
+function auditText(a: AuditSummary, dir: string, since: string | undefined): string {
+  const list = (o: Record<string, number>, label = (k: string) => k) =>
+    Object.keys(o).length === 0 ? "-" : Object.entries(o).sort((x, y) => y[1] - x[1]).map((
+      [k, n],
+    ) => `${label(k)}: ${n}`).join(" · ");
+  const endedTotal = Object.values(a.ended).reduce((x, y) => x + y, 0);
+  return table([
+    ["checkpoints", `${dir}${since ? ` (persisted in the last ${since})` : ""}`],
+    ["runs with a record", String(a.withRecord)],
+    ["  ended", endedTotal === 0 ? "0" : `${endedTotal}  (${list(a.ended)})`],
+    ["  cut off", String(a.cutOff)],
+    ["  by kind", list(a.byKind)],
+    ["  by source", list(a.bySource)],
+    ["  by tier", list(a.byTier, (k) => `tier ${k}`)],
+    ["  resumed", list(a.byAttempt, (k) => `attempt ${k}`)],
+    ["agent's own text", `${a.agentText} of ${a.files}`],
+    ["marked INCOMPLETE", String(a.incomplete)],
+    ["files without a record", list(a.withoutRecord)],
+  ]) + "\n";
+}
+
+const AUDIT_HELP = `Usage: ${NAME} audit [--since DURATION] [--home DIR] [--json]
+
+Summarizes the checkpoint directory: runs with a record, how many ended (by
+status: done, capped, failed, aborted, deadline) and how many were cut off
+(no end recorded); by kind, source and tier; resumed runs by attempt; how
+many hold the agent's own text; how many are marked INCOMPLETE.
+
+  --since DURATION   only checkpoints persisted in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --home DIR         the profile directory (default $HERMES_HOME, else ~/.hermes)
+  --json             one JSON object instead of text`;
+
+/**
+ * `agent-checkpoint audit`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { auditCommand } from "./_cli_checkpoints.ts";
+ * import { memoryIo } from "./_cli.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
+ * const m = memoryIo();
+ * assert.equal(await auditCommand.run(["--home", home, "--json"], m.io), 0);
+ * assert.equal(JSON.parse(m.stdout()).cutOff, 0);
+ * ```
+ */
+export const auditCommand: Command = {
+  name: "audit",
+  summary: "summarize the checkpoint directory: ended, cut off, kinds, sources, tiers",
+  help: AUDIT_HELP,
+  run(args: string[], io: CliIo): Promise<number> {
+    const parsed = parseArgs(args, { command: "audit", values: ["--since"], switches: ["--json"] });
+    const dir = checkpointDir(homeOption(parsed, io), io.env);
+    let files = listCheckpoints(dir);
+    const since = parsed.values["--since"];
+    if (since !== undefined) {
+      const seconds = parseDuration(since);
+      if (seconds === undefined) {
+        return Promise.reject(
+          new UsageError(
+            `--since takes a duration such as 30m, 12h or 7d, not "${since}"`,
+            "audit --help",
+          ),
+        );
+      }
+      files = files.filter((f) => io.now() - f.at <= seconds * 1000);
+    }
+    const summary = auditSummary(files);
+    if (parsed.switches.has("--json")) writeJson(io, { dir, since: since ?? null, ...summary });
+    else io.stdout(auditText(summary, dir, since));
+    return Promise.resolve(0);
+  },
+};

@@ -1,0 +1,372 @@
+/**
+ * File-system steps as values, run by a synchronous or an asynchronous
+ * driver, so that one algorithm (an atomic write, a persist) serves both the
+ * hooks, which must be durable before they return, and the watchdog's
+ * concurrent bursts. Private.
+ *
+ * @module
+ */
+import * as fs from "node:fs";
+import * as path from "node:path";
+import process from "node:process";
+import { isMainThread } from "node:worker_threads";
+
+/** One file-system step. Errors come back into the algorithm as thrown errors. */
+export type Op =
+  | { op: "lstat"; path: string }
+  | { op: "open"; path: string; flags: number; mode?: number }
+  | { op: "fstat"; fd: number }
+  | { op: "read"; fd: number; length: number; position: number }
+  | { op: "write"; fd: number; data: Uint8Array; position: number | null }
+  | { op: "fsync"; fd: number }
+  | { op: "fchmod"; fd: number; mode: number }
+  | { op: "close"; fd: number }
+  | { op: "rename"; from: string; to: string }
+  | { op: "link"; from: string; to: string }
+  | { op: "unlink"; path: string }
+  | { op: "syncDir"; dir: string }
+  | { op: "sweep"; dir: string }
+  | { op: "sweepNow"; dir: string };
+
+/** A step sequence: yields steps, is resumed with each step's result. */
+export type Steps<T> = Generator<Op, T, unknown>;
+
+const C = fs.constants;
+/** Open flags: read without following a link and without blocking on a FIFO. */
+export const READ_FLAGS = C.O_RDONLY | (C.O_NOFOLLOW ?? 0) | (C.O_NONBLOCK ?? 0);
+/** Open flags: create a new temporary file. */
+export const CREATE_FLAGS = C.O_WRONLY | C.O_CREAT | C.O_EXCL | (C.O_NOFOLLOW ?? 0);
+/** Open flags: append to an existing file, not through a link. */
+export const APPEND_FLAGS = C.O_WRONLY | C.O_APPEND | (C.O_NOFOLLOW ?? 0) | (C.O_NONBLOCK ?? 0);
+
+/** The error code of a file-system error, if any. */
+export const codeOf = (error: unknown): string | undefined =>
+  (error as NodeJS.ErrnoException | undefined)?.code;
+
+function syncDirSync(dir: string): void {
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(dir, "r");
+    fs.fsyncSync(fd);
+  } catch {
+    /* some platforms cannot fsync a directory; the rename is still atomic */
+  } finally {
+    if (fd !== undefined) fs.closeSync(fd);
+  }
+}
+
+/** The temporary files' suffix; their names are `.<target>.<pid>.<random>.tmp`. */
+export const TEMP_SUFFIX = ".tmp";
+const MAX_SWEPT_DIRS = 1024;
+/**
+ * A directory this large (its own size, in bytes) is swept in the background;
+ * a smaller one (about 2,000 entries or fewer) before the write goes on.
+ */
+const SYNC_SWEEP_DIR_BYTES = 64 * 1024;
+const MAX_SWEEP_ENTRIES = 100_000;
+const STALE_MS = 60 * 60 * 1000;
+const swept = new Set<string>();
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return codeOf(error) === "EPERM";
+  }
+};
+
+/** The file to remove when `name` is a stale temporary file, else undefined. */
+function staleCandidate(dir: string, name: string): { file: string; pid: number } | undefined {
+  if (!name.startsWith(".") || !name.endsWith(TEMP_SUFFIX)) return undefined;
+  const parts = name.slice(0, -TEMP_SUFFIX.length).split(".");
+  const pid = Number(parts.at(-2));
+  if (!Number.isInteger(pid) || pid <= 0 || parts.length < 4 || pid === process.pid) {
+    return undefined;
+  }
+  return { file: path.join(dir, name), pid };
+}
+
+function removeIfStale(dir: string, name: string): void {
+  const found = staleCandidate(dir, name);
+  if (!found) return;
+  try {
+    if (alive(found.pid) && Date.now() - fs.lstatSync(found.file).mtimeMs < STALE_MS) return;
+    fs.unlinkSync(found.file);
+  } catch { /* another sweeper got it first */ }
+}
+
+async function sweepInBackground(dir: string): Promise<void> {
+  let handle: fs.Dir | undefined;
+  try {
+    handle = await fs.promises.opendir(dir);
+    for (let n = 0; n < MAX_SWEEP_ENTRIES; n++) {
+      const entry = await handle.read();
+      if (!entry) break;
+      removeIfStale(dir, entry.name);
+    }
+  } catch {
+    /* the directory went away */
+  } finally {
+    await handle?.close().catch(() => {});
+  }
+}
+
+/**
+ * Remove temporary files that killed writers left in a directory: once per
+ * directory and thread, at most 100,000 entries looked at, and only files
+ * whose writing process is gone (or, if its id was reused, that are over an
+ * hour old). A small directory (about 2,000 entries or fewer) is swept before
+ * the write goes on. A large one is swept in the background, and only off
+ * the main thread (by the watchdog worker): some runtimes list a directory in
+ * one blocking step, and the host's thread must not pay for that.
+ */
+export function sweepStaleTemps(dir: string): void {
+  if (swept.has(dir)) return;
+  if (swept.size >= MAX_SWEPT_DIRS) swept.clear();
+  swept.add(dir);
+  try {
+    if (fs.statSync(dir).size > SYNC_SWEEP_DIR_BYTES) {
+      if (!isMainThread) setTimeout(() => void sweepInBackground(dir), 0);
+      return;
+    }
+    sweepNow(dir);
+  } catch {
+    /* an unreadable directory: the write itself will say why */
+  }
+}
+
+/**
+ * Sweep a directory now, whatever its size and whether it was swept before
+ * (at most 100,000 entries): for the rare file that a killed writer left
+ * hard-linked to its temporary file.
+ */
+export function sweepNow(dir: string): void {
+  let handle: fs.Dir | undefined;
+  try {
+    handle = fs.opendirSync(dir);
+    for (let n = 0; n < MAX_SWEEP_ENTRIES; n++) {
+      const entry = handle.readSync();
+      if (!entry) break;
+      removeIfStale(dir, entry.name);
+    }
+  } catch {
+    /* an unreadable directory: the write itself will say why */
+  } finally {
+    try {
+      handle?.closeSync();
+    } catch { /* already closed */ }
+  }
+}
+
+/** Forget which directories were swept (tests). */
+export function resetSwept(): void {
+  swept.clear();
+}
+
+function readSync(fd: number, length: number, position: number): Uint8Array {
+  const buf = new Uint8Array(length);
+  let got = 0;
+  while (got < length) {
+    const n = fs.readSync(fd, buf, got, length - got, position + got);
+    if (n === 0) break;
+    got += n;
+  }
+  return got === length ? buf : buf.subarray(0, got);
+}
+
+function doSync(op: Op): unknown {
+  switch (op.op) {
+    case "lstat":
+      return fs.lstatSync(op.path);
+    case "open":
+      return fs.openSync(op.path, op.flags, op.mode);
+    case "fstat":
+      return fs.fstatSync(op.fd);
+    case "read":
+      return readSync(op.fd, op.length, op.position);
+    case "write": {
+      let done = 0;
+      while (done < op.data.length) {
+        const at = op.position === null ? null : op.position + done;
+        done += fs.writeSync(op.fd, op.data, done, op.data.length - done, at);
+      }
+      return undefined;
+    }
+    case "fsync":
+      return fs.fsyncSync(op.fd);
+    case "fchmod":
+      return fs.fchmodSync(op.fd, op.mode);
+    case "close":
+      return fs.closeSync(op.fd);
+    case "rename":
+      return fs.renameSync(op.from, op.to);
+    case "link":
+      return fs.linkSync(op.from, op.to);
+    case "unlink":
+      return fs.unlinkSync(op.path);
+    case "syncDir":
+      return syncDirSync(op.dir);
+    case "sweep":
+      return sweepStaleTemps(op.dir);
+    case "sweepNow":
+      return sweepNow(op.dir);
+  }
+}
+
+const cb = <T>(run: (done: (error: Error | null, value?: T) => void) => void) =>
+  new Promise<T>((resolve, reject) =>
+    run((error, value) => (error ? reject(error) : resolve(value as T)))
+  );
+
+async function readAsync(fd: number, length: number, position: number): Promise<Uint8Array> {
+  const buf = new Uint8Array(length);
+  let got = 0;
+  while (got < length) {
+    const n = await cb<number>((d) => fs.read(fd, buf, got, length - got, position + got, d));
+    if (n === 0) break;
+    got += n;
+  }
+  return got === length ? buf : buf.subarray(0, got);
+}
+
+async function syncDirAsync(dir: string): Promise<void> {
+  let fd: number | undefined;
+  try {
+    fd = await cb<number>((d) => fs.open(dir, "r", d));
+    await cb((d) => fs.fsync(fd!, d));
+  } catch {
+    /* as in syncDirSync */
+  } finally {
+    if (fd !== undefined) await cb((d) => fs.close(fd!, d)).catch(() => {});
+  }
+}
+
+function doAsync(op: Op): Promise<unknown> {
+  switch (op.op) {
+    case "lstat":
+      return cb((d) => fs.lstat(op.path, d));
+    case "open":
+      return cb((d) => fs.open(op.path, op.flags, op.mode, d));
+    case "fstat":
+      return cb((d) => fs.fstat(op.fd, d));
+    case "read":
+      return readAsync(op.fd, op.length, op.position);
+    case "write":
+      return (async () => {
+        let done = 0;
+        while (done < op.data.length) {
+          const at = op.position === null ? null : op.position + done;
+          done += await cb<number>((d) =>
+            fs.write(op.fd, op.data, done, op.data.length - done, at, d)
+          );
+        }
+      })();
+    case "fsync":
+      return cb((d) => fs.fsync(op.fd, d));
+    case "fchmod":
+      return cb((d) => fs.fchmod(op.fd, op.mode, d));
+    case "close":
+      return cb((d) => fs.close(op.fd, d));
+    case "rename":
+      return cb((d) => fs.rename(op.from, op.to, d));
+    case "link":
+      return cb((d) => fs.link(op.from, op.to, d));
+    case "unlink":
+      return cb((d) => fs.unlink(op.path, d));
+    case "syncDir":
+      return syncDirAsync(op.dir);
+    case "sweep":
+      return Promise.resolve(sweepStaleTemps(op.dir));
+    case "sweepNow":
+      return Promise.resolve(sweepNow(op.dir));
+  }
+}
+
+/** Run steps synchronously. */
+export function runSync<T>(steps: Steps<T>): T {
+  let next = steps.next();
+  while (!next.done) {
+    let value: unknown;
+    try {
+      value = doSync(next.value);
+    } catch (error) {
+      next = steps.throw(error);
+      continue;
+    }
+    next = steps.next(value);
+  }
+  return next.value;
+}
+
+/** Run steps on the event loop. */
+export async function runAsync<T>(steps: Steps<T>): Promise<T> {
+  let next = steps.next();
+  while (!next.done) {
+    let value: unknown;
+    try {
+      value = await doAsync(next.value);
+    } catch (error) {
+      next = steps.throw(error);
+      continue;
+    }
+    next = steps.next(value);
+  }
+  return next.value;
+}
+
+/** Best-effort close inside steps: a failing close is not the write's failure. */
+export function* closeQuietly(fd: number | undefined): Steps<void> {
+  if (fd === undefined) return;
+  try {
+    yield { op: "close", fd };
+  } catch { /* already closed */ }
+}
+
+/** Best-effort unlink inside steps. */
+export function* unlinkQuietly(file: string): Steps<void> {
+  try {
+    yield { op: "unlink", path: file };
+  } catch { /* gone already */ }
+}
+
+/** Stat a path without following a link; undefined when nothing is there. */
+export function* lstatIfThere(file: string): Steps<fs.Stats | undefined> {
+  try {
+    return (yield { op: "lstat", path: file }) as fs.Stats;
+  } catch (error) {
+    if (codeOf(error) === "ENOENT") return undefined;
+    throw error;
+  }
+}
+
+/**
+ * Read a file descriptor from `position` to its end, stopping once more than
+ * `max` bytes are read (so a result longer than `max` means "too long");
+ * `hint` is the expected length, read in one step when right.
+ */
+export function* readUpTo(
+  fd: number,
+  position: number,
+  max: number,
+  hint: number,
+): Steps<Uint8Array> {
+  const parts: Uint8Array[] = [];
+  let total = 0;
+  let want = Math.min(Math.max(hint, 0), max) + 1;
+  for (;;) {
+    const got = (yield { op: "read", fd, length: want, position: position + total }) as Uint8Array;
+    if (got.length > 0) parts.push(got);
+    total += got.length;
+    if (got.length < want || total > max) break;
+    want = Math.min(64 * 1024, max + 1 - total);
+  }
+  if (parts.length === 1) return parts[0]!;
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}

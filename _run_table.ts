@@ -1,0 +1,547 @@
+/**
+ * The run table: every live run's state in shared memory, so the watchdog
+ * worker reads counters, activity, latches, tool calls and each run's
+ * description, and claims tiers, without the main thread's help (S11).
+ * Nothing the worker needs travels by message: a message posted while a
+ * worker is still starting can be lost (Deno), and one posted to the main
+ * thread waits for its event loop.
+ *
+ * The table grows in chunks as runs start: its buffers are growable
+ * `SharedArrayBuffer`s, which the worker sees grow. A slot is one run's
+ * record, laid out contiguously: Float64 fields, Int32 fields, the ids of its
+ * recent tool calls, and its description (JSON).
+ *
+ * Int32 fields go through `Atomics`. Timestamps are Float64 and written with
+ * plain stores: `Atomics` has no Float64 form, aligned 8-byte stores do not
+ * tear on the platforms Deno and Node run on, and a stale read only moves a
+ * deadline by one poll.
+ *
+ * @module
+ */
+import type { ToolCall } from "./record.ts";
+import { fireTier } from "./tier.ts";
+
+/** Tool calls remembered per run. */
+export const TOOL_RING = 8;
+/** Runs added to the table at a time. */
+export const SLOT_CHUNK = 256;
+/** The most runs one table holds: the bound memory sets (about 3 KiB each). */
+export const MAX_SLOTS = 65_536;
+
+// Float64 fields of a slot.
+const START = 0; // run start, ms on the shared clock
+const ACTIVITY = 1; // last hook call, ms
+const DEADLINE_AT = 2; // when the run's deadline signal aborts, ms; 0 while nobody asked for it
+const RING_F = 3; // TOOL_RING × [started at ms, duration ms]
+const F64_PER_SLOT = RING_F + TOOL_RING * 2;
+
+// Int32 fields of a slot.
+const GEN = 0; // bumped when the slot is freed, so stale handles see it
+const TURNS = 1; // preLlmCall() calls so far
+const MID_LATCH = 2; // bit 0: tier 1 persisted, bit 1: tier 2
+const STALLED = 3; // 1 while a stall checkpoint stands for the current silence
+const UNCAPPED = 4; // the latest uncapped multiple persisted
+const TOOL_COUNT = 5; // tool calls recorded so far
+const LIVE = 6; // 1 while a run holds the slot
+const INFO_SEQ = 7; // seqlock of the run's description: odd while it is written
+const INFO_LEN = 8; // bytes of the description
+const COMMENTED = 9; // a bit per record kind whose first kanban comment went out
+const DEADLINE = 10; // 1 once the deadline checkpoint is claimed
+const RING_I = 11; // TOOL_RING × [tool id, status]
+const I32_PER_SLOT = RING_I + TOOL_RING * 2 + 1; // + 1 keeps slots 8-byte aligned
+
+/** Bytes of a tool call's id in the ring: a length byte, then up to 47 bytes of UTF-8. */
+const CALL_ID_BYTES = 48;
+/** Bytes of each run's description (JSON). */
+export const INFO_BYTES = 2048;
+
+const F64_BYTES = F64_PER_SLOT * 8;
+const I32_BYTES = I32_PER_SLOT * 4;
+const IDS_BYTES = TOOL_RING * CALL_ID_BYTES;
+/** Bytes of one run's slot. */
+export const SLOT_BYTES = F64_BYTES + I32_BYTES + IDS_BYTES + INFO_BYTES;
+
+const STATUS = ["", "in flight", "ok", "failed", "done"] as const;
+const IN_FLIGHT = 1;
+
+// Header fields (Int32).
+const WAKE = 0; // bumped (and notified) when the watchdog should look again
+const NAMES_USED = 1; // bytes of the tool-name table in use
+const CLOSING = 2; // 1 once close() began: the watchdog starts no new write
+const WRITING = 3; // the watchdog's writes in flight
+const SLOTS = 4; // slots in the table
+const HEADER_BYTES = 64;
+
+/** Bytes the tool-name table starts with, and grows by. */
+const NAME_CHUNK = 64 * 1024;
+/** The most bytes of tool names one table holds. */
+export const MAX_NAME_BYTES = 16 * 1024 * 1024;
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/**
+ * Milliseconds on a clock both threads share. `performance.now()` is monotonic
+ * within a thread; adding the thread's time origin puts threads on one scale.
+ */
+export const nowMs = (): number => performance.timeOrigin + performance.now();
+
+/** The buffers of a run table, as the worker is started with them. */
+export interface RunTableBuffers {
+  runs: SharedArrayBuffer;
+  names: SharedArrayBuffer;
+}
+
+/** A view of the shared run table. */
+export class RunTable {
+  readonly buffers: RunTableBuffers;
+  readonly #h: Int32Array;
+  #i!: Int32Array;
+  #f!: Float64Array;
+  #b!: Uint8Array;
+  /** Bytes the views above cover. */
+  #viewed = -1;
+  readonly #names: Uint8Array;
+  readonly #maxSlots: number;
+
+  /**
+   * A new table (main thread), or a view of one (worker).
+   *
+   * @param buffers The buffers of an existing table.
+   * @param maxSlots The most runs a new table holds.
+   */
+  constructor(buffers?: RunTableBuffers, maxSlots: number = MAX_SLOTS) {
+    this.#maxSlots = Math.max(1, Math.min(MAX_SLOTS, Math.floor(maxSlots)));
+    this.buffers = buffers ?? {
+      runs: new SharedArrayBuffer(HEADER_BYTES, {
+        maxByteLength: HEADER_BYTES + this.#maxSlots * SLOT_BYTES,
+      }),
+      names: new SharedArrayBuffer(NAME_CHUNK, { maxByteLength: MAX_NAME_BYTES }),
+    };
+    const runs = this.buffers.runs;
+    this.#h = new Int32Array(runs, 0, HEADER_BYTES / 4);
+    this.refresh();
+    // Length-tracking: it grows with its buffer, in this thread and the other.
+    this.#names = new Uint8Array(this.buffers.names);
+  }
+
+  /**
+   * Cover the buffer as it is now. Fixed-length views: V8 reads and writes
+   * them several times faster than length-tracking ones, so the table renews
+   * them when it grows, and the worker calls this before it looks at the slots.
+   */
+  refresh(): void {
+    const runs = this.buffers.runs;
+    const bytes = runs.byteLength;
+    if (bytes === this.#viewed) return;
+    this.#i = new Int32Array(runs, 0, bytes / 4);
+    this.#f = new Float64Array(runs, 0, bytes / 8);
+    this.#b = new Uint8Array(runs, 0, bytes);
+    this.#viewed = bytes;
+  }
+
+  /** The most runs the table holds. */
+  get maxSlots(): number {
+    return this.#maxSlots;
+  }
+
+  /** Slots in the table now. */
+  get slots(): number {
+    return Atomics.load(this.#h, SLOTS);
+  }
+
+  /**
+   * Add a chunk of free slots; false when the table is at its bound or
+   * memory cannot be had. One writer: the main thread.
+   */
+  grow(): boolean {
+    const slots = this.slots;
+    const next = Math.min(this.#maxSlots, slots + SLOT_CHUNK);
+    if (next === slots) return false;
+    try {
+      this.buffers.runs.grow(HEADER_BYTES + next * SLOT_BYTES);
+    } catch {
+      return false;
+    }
+    this.refresh();
+    Atomics.store(this.#h, SLOTS, next);
+    return true;
+  }
+
+  // Where a slot's fields are, in each view's units.
+  #fAt(slot: number): number {
+    return (HEADER_BYTES + slot * SLOT_BYTES) / 8;
+  }
+  #iAt(slot: number): number {
+    return (HEADER_BYTES + slot * SLOT_BYTES + F64_BYTES) / 4;
+  }
+  #idAt(slot: number, k: number): number {
+    return HEADER_BYTES + slot * SLOT_BYTES + F64_BYTES + I32_BYTES + k * CALL_ID_BYTES;
+  }
+  #infoAt(slot: number): number {
+    return HEADER_BYTES + slot * SLOT_BYTES + F64_BYTES + I32_BYTES + IDS_BYTES;
+  }
+
+  /** Ask the watchdog to look again now. */
+  wake(): void {
+    Atomics.add(this.#h, WAKE, 1);
+    Atomics.notify(this.#h, WAKE);
+  }
+
+  /** The wake counter, read before a look so that no wake is missed. */
+  wakes(): number {
+    return Atomics.load(this.#h, WAKE);
+  }
+
+  /** Resolve on the next wake after `seen`, or after `ms`. */
+  waitForWake(seen: number, ms: number): Promise<unknown> {
+    const result = Atomics.waitAsync(this.#h, WAKE, seen, Math.max(0, ms));
+    return result.async ? result.value : Promise.resolve(result.value);
+  }
+
+  /** Tell the watchdog to start no new write: `close()` has begun. */
+  beginClose(): void {
+    Atomics.store(this.#h, CLOSING, 1);
+    this.wake();
+  }
+
+  /** Whether `close()` has begun. */
+  closing(): boolean {
+    return Atomics.load(this.#h, CLOSING) === 1;
+  }
+
+  /**
+   * Count a watchdog write in (true) or out (false). A write counted in after
+   * `close()` began is refused: the caller must not write.
+   */
+  writing(starts: boolean): boolean {
+    if (!starts) {
+      Atomics.sub(this.#h, WRITING, 1);
+      return true;
+    }
+    Atomics.add(this.#h, WRITING, 1);
+    if (!this.closing()) return true;
+    this.writing(false);
+    return false;
+  }
+
+  /** Whether a watchdog write is in flight. */
+  watchdogWriting(): boolean {
+    return Atomics.load(this.#h, WRITING) > 0;
+  }
+
+  /** Resolve once no watchdog write is in flight, or after `ms`; whether none is. */
+  async writesDone(ms: number): Promise<boolean> {
+    const end = performance.now() + ms;
+    for (;;) {
+      if (Atomics.load(this.#h, WRITING) <= 0) return true;
+      if (performance.now() >= end) return false;
+      // A timer, not Atomics.waitAsync: a pending waitAsync does not keep an event loop alive.
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+  }
+
+  /**
+   * Add a tool name to the table; its id (offset + 1) or 0 when the table is
+   * at its bound. One writer: the main thread. The bytes are in place before
+   * the id is published, so a reader that sees an id sees its whole name.
+   */
+  internName(name: string): number {
+    const bytes = encoder.encode(name);
+    const at = Atomics.load(this.#h, NAMES_USED);
+    const length = Math.min(bytes.length, 0xffff);
+    const end = at + 2 + length;
+    if (end > this.#names.length) {
+      const size = Math.ceil(end / NAME_CHUNK) * NAME_CHUNK;
+      if (size > MAX_NAME_BYTES) return 0;
+      try {
+        this.buffers.names.grow(size);
+      } catch {
+        return 0;
+      }
+    }
+    this.#names[at] = length >> 8;
+    this.#names[at + 1] = length & 0xff;
+    this.#names.set(bytes.subarray(0, length), at + 2);
+    Atomics.store(this.#h, NAMES_USED, end);
+    return at + 1;
+  }
+
+  /** The tool name of an id from {@linkcode RunTable.internName}. */
+  nameOf(id: number): string {
+    const at = id - 1;
+    if (id <= 0 || at + 2 > Atomics.load(this.#h, NAMES_USED)) return "(unknown)";
+    const length = (this.#names[at]! << 8) | this.#names[at + 1]!;
+    return decoder.decode(this.#names.slice(at + 2, at + 2 + length));
+  }
+
+  /** Write a run's description (seqlock: readers retry while it is odd). */
+  writeInfo(slot: number, bytes: Uint8Array): boolean {
+    if (bytes.length > INFO_BYTES) return false;
+    const i = this.#iAt(slot);
+    Atomics.add(this.#i, i + INFO_SEQ, 1);
+    this.#b.set(bytes, this.#infoAt(slot));
+    Atomics.store(this.#i, i + INFO_LEN, bytes.length);
+    Atomics.add(this.#i, i + INFO_SEQ, 1);
+    return true;
+  }
+
+  /** The description's version: changes whenever it is rewritten. */
+  infoSeq(slot: number): number {
+    return Atomics.load(this.#i, this.#iAt(slot) + INFO_SEQ);
+  }
+
+  /** Read a run's description, or undefined while it is being written. */
+  readInfo(slot: number): { seq: number; text: string } | undefined {
+    const i = this.#iAt(slot);
+    const seq = Atomics.load(this.#i, i + INFO_SEQ);
+    if (seq % 2 === 1) return undefined;
+    const length = Atomics.load(this.#i, i + INFO_LEN);
+    const at = this.#infoAt(slot);
+    const copy = this.#b.slice(at, at + length);
+    if (Atomics.load(this.#i, i + INFO_SEQ) !== seq) return undefined;
+    return { seq, text: decoder.decode(copy) };
+  }
+
+  /** Whether a run holds the slot. */
+  live(slot: number): boolean {
+    return Atomics.load(this.#i, this.#iAt(slot) + LIVE) === 1;
+  }
+
+  /** Give a free slot to a new run; returns its generation. One writer: the main thread. */
+  claim(slot: number, now: number): number {
+    const i = this.#iAt(slot);
+    for (let k = 1; k < I32_PER_SLOT; k++) {
+      if (k !== LIVE && k !== INFO_SEQ) Atomics.store(this.#i, i + k, 0);
+    }
+    const f = this.#fAt(slot);
+    this.#f.fill(0, f, f + F64_PER_SLOT);
+    this.#f[f + START] = now;
+    this.#f[f + ACTIVITY] = now;
+    const ids = this.#idAt(slot, 0);
+    this.#b.fill(0, ids, ids + IDS_BYTES);
+    Atomics.store(this.#i, i + LIVE, 1);
+    return Atomics.load(this.#i, i + GEN);
+  }
+
+  /** Free a slot; handles holding its old generation go inert. */
+  free(slot: number): void {
+    const i = this.#iAt(slot);
+    Atomics.add(this.#i, i + GEN, 1);
+    Atomics.store(this.#i, i + LIVE, 0);
+  }
+
+  /** The slot's generation. */
+  gen(slot: number): number {
+    return Atomics.load(this.#i, this.#iAt(slot) + GEN);
+  }
+
+  /** Count a model call; returns the turns used before it. */
+  addTurn(slot: number): number {
+    return Atomics.add(this.#i, this.#iAt(slot) + TURNS, 1);
+  }
+
+  turns(slot: number): number {
+    return Atomics.load(this.#i, this.#iAt(slot) + TURNS);
+  }
+
+  /** Move a run's start (and last activity) back by `ms`, as if it had started earlier. */
+  rewind(slot: number, ms: number): void {
+    const f = this.#fAt(slot);
+    this.#f[f + START] = this.#f[f + START]! - ms;
+    this.#f[f + ACTIVITY] = this.#f[f + ACTIVITY]! - ms;
+  }
+
+  start(slot: number): number {
+    return this.#f[this.#fAt(slot) + START]!;
+  }
+
+  activity(slot: number): number {
+    return this.#f[this.#fAt(slot) + ACTIVITY]!;
+  }
+
+  /**
+   * Record a hook call: moves the stall deadline, and re-arms the stall
+   * checkpoint (waking the watchdog, which has no deadline while stalled).
+   */
+  touch(slot: number, now: number): void {
+    this.#f[this.#fAt(slot) + ACTIVITY] = now;
+    const i = this.#iAt(slot) + STALLED;
+    if (Atomics.load(this.#i, i) !== 0) {
+      Atomics.store(this.#i, i, 0);
+      this.wake();
+    }
+  }
+
+  /**
+   * Claim a tier on the mid-run surface. True for exactly one caller per tier
+   * and run, whichever thread; tier 1 is never claimed once tier 2 has been.
+   */
+  claimTier(slot: number, tier: 1 | 2): boolean {
+    const i = this.#iAt(slot) + MID_LATCH;
+    for (;;) {
+      const old = Atomics.load(this.#i, i);
+      const next = fireTier(old, tier);
+      if (next === undefined) return false;
+      if (Atomics.compareExchange(this.#i, i, old, next) === old) return true;
+    }
+  }
+
+  /** Whether the mid-run surface already has this tier (or a higher one). */
+  tierClaimed(slot: number, tier: 1 | 2): boolean {
+    return (Atomics.load(this.#i, this.#iAt(slot) + MID_LATCH) & tier) !== 0;
+  }
+
+  /** Claim the first kanban comment of a record kind (bit); false when it went out already. */
+  claimComment(slot: number, bit: number): boolean {
+    return (Atomics.or(this.#i, this.#iAt(slot) + COMMENTED, bit) & bit) === 0;
+  }
+
+  /** Arm the run's deadline at `at` ms (when its signal is first asked for). */
+  armDeadline(slot: number, at: number): void {
+    this.#f[this.#fAt(slot) + DEADLINE_AT] = at;
+    this.wake();
+  }
+
+  /** When the run's deadline aborts, ms, or 0 when nobody asked for it. */
+  deadlineAt(slot: number): number {
+    return this.#f[this.#fAt(slot) + DEADLINE_AT]!;
+  }
+
+  /** Claim the deadline checkpoint: true for exactly one caller, whichever thread. */
+  claimDeadline(slot: number): boolean {
+    return Atomics.compareExchange(this.#i, this.#iAt(slot) + DEADLINE, 0, 1) === 0;
+  }
+
+  /** Whether a stall checkpoint stands for the current silence. */
+  stalled(slot: number): boolean {
+    return Atomics.load(this.#i, this.#iAt(slot) + STALLED) !== 0;
+  }
+
+  /** Claim the stall checkpoint of the current silence. */
+  claimStall(slot: number): boolean {
+    return Atomics.compareExchange(this.#i, this.#iAt(slot) + STALLED, 0, 1) === 0;
+  }
+
+  /** Claim uncapped multiple `n`; false when it or a later one was taken. */
+  claimMultiple(slot: number, n: number): boolean {
+    const i = this.#iAt(slot) + UNCAPPED;
+    for (;;) {
+      const old = Atomics.load(this.#i, i);
+      if (old >= n) return false;
+      if (Atomics.compareExchange(this.#i, i, old, n) === old) return true;
+    }
+  }
+
+  /** Tool calls recorded so far: the next call's sequence number. */
+  toolCount(slot: number): number {
+    return Atomics.load(this.#i, this.#iAt(slot) + TOOL_COUNT);
+  }
+
+  /** Whether any recent tool call of the run is still in flight. */
+  toolInFlight(slot: number): boolean {
+    const i = this.#iAt(slot);
+    for (let k = 0; k < TOOL_RING; k++) {
+      if (Atomics.load(this.#i, i + RING_I + k * 2 + 1) === IN_FLIGHT) return true;
+    }
+    return false;
+  }
+
+  /** Record the start of a tool call; returns its sequence number. */
+  toolStart(slot: number, toolId: number, now: number, callId?: string): number {
+    const i = this.#iAt(slot);
+    const n = Atomics.load(this.#i, i + TOOL_COUNT);
+    const k = n % TOOL_RING;
+    const f = this.#fAt(slot) + RING_F + k * 2;
+    this.#f[f] = now;
+    this.#f[f + 1] = -1;
+    const id = this.#idAt(slot, k);
+    if (callId === undefined) this.#b[id] = 0;
+    else {
+      const { written } = encoder.encodeInto(
+        callId,
+        this.#b.subarray(id + 1, id + CALL_ID_BYTES),
+      );
+      this.#b[id] = written ?? 0;
+    }
+    Atomics.store(this.#i, i + RING_I + k * 2, toolId);
+    Atomics.store(this.#i, i + RING_I + k * 2 + 1, IN_FLIGHT);
+    Atomics.add(this.#i, i + TOOL_COUNT, 1);
+    return n;
+  }
+
+  /**
+   * The sequence number of the oldest call of this tool still in flight in
+   * the ring, or -1.
+   */
+  oldestInFlight(slot: number, toolId: number): number {
+    const i = this.#iAt(slot);
+    const count = Atomics.load(this.#i, i + TOOL_COUNT);
+    for (let n = Math.max(0, count - TOOL_RING); n < count; n++) {
+      const k = n % TOOL_RING;
+      if (
+        Atomics.load(this.#i, i + RING_I + k * 2) === toolId &&
+        Atomics.load(this.#i, i + RING_I + k * 2 + 1) === IN_FLIGHT
+      ) return n;
+    }
+    return -1;
+  }
+
+  /**
+   * Record the end of tool call `n` (a sequence number from
+   * {@linkcode RunTable.toolStart}); when it is no longer in the ring
+   * (or -1), the end is recorded as a call of its own.
+   */
+  toolEnd(
+    slot: number,
+    n: number,
+    toolId: number,
+    ok: boolean | undefined,
+    ms: number,
+    now: number,
+    callId?: string,
+  ): void {
+    const i = this.#iAt(slot);
+    const count = Atomics.load(this.#i, i + TOOL_COUNT);
+    const status = ok === undefined ? 4 : ok ? 2 : 3;
+    const known = Number.isFinite(ms) && ms >= 0;
+    if (n >= 0 && n < count && count - n <= TOOL_RING) {
+      const k = n % TOOL_RING;
+      if (Atomics.load(this.#i, i + RING_I + k * 2 + 1) === IN_FLIGHT) {
+        const f = this.#fAt(slot) + RING_F + k * 2;
+        this.#f[f + 1] = known ? ms : now - this.#f[f]!;
+        Atomics.store(this.#i, i + RING_I + k * 2 + 1, status);
+        return;
+      }
+    }
+    const m = this.toolStart(slot, toolId, known ? now - ms : now, callId);
+    const k = m % TOOL_RING;
+    this.#f[this.#fAt(slot) + RING_F + k * 2 + 1] = known ? ms : 0;
+    Atomics.store(this.#i, i + RING_I + k * 2 + 1, status);
+  }
+
+  /** The recent tool calls, oldest first, with their sequence numbers. */
+  tools(slot: number): (ToolCall & { seq: number })[] {
+    const i = this.#iAt(slot);
+    const count = Atomics.load(this.#i, i + TOOL_COUNT);
+    const start = this.start(slot);
+    const out: (ToolCall & { seq: number })[] = [];
+    for (let n = Math.max(0, count - TOOL_RING); n < count; n++) {
+      const k = n % TOOL_RING;
+      const status = STATUS[Atomics.load(this.#i, i + RING_I + k * 2 + 1)] || "done";
+      const f = this.#fAt(slot) + RING_F + k * 2;
+      const call: ToolCall & { seq: number } = {
+        seq: n,
+        tool: this.nameOf(Atomics.load(this.#i, i + RING_I + k * 2)),
+        status,
+        startedAt: Math.max(0, (this.#f[f]! - start) / 1000),
+      };
+      const id = this.#idAt(slot, k);
+      const idLength = this.#b[id]!;
+      if (idLength > 0) call.callId = decoder.decode(this.#b.slice(id + 1, id + 1 + idLength));
+      if (status !== "in flight") call.durationMs = this.#f[f + 1]!;
+      out.push(call);
+    }
+    return out;
+  }
+}

@@ -1,0 +1,251 @@
+/**
+ * Which tool calls can harm a working tree: the known file tools, and shell
+ * commands found destructive by tokenizing them with a real shell tokenizer
+ * (pipelines, `&&`/`||`/`;` chains, subshells, `$(...)`, `sh -c` and
+ * redirects included).
+ *
+ * @module
+ */
+// @ts-types="npm:@types/shell-quote@1.7.5"
+// deno-lint-ignore no-import-prefix -- a full npm: specifier lets Deno import this by URL
+import { parse } from "npm:shell-quote@^1.8.3";
+
+/** Tools that write the files their input names. */
+export const FILE_TOOLS: ReadonlySet<string> = new Set([
+  "write_file",
+  "patch",
+  "Write",
+  "Edit",
+  "MultiEdit",
+  "NotebookEdit",
+]);
+
+/** Tools that run a shell command given as `input.command`. */
+export const SHELL_TOOLS: ReadonlySet<string> = new Set([
+  "bash",
+  "shell",
+  "terminal",
+  "Bash",
+  "run_shell_command",
+  "execute_command",
+]);
+
+/** The paths a file tool's input names, if any. */
+export function filePathsOf(input: unknown): string[] {
+  if (typeof input !== "object" || input === null) return [];
+  const record = input as Record<string, unknown>;
+  const out: string[] = [];
+  for (const key of ["path", "file_path", "filePath", "notebook_path", "target_file"]) {
+    const value = record[key];
+    if (typeof value === "string" && value !== "") out.push(value);
+  }
+  const paths = record.paths;
+  if (Array.isArray(paths)) {
+    for (const p of paths) if (typeof p === "string" && p !== "") out.push(p);
+  }
+  return out;
+}
+
+/** The command string of a shell tool's input, if it has one. */
+export function commandOf(input: unknown): string | undefined {
+  if (typeof input === "string") return input;
+  if (typeof input !== "object" || input === null) return undefined;
+  const command = (input as Record<string, unknown>).command ??
+    (input as Record<string, unknown>).cmd;
+  if (typeof command === "string") return command;
+  if (Array.isArray(command) && command.every((c) => typeof c === "string")) {
+    return command.map((c) => `'${String(c).replaceAll("'", `'\\''`)}'`).join(" ");
+  }
+  return undefined;
+}
+
+const ALWAYS = new Set([
+  "rm",
+  "rmdir",
+  "unlink",
+  "cp",
+  "mv",
+  "install",
+  "truncate",
+  "dd",
+  "shred",
+  "patch",
+  "rsync",
+]);
+const GIT_DESTRUCTIVE = new Set([
+  "reset",
+  "clean",
+  "checkout",
+  "restore",
+  "switch",
+  "stash",
+  "rm",
+  "mv",
+  "apply",
+  "am",
+  "pull",
+  "merge",
+  "rebase",
+  "cherry-pick",
+  "revert",
+]);
+/** Words that run the command after them (their own options skipped). */
+const WRAPPERS = new Set([
+  "sudo",
+  "doas",
+  "env",
+  "nice",
+  "nohup",
+  "time",
+  "command",
+  "builtin",
+  "exec",
+  "xargs",
+  "timeout",
+  "stdbuf",
+  "ionice",
+  "chronic",
+]);
+const SHELLS = new Set(["sh", "bash", "zsh", "dash", "ksh", "fish"]);
+// Older tokenizers give `&>` as `&` then `>`, and `>|` as `>` then `|`.
+const OUTPUT_REDIRECTS = new Set([">", ">>", ">&", "&>", "&>>", ">|", ">>&"]);
+const HARMLESS_TARGETS = /^\/dev\/(null|stdout|stderr|tty|fd\/\d+)$/;
+
+type Token = string | { op: string; pattern?: string } | { comment: string };
+
+/**
+ * Whether a shell command can change files: one of the destructive commands
+ * (`rm`, `rmdir`, `cp`, `mv`, `install`, `sed -i`, `truncate`, `dd`, `shred`,
+ * `tee FILE`, `find -delete`, `git reset|clean|checkout|restore|switch|...`)
+ * anywhere in it, or an output redirect to a file (`>`, `>>`, `&>`, `>|`).
+ * Redirects to `/dev/null` or to another descriptor (`2>&1`) are harmless.
+ * A command that cannot be tokenized counts as destructive.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { isDestructiveCommand } from "./workspace.ts";
+ *
+ * assert.equal(isDestructiveCommand("cd src && sed -i 's/a/b/' x.ts"), true);
+ * assert.equal(isDestructiveCommand("npm test 2>&1 | tee /dev/null"), false);
+ * ```
+ */
+export function isDestructiveCommand(command: string, depth = 0): boolean {
+  if (depth > 4) return true;
+  let tokens: Token[];
+  try {
+    // Newlines separate commands; the tokenizer would take them as spaces.
+    tokens = parse(command.replace(/\r?\n/g, " ; "), (key: string) => `$${key}`) as Token[];
+  } catch {
+    return true;
+  }
+  // Backquoted and $(...) commands: shell-quote leaves backquotes in words.
+  for (const t of tokens) {
+    if (typeof t === "string" && t.includes("`")) {
+      const inner = t.split("`").filter((_, i) => i % 2 === 1).join(" ; ");
+      if (inner && isDestructiveCommand(inner, depth + 1)) return true;
+    }
+  }
+  let words: string[] = [];
+  const flush = (): boolean => {
+    const hit = commandIsDestructive(words, depth);
+    words = [];
+    return hit;
+  };
+  for (let i = 0; i < tokens.length; i++) {
+    const t = tokens[i] as Token;
+    if (typeof t === "string") {
+      words.push(t);
+      continue;
+    }
+    if ("comment" in t) continue;
+    if (t.op === "glob") {
+      words.push(t.pattern ?? "*");
+      continue;
+    }
+    if (OUTPUT_REDIRECTS.has(t.op)) {
+      let j = i + 1;
+      const next0 = tokens[j];
+      if (typeof next0 === "object" && "op" in next0 && next0.op === "|") j++;
+      const target = tokens[j];
+      i = j;
+      if (typeof target !== "string") {
+        if (target === undefined) continue;
+        return true;
+      }
+      if (t.op === ">&" && /^(\d+|-)$/.test(target)) continue;
+      if (HARMLESS_TARGETS.test(target)) continue;
+      return true;
+    }
+    if (t.op === "<" || t.op === "<(" || t.op === "<<") {
+      // An input redirect's word is a file name, not a command word.
+      const target = tokens[i + 1];
+      if (t.op === "<" && typeof target === "object" && "op" in target && target.op === "<") i++;
+      if (typeof tokens[i + 1] === "string") i++;
+      continue;
+    }
+    if (t.op === "&") {
+      const next = tokens[i + 1];
+      if (typeof next === "object" && "op" in next && next.op === ">") continue;
+    }
+    // `&&`, `||`, `;`, `|`, `&`, `(`, `)`, `;;`, `|&`: a new command starts.
+    if (flush()) return true;
+  }
+  return flush();
+}
+
+function commandIsDestructive(input: string[], depth: number): boolean {
+  let words = input.filter((w) => w !== "$");
+  // Leading assignments and wrappers (with their options) are not the command.
+  for (;;) {
+    while (words.length && /^[A-Za-z_][A-Za-z0-9_]*=/.test(words[0] as string)) {
+      words = words.slice(1);
+    }
+    const head = baseName(words[0]);
+    if (head === undefined || !WRAPPERS.has(head)) break;
+    words = words.slice(1);
+    while (words.length && (words[0]?.startsWith("-") || /^\d+[smhd]?$/.test(words[0] ?? ""))) {
+      const opt = words[0] as string;
+      words = words.slice(1);
+      if (/^-(u|g|n|c|s|k|I|L|d|P|C|E|i|o|e)$/.test(opt) && head !== "env" && words.length > 1) {
+        if (head === "sudo" || head === "doas" || head === "xargs" || head === "timeout") {
+          words = words.slice(1);
+        }
+      }
+    }
+  }
+  const name = baseName(words[0]);
+  if (name === undefined) return false;
+  const args = words.slice(1);
+  if (ALWAYS.has(name)) return true;
+  if (name === "sed" || name === "gsed" || name === "perl" || name === "ruby") {
+    return args.some((a) =>
+      a === "--in-place" || a.startsWith("--in-place=") || /^-[A-Za-z]*i/.test(a)
+    );
+  }
+  if (name === "tee") return args.some((a) => !a.startsWith("-") && !HARMLESS_TARGETS.test(a));
+  if (name === "find") {
+    return args.some((a) => a === "-delete" || a === "-exec" || a === "-execdir");
+  }
+  if (name === "git") {
+    let k = 0;
+    while (k < args.length && (args[k] as string).startsWith("-")) {
+      const opt = args[k] as string;
+      k += opt === "-C" || opt === "-c" || opt === "--git-dir" || opt === "--work-tree" ? 2 : 1;
+    }
+    const sub = args[k];
+    return sub !== undefined && GIT_DESTRUCTIVE.has(sub);
+  }
+  if (SHELLS.has(name) || name === "eval") {
+    const c = name === "eval" ? args.join(" ") : args[args.indexOf("-c") + 1];
+    if (name !== "eval" && !args.includes("-c")) return false;
+    return c === undefined ? false : isDestructiveCommand(c, depth + 1);
+  }
+  return false;
+}
+
+function baseName(word: string | undefined): string | undefined {
+  if (word === undefined) return undefined;
+  const slash = word.lastIndexOf("/");
+  return (slash >= 0 ? word.slice(slash + 1) : word).replace(/^\\/, "");
+}

@@ -1,0 +1,255 @@
+/**
+ * Rollback planning and restore: which files a rollback may touch (those the
+ * agent last wrote, unless told otherwise), and writing them back without ever
+ * following a symbolic link or leaving the project root.
+ *
+ * @module
+ */
+import * as fs from "node:fs";
+import * as path from "node:path";
+import process from "node:process";
+import { Buffer } from "node:buffer";
+import {
+  diskHash,
+  joinZ,
+  type Ledger,
+  ledgerKey,
+  type Project,
+  showPath,
+  splitZ,
+} from "./_workspace_store.ts";
+
+/** One path a rollback looked at. */
+export interface PlanEntry {
+  /** The path relative to the project root, as bytes. */
+  rel: Buffer;
+  /** What the rollback does: write the snapshot's content, remove the file, or skip it. */
+  action: "restore" | "remove" | "skip";
+  /** Why it is skipped. */
+  reason?: string;
+  /** The snapshot's blob and mode (restore). */
+  blob?: string;
+  mode?: string;
+}
+
+/** The changes from `from` to `to`: [status, path, modes and blobs]. */
+export function treeChanges(project: Project, from: string, to: string, only?: Buffer) {
+  const args = ["diff-tree", "-r", "-z", "--raw", "--no-renames", from, to];
+  const parts = splitZ(project.git(args));
+  const out: {
+    status: string;
+    rel: Buffer;
+    srcMode: string;
+    srcBlob: string;
+    dstMode: string;
+    dstBlob: string;
+  }[] = [];
+  for (let i = 0; i + 1 < parts.length; i += 2) {
+    const meta = (parts[i] as Buffer).toString("latin1").split(" ");
+    const rel = parts[i + 1] as Buffer;
+    if (only && !underPath(rel, only)) continue;
+    out.push({
+      status: (meta[4] ?? "").charAt(0),
+      rel,
+      srcMode: (meta[0] ?? "").replace(":", ""),
+      srcBlob: meta[2] ?? "",
+      dstMode: meta[1] ?? "",
+      dstBlob: meta[3] ?? "",
+    });
+  }
+  return out;
+}
+
+function underPath(rel: Buffer, only: Buffer): boolean {
+  if (only.length === 0) return true;
+  if (rel.equals(only)) return true;
+  return rel.length > only.length && rel[only.length] === 0x2f &&
+    rel.subarray(0, only.length).equals(only);
+}
+
+/** Why a path cannot be written safely, if it cannot. */
+export function pathProblem(root: string, rel: Buffer): string | undefined {
+  const parts = splitSlash(rel);
+  if (parts.some((p) => p.length === 0 || p.equals(DOT) || p.equals(DOTDOT))) {
+    return "not a plain path";
+  }
+  let cur = Buffer.from(root);
+  for (const part of parts.slice(0, -1)) {
+    cur = Buffer.concat([cur, SLASH, part]);
+    let st: fs.Stats;
+    try {
+      st = fs.lstatSync(cur);
+    } catch {
+      return undefined; // missing directories are created
+    }
+    if (st.isSymbolicLink()) return "behind a symbolic link";
+    if (!st.isDirectory()) return "a file is where its directory should be";
+  }
+  try {
+    if (
+      fs.lstatSync(Buffer.concat([cur, SLASH, parts[parts.length - 1] as Buffer])).isDirectory()
+    ) {
+      return "a directory is in the way";
+    }
+  } catch { /* absent */ }
+  return undefined;
+}
+
+const SLASH = Buffer.from("/");
+const DOT = Buffer.from(".");
+const DOTDOT = Buffer.from("..");
+
+function splitSlash(rel: Buffer): Buffer[] {
+  const parts: Buffer[] = [];
+  let start = 0;
+  for (let i = 0; i <= rel.length; i++) {
+    if (i === rel.length || rel[i] === 0x2f) {
+      parts.push(rel.subarray(start, i));
+      start = i + 1;
+    }
+  }
+  return parts;
+}
+
+/**
+ * Decide, for each change from the current tree back to the snapshot's, what
+ * a rollback does: only files whose content is what the agent last wrote (or
+ * that it deleted) are touched, unless `all`.
+ */
+export function planRollback(
+  project: Project,
+  current: string,
+  target: string,
+  ledger: Ledger,
+  options: { all: boolean; only?: Buffer },
+): PlanEntry[] {
+  const plan: PlanEntry[] = [];
+  for (const c of treeChanges(project, current, target, options.only)) {
+    // The current tree was just staged from the disk, so its blob is the
+    // file's content hash; only a file missing from it is looked at on disk
+    // (it may be there, left out of snapshots for its size).
+    const now = c.srcMode !== "000000"
+      ? c.srcBlob
+      : diskHash(Buffer.concat([Buffer.from(project.root), SLASH, c.rel]));
+    const key = ledgerKey(c.rel);
+    const problem = pathProblem(project.root, c.rel);
+    const action = c.status === "D" ? "remove" : "restore";
+    let reason: string | undefined;
+    if (problem) reason = problem;
+    else if (now === undefined) reason = "unreadable";
+    else if (!options.all) {
+      if (!(key in ledger)) reason = "not changed by the agent";
+      else if (ledger[key] !== now) reason = "edited since the agent wrote it";
+    }
+    if (reason) plan.push({ rel: c.rel, action: "skip", reason });
+    else if (action === "remove") plan.push({ rel: c.rel, action });
+    else plan.push({ rel: c.rel, action, blob: c.dstBlob, mode: c.dstMode });
+  }
+  return plan;
+}
+
+/**
+ * Carry out a plan; returns the entries done (a write that fails becomes a
+ * skip with the error as its reason). Files are written and removed by git
+ * itself from temporary indexes of the two trees, so any path git can store
+ * (non-UTF-8 bytes included) is restored byte for byte; git replaces a
+ * symbolic link in the way and never writes through one. Updates the
+ * ledger: what a rollback writes counts as the agent's, so the rollback
+ * itself can be rolled back.
+ */
+export function applyPlan(
+  project: Project,
+  plan: PlanEntry[],
+  ledger: Ledger,
+  trees: { current: string; target: string },
+): PlanEntry[] {
+  const done: PlanEntry[] = [];
+  const restore: PlanEntry[] = [];
+  const remove: PlanEntry[] = [];
+  for (const e of plan) {
+    const problem = e.action === "skip" ? undefined : pathProblem(project.root, e.rel);
+    if (e.action === "skip") done.push(e);
+    else if (problem) done.push({ rel: e.rel, action: "skip", reason: problem });
+    else (e.action === "restore" ? restore : remove).push(e);
+  }
+  const tmp = path.join(project.dir, `rollback-index-${process.pid}`);
+  const withIndex = (tree: string, list: PlanEntry[], args: string[], extraEnv = {}) => {
+    if (list.length === 0) return;
+    fs.rmSync(tmp, { force: true });
+    try {
+      project.store.git.run(["read-tree", tree], { gitDir: project.store.gitDir, index: tmp });
+      project.store.git.run(args, {
+        gitDir: project.store.gitDir,
+        index: tmp,
+        workTree: project.root,
+        cwd: project.root,
+        input: joinZ(list.map((e) => e.rel)),
+        env: extraEnv,
+      });
+      for (const e of list) {
+        ledger[ledgerKey(e.rel)] = e.action === "restore" ? e.blob as string : null;
+        done.push(e);
+      }
+    } catch (error) {
+      const reason = error instanceof Error ? error.message : String(error);
+      for (const e of list) done.push({ rel: e.rel, action: "skip", reason });
+    } finally {
+      fs.rmSync(tmp, { force: true });
+    }
+  };
+  withIndex(trees.target, restore, ["checkout-index", "-f", "-q", "-z", "--stdin"]);
+  withIndex(
+    trees.current,
+    remove,
+    ["rm", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul"],
+    { GIT_LITERAL_PATHSPECS: "1" },
+  );
+  return done;
+}
+
+/** The tree a plan would leave: the current tree with the plan applied. */
+export function resultTree(project: Project, current: string, plan: PlanEntry[]): string {
+  const tmp = path.join(project.dir, `diff-index-${process.pid}`);
+  const gitDir = project.store.gitDir;
+  fs.rmSync(tmp, { force: true });
+  try {
+    project.store.git.run(["read-tree", current], { gitDir, index: tmp });
+    const lines: Buffer[] = [];
+    for (const e of plan) {
+      if (e.action === "skip") continue;
+      const head = e.action === "restore" ? `${e.mode} ${e.blob}\t` : `0 ${"0".repeat(40)}\t`;
+      lines.push(Buffer.from(head), e.rel, Buffer.from([0]));
+    }
+    if (lines.length) {
+      project.store.git.run(["update-index", "-z", "--index-info"], {
+        gitDir,
+        index: tmp,
+        input: Buffer.concat(lines),
+      });
+    }
+    return project.store.git.run(["write-tree"], { gitDir, index: tmp }).toString().trim();
+  } finally {
+    fs.rmSync(tmp, { force: true });
+  }
+}
+
+/** A plan entry for output. */
+export function describe(e: PlanEntry): { path: string; reason?: string } {
+  return e.reason === undefined ? { path: showPath(e.rel) } : {
+    path: showPath(e.rel),
+    reason: e.reason,
+  };
+}
+
+/** A user path (relative to `cwd`) as bytes relative to the project root, or undefined outside it. */
+export function relativeToRoot(root: string, cwd: string, p: string): Buffer | undefined {
+  const abs = path.resolve(cwd, p);
+  let real = abs;
+  try {
+    real = path.join(fs.realpathSync(path.dirname(abs)), path.basename(abs));
+  } catch { /* a parent is missing: use the path as given */ }
+  const rel = path.relative(root, real);
+  if (rel === "") return Buffer.alloc(0);
+  if (rel.startsWith("..") || path.isAbsolute(rel)) return undefined;
+  return Buffer.from(rel.split(path.sep).join("/"));
+}

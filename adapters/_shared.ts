@@ -1,0 +1,144 @@
+/**
+ * What every framework adapter shares: checking the caps a host gives, starting
+ * the run with them, holding a prologue until it can be placed, and telling how
+ * a run that threw ended.
+ *
+ * @module
+ */
+import type { AgentCheckpoint, Run, RunInit } from "../mod.ts";
+
+/** Where the prologue goes in the model call it is due for. */
+export type Placement = "user" | "system" | "tool-result";
+
+/** What every adapter takes besides its framework's own cap name. */
+export interface AdapterInit extends Omit<RunInit, "caps" | "sessionId"> {
+  /** The run's session id; adapters that can find one themselves make it optional. */
+  sessionId?: string;
+  /** The time cap in seconds: a nudge, and with `deadline: true` a hard stop. */
+  timeSeconds?: number;
+  /** Where the prologue goes. @default {"user"} */
+  placement?: Placement;
+  /** Abort the framework's run at the time cap (plus `deadline_grace_seconds`). @default {false} */
+  deadline?: boolean;
+}
+
+const PLACEMENTS: readonly string[] = ["user", "system", "tool-result"];
+
+/**
+ * Check a cap a host gave an adapter: a whole number ≥ 1 (turns) or a finite
+ * number > 0 (seconds). This is a programming error, so it throws.
+ *
+ * @throws {TypeError} When the value is not a usable cap.
+ */
+export function checkCap(
+  name: string,
+  value: unknown,
+  kind: "turns" | "seconds",
+  optional = false,
+): void {
+  if (value === undefined && optional) return;
+  const ok = typeof value === "number" && Number.isFinite(value) && value > 0 &&
+    (kind === "seconds" || Number.isInteger(value));
+  if (!ok) {
+    const what = kind === "turns" ? "a whole number of at least 1" : "a number of seconds above 0";
+    throw new TypeError(`${name} must be ${what}, got ${describe(value)}`);
+  }
+}
+
+const describe = (value: unknown): string => {
+  if (typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "number" || typeof value === "boolean" || value == null) {
+    return String(value);
+  }
+  return typeof value;
+};
+
+/**
+ * Check an adapter's init and start its run with the turn cap it was given.
+ *
+ * @throws {TypeError} When a cap, the placement or the session id is unusable.
+ */
+export function startAdapterRun(
+  ac: AgentCheckpoint,
+  init: AdapterInit,
+  capName: string,
+  turns: unknown,
+  sessionId: string | undefined = init.sessionId,
+): Run {
+  checkCap(capName, turns, "turns");
+  checkCap("timeSeconds", init.timeSeconds, "seconds", true);
+  if (init.placement !== undefined && !PLACEMENTS.includes(init.placement)) {
+    throw new TypeError(
+      `placement must be "user", "system" or "tool-result", got ${describe(init.placement)}`,
+    );
+  }
+  if (typeof sessionId !== "string" || sessionId === "") {
+    throw new TypeError(`sessionId must be a non-empty string, got ${describe(sessionId)}`);
+  }
+  const { timeSeconds, placement: _p, deadline: _d, ...rest } = init;
+  const caps: { turns: number; timeSeconds?: number } = { turns: turns as number };
+  if (timeSeconds !== undefined) caps.timeSeconds = timeSeconds;
+  return ac.startRun({ ...rest, sessionId, caps });
+}
+
+/**
+ * A prologue waiting for a place. With `placement: "tool-result"` it rides on
+ * the newest tool result not yet sent to the model; a model call that has
+ * none leaves it open for a later one. A newer prologue replaces a waiting
+ * one (tier 2 supersedes tier 1).
+ */
+export class PendingPrologue {
+  #text: string | undefined;
+
+  /**
+   * Offer the prologue of this model call (from `preLlmCall()`, possibly
+   * undefined) and say whether this call can carry it; returns the text to
+   * place now, or undefined.
+   */
+  take(text: string | undefined, canPlace: boolean): string | undefined {
+    if (text !== undefined) this.#text = text;
+    if (!canPlace || this.#text === undefined) return undefined;
+    const out = this.#text;
+    this.#text = undefined;
+    return out;
+  }
+
+  /** Whether a prologue is waiting. */
+  get waiting(): boolean {
+    return this.#text !== undefined;
+  }
+}
+
+/**
+ * How a run whose framework threw ended: `deadline` when the adapter handed
+ * the run's deadline to the framework and it fired, `aborted` when the
+ * host's own signal did, else `failed`. Reads the deadline only when it was
+ * asked for, since reading it arms it.
+ */
+export function thrownStatus(
+  run: Run,
+  deadline: boolean | undefined,
+  userSignal?: AbortSignal | null,
+): "deadline" | "aborted" | "failed" {
+  if (deadline && run.deadline.aborted) return "deadline";
+  if (userSignal?.aborted) return "aborted";
+  return "failed";
+}
+
+/** Log a fault inside an adapter's own hook code: a log line, never a throw into the framework. */
+export function logFault(run: Run, hook: string, error: unknown): void {
+  run.log("error", `${hook} failed: ${error instanceof Error ? error.message : String(error)}`);
+}
+
+/** The host's signal and the run's deadline as one, when the deadline is asked for. */
+export function runSignal(
+  run: Run,
+  deadline: boolean | undefined,
+  userSignal?: AbortSignal | null,
+): AbortSignal | undefined {
+  const signals = [userSignal ?? undefined, deadline ? run.deadline : undefined].filter(
+    (s): s is AbortSignal => s !== undefined,
+  );
+  if (signals.length <= 1) return signals[0];
+  return AbortSignal.any(signals);
+}

@@ -1,0 +1,639 @@
+// deno-lint-ignore-file no-import-prefix -- full npm: specifiers let Deno import this by URL
+/**
+ * The Vercel AI SDK (`ai` v5, v6 and v7) with checkpoints: one line gives a
+ * `generateText` / `streamText` whose steps are the run's turns.
+ *
+ * ```ts ignore
+ * const cp = checkpointed(ac, { sessionId, maxSteps: 40, timeSeconds: 900 });
+ * const result = await cp.generateText({ model, tools, prompt });
+ * ```
+ *
+ * What it merges into the parameters you pass, composing with your own:
+ * - `stopWhen`: the step cap (your own conditions still stop the run);
+ * - `model`: a wrapper that calls `preLlmCall()` once per model call and puts
+ *   a due checkpoint directive into that call's prompt only (never into
+ *   `response.messages` or the returned steps); a model your `prepareStep`
+ *   returns is wrapped the same way;
+ * - `tools`: each `execute` reports its call (with the SDK's `toolCallId`),
+ *   its outcome and its duration; a tool returning an async iterable stays in
+ *   flight until the iterable ends, each chunk counting as activity;
+ * - `experimental_transform` (streamText): streamed parts count as activity,
+ *   and the end of the stream ends the run;
+ * - `abortSignal`: with `deadline: true`, the run's deadline joins yours.
+ *
+ * @module
+ */
+import * as aiDefault from "npm:ai@^7.0.0";
+import type { AgentCheckpoint, Run } from "../mod.ts";
+import {
+  type AdapterInit,
+  logFault,
+  PendingPrologue,
+  type Placement,
+  runSignal,
+  startAdapterRun,
+  thrownStatus,
+} from "./_shared.ts";
+
+export type { AdapterInit, Placement } from "./_shared.ts";
+
+/**
+ * What the adapter needs of an `ai` module: its `generateText` and
+ * `streamText` (and `gateway`, to resolve a model given by its id). Pass
+ * `import * as ai from "ai"` of any supported major version.
+ *
+ * @example Any major version's module is one
+ * ```ts
+ * import type { AiSdkModule } from "./ai_sdk.ts";
+ * import * as ai from "npm:ai@^7.0.0";
+ * import assert from "node:assert/strict";
+ *
+ * const sdk: AiSdkModule = ai;
+ * assert.equal(typeof sdk.streamText, "function");
+ * ```
+ */
+export interface AiSdkModule {
+  /** The SDK's `generateText`. */
+  // deno-lint-ignore no-explicit-any
+  generateText: (params: any) => PromiseLike<any>;
+  /** The SDK's `streamText`. */
+  // deno-lint-ignore no-explicit-any
+  streamText: (params: any) => any;
+  /** The SDK's default provider, for models given as a string id. */
+  gateway?: unknown;
+}
+
+/**
+ * The init of {@linkcode checkpointed}: `startRun`'s, with the caps in the SDK's unit.
+ *
+ * @example A 30-step run with a hard stop at ten minutes, its directive riding on tool results
+ * ```ts
+ * import type { AiSdkInit } from "./ai_sdk.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const init: AiSdkInit = {
+ *   sessionId: "triage-1234",
+ *   maxSteps: 30,
+ *   timeSeconds: 600,
+ *   placement: "tool-result",
+ *   deadline: true,
+ * };
+ * assert.equal(init.maxSteps, 30);
+ * ```
+ */
+export interface AiSdkInit<M extends AiSdkModule = typeof aiDefault> extends AdapterInit {
+  /** The conversation's session id; names the run and its checkpoint file. */
+  sessionId: string;
+  /**
+   * The turn cap, in steps: a step is one model call. The run's turn cap, and
+   * the SDK's `stopWhen` step limit.
+   */
+  maxSteps: number;
+  /**
+   * The `ai` module to drive: the one you import `generateText` from
+   * (`import * as ai from "ai"`), when it is not the one this module resolves.
+   * @default {the `ai` peer dependency in Node; ai ^7 from npm in Deno}
+   */
+  ai?: M;
+}
+
+/**
+ * What {@linkcode checkpointed} returns: the run and the SDK's two loops, wired to it.
+ *
+ * @example The run starts with `checkpointed()`, with the step cap as its turn cap
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { checkpointed, type Checkpointed } from "./ai_sdk.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const cp: Checkpointed = checkpointed(ac, { sessionId: "s-1", maxSteps: 25 });
+ * assert.deepEqual(cp.run.caps.turns, { value: 25, source: "host" });
+ * assert.ok(cp.run.checkpointFile.endsWith("s-1.md"));
+ * await cp.run.end();
+ * await ac.close();
+ * ```
+ */
+export interface Checkpointed<M extends AiSdkModule = typeof aiDefault> {
+  /** The run: its id, caps, checkpoint file and hooks. */
+  readonly run: Run;
+  /**
+   * The SDK's `generateText`, with the step cap, the directive, tool reports
+   * and the deadline merged into its parameters. The run ends when it
+   * settles; what it throws is rethrown.
+   */
+  generateText: M["generateText"];
+  /**
+   * The SDK's `streamText`, merged like `generateText`. The run ends when the
+   * stream finishes, errors or is aborted; consume the stream (as the SDK
+   * requires) or the run stays open.
+   */
+  streamText: M["streamText"];
+}
+
+type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
+// deno-lint-ignore no-explicit-any
+type Any = any;
+type Part = Record<string, Any>;
+
+const describe = (value: unknown): string =>
+  typeof value === "string" ? JSON.stringify(value) : value === null ? "null" : typeof value;
+
+/**
+ * Wire the AI SDK to a run: start the run now and return `generateText` and
+ * `streamText` that drive it. One `checkpointed()` is one run; call it again
+ * for the next run.
+ *
+ * @param ac The process's {@linkcode AgentCheckpoint}.
+ * @param init The session id, `maxSteps`, and optionally `timeSeconds`,
+ *   `placement`, `deadline`, `ai` and the rest of `startRun`'s init.
+ * @returns The run and the SDK's `generateText` / `streamText`.
+ * @throws {TypeError} When `maxSteps` is not a whole number ≥ 1, `timeSeconds`
+ *   not a number > 0, `placement` unknown, `sessionId` empty or `ai` not the SDK.
+ *
+ * @example Tier 2 reaches the penultimate step's prompt, and only that one
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { checkpointed } from "./ai_sdk.ts";
+ * import * as ai from "npm:ai@^7.0.0";
+ * import { MockLanguageModelV4 } from "npm:ai@^7.0.0/test";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const usage = {
+ *   inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+ *   outputTokens: { total: 1, text: 1, reasoning: 0 },
+ * };
+ * let n = 0;
+ * const model = new MockLanguageModelV4({
+ *   doGenerate: () => {
+ *     n++;
+ *     return Promise.resolve({
+ *       content: [{ type: "tool-call", toolCallId: `c${n}`, toolName: "look", input: "{}" }],
+ *       finishReason: { unified: "tool-calls", raw: "tool_use" },
+ *       usage,
+ *       warnings: [],
+ *     });
+ *   },
+ * });
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const cp = checkpointed(ac, { sessionId: "doc-ai-sdk", maxSteps: 4, ai });
+ * const result = await cp.generateText({
+ *   model,
+ *   prompt: "Look around.",
+ *   tools: { look: ai.tool({ inputSchema: ai.jsonSchema({ type: "object" }), execute: () => "ok" }) },
+ * });
+ * assert.equal(result.steps.length, 4); // the cap, stated once
+ * const prompts = model.doGenerateCalls.map((call) => JSON.stringify(call.prompt));
+ * assert.deepEqual(prompts.map((p) => p.includes("Final budget checkpoint")), [false, false, true, false]);
+ * assert.ok(!JSON.stringify(result.response.messages).includes("budget checkpoint"));
+ * await ac.close();
+ * ```
+ */
+export function checkpointed<M extends AiSdkModule = typeof aiDefault>(
+  ac: AgentCheckpoint,
+  init: AiSdkInit<M>,
+): Checkpointed<M> {
+  if (ac === null || typeof ac !== "object" || typeof ac.startRun !== "function") {
+    throw new TypeError(`ac must be an AgentCheckpoint, got ${describe(ac)}`);
+  }
+  if (init === null || typeof init !== "object") {
+    throw new TypeError(`init must be an object, got ${describe(init)}`);
+  }
+  const { maxSteps, ai, ...rest } = init;
+  const sdk: AiSdkModule = ai ?? aiDefault;
+  if (
+    sdk === null || typeof sdk !== "object" || typeof sdk.generateText !== "function" ||
+    typeof sdk.streamText !== "function"
+  ) {
+    throw new TypeError(
+      `ai must be the AI SDK module (with generateText and streamText), got ${describe(ai)}`,
+    );
+  }
+  if (rest.deadline !== undefined && typeof rest.deadline !== "boolean") {
+    throw new TypeError(`deadline must be true or false, got ${describe(rest.deadline)}`);
+  }
+  const run = startAdapterRun(ac, rest, "maxSteps", maxSteps);
+  const wired = new Wiring(run, sdk, maxSteps, rest.placement ?? "user", rest.deadline === true);
+  return {
+    run,
+    generateText: ((params: Any) => wired.generateText(params)) as M["generateText"],
+    streamText: ((params: Any) => wired.streamText(params)) as M["streamText"],
+  };
+}
+
+const isObject = (value: unknown): value is Record<string | symbol, Any> =>
+  value !== null && (typeof value === "object" || typeof value === "function");
+
+const isAsyncIterable = (value: unknown): value is AsyncIterable<unknown> =>
+  isObject(value) && typeof value[Symbol.asyncIterator] === "function";
+
+const isPromiseLike = (value: unknown): value is PromiseLike<unknown> =>
+  isObject(value) && typeof value.then === "function";
+
+const asArray = <T>(value: T | T[] | undefined): T[] =>
+  value === undefined ? [] : Array.isArray(value) ? value : [value];
+
+/** The state of one `checkpointed()` run: its model calls, its prologue and how it ends. */
+class Wiring {
+  readonly #run: Run;
+  readonly #sdk: AiSdkModule;
+  readonly #maxSteps: number;
+  readonly #placement: Placement;
+  readonly #deadline: boolean;
+  readonly #pending = new PendingPrologue();
+  /** Tool results of this run's tools not yet in a model call that succeeded. */
+  readonly #unsent = new Set<string>();
+  readonly #models = new WeakMap<object, unknown>();
+  #calls = 0;
+  #capped = false;
+  #used = false;
+  #ended = false;
+  #userSignal: AbortSignal | undefined;
+
+  constructor(
+    run: Run,
+    sdk: AiSdkModule,
+    maxSteps: number,
+    placement: Placement,
+    deadline: boolean,
+  ) {
+    this.#run = run;
+    this.#sdk = sdk;
+    this.#maxSteps = maxSteps;
+    this.#placement = placement;
+    this.#deadline = deadline;
+  }
+
+  /** A fault inside the adapter: a log line, never an error for the host. */
+  #fault(where: string, error: unknown): void {
+    try {
+      logFault(this.#run, `ai-sdk adapter: ${where}`, error);
+    } catch { /* logging is the last line of defence */ }
+  }
+
+  async generateText(params: Any): Promise<unknown> {
+    const merged = this.#merge(params, false);
+    let result;
+    try {
+      result = await this.#sdk.generateText(merged);
+    } catch (error) {
+      await this.#end(this.#thrownStatus(error));
+      throw error;
+    }
+    await this.#end(this.#capped ? "capped" : "done");
+    return result;
+  }
+
+  streamText(params: Any): unknown {
+    const merged = this.#merge(params, true);
+    try {
+      return this.#sdk.streamText(merged);
+    } catch (error) {
+      void this.#end(this.#thrownStatus(error));
+      throw error;
+    }
+  }
+
+  async #end(status: EndStatus): Promise<void> {
+    if (this.#ended) return;
+    this.#ended = true;
+    try {
+      await this.#run.end({ status });
+    } catch (error) {
+      this.#fault("ending the run", error);
+    }
+  }
+
+  /** How the run ended when the SDK threw `error` (or the stream ended with it). */
+  #thrownStatus(error: unknown): EndStatus {
+    try {
+      const status = thrownStatus(this.#run, this.#deadline, this.#userSignal);
+      if (status !== "failed") return status;
+      // An abort that is neither ours nor the host's signal: the SDK's own timeout.
+      const name = isObject(error) ? error.name : undefined;
+      return name === "AbortError" || name === "TimeoutError" ? "aborted" : "failed";
+    } catch {
+      return "failed";
+    }
+  }
+
+  /** The host's parameters with ours merged in; on a fault, theirs as given. */
+  #merge(params: Any, streaming: boolean): Any {
+    if (this.#used) {
+      try {
+        this.#run.log(
+          "warn",
+          "ai-sdk adapter: this checkpointed() run has already ended; call checkpointed() once per generateText or streamText call",
+        );
+      } catch { /* logging is the last line of defence */ }
+    }
+    this.#used = true;
+    if (!isObject(params)) return params;
+    try {
+      const merged: Any = { ...params };
+      merged.model = this.#wrapModel(params.model);
+      merged.stopWhen = [this.#stopCondition, ...asArray(params.stopWhen)];
+      if (typeof params.prepareStep === "function") {
+        merged.prepareStep = this.#prepareStep(params.prepareStep);
+      }
+      if (isObject(params.tools)) merged.tools = this.#wrapTools(params.tools);
+      if (params.abortSignal instanceof AbortSignal) this.#userSignal = params.abortSignal;
+      if (this.#deadline) merged.abortSignal = runSignal(this.#run, true, this.#userSignal);
+      if (streaming) {
+        merged.experimental_transform = [
+          this.#transform,
+          ...asArray(params.experimental_transform),
+        ];
+      }
+      return merged;
+    } catch (error) {
+      this.#fault("merging the parameters", error);
+      return params;
+    }
+  }
+
+  /** Ours in `stopWhen`: the step cap (and as many model calls, retries included). */
+  readonly #stopCondition = ({ steps }: { steps: Part[] }): boolean => {
+    try {
+      const reached = steps.length >= this.#maxSteps || this.#calls >= this.#maxSteps;
+      const last = steps[steps.length - 1];
+      if (reached && Array.isArray(last?.toolCalls) && last.toolCalls.length > 0) {
+        this.#capped = true;
+      }
+      return reached;
+    } catch (error) {
+      this.#fault("stopWhen", error);
+      return steps.length >= this.#maxSteps;
+    }
+  };
+
+  /** The host's `prepareStep`, with a model it returns wrapped like the main one. */
+  #prepareStep(user: (options: Any) => Any): (options: Any) => Promise<Any> {
+    return async (options) => {
+      const result = await user(options);
+      if (!isObject(result) || result.model === undefined) return result;
+      return { ...result, model: this.#wrapModel(result.model) };
+    };
+  }
+
+  /** The model, with `preLlmCall()` and the directive on each call. */
+  #wrapModel(model: unknown): unknown {
+    try {
+      let target = model;
+      if (typeof target === "string") {
+        const provider = (globalThis as Any).AI_SDK_DEFAULT_PROVIDER ?? this.#sdk.gateway;
+        target = provider.languageModel(target);
+      }
+      if (!isObject(target) || typeof target.doGenerate !== "function") return model;
+      const known = this.#models.get(target);
+      if (known) return known;
+      const wrapped = new Proxy(target, {
+        get: (t, prop) => {
+          if (prop === "doGenerate" || prop === "doStream") {
+            return (options: Any) => this.#modelCall(t, prop, options);
+          }
+          const value = Reflect.get(t, prop, t);
+          return typeof value === "function" ? value.bind(t) : value;
+        },
+      });
+      this.#models.set(target, wrapped);
+      this.#models.set(wrapped, wrapped);
+      return wrapped;
+    } catch (error) {
+      this.#fault("wrapping the model", error);
+      return model;
+    }
+  }
+
+  /** One model call: one turn, and the directive placed in this call's prompt only. */
+  async #modelCall(
+    model: Record<string, Any>,
+    method: "doGenerate" | "doStream",
+    options: Any,
+  ): Promise<unknown> {
+    let sent = options;
+    let text: string | undefined;
+    let placed: string | undefined;
+    try {
+      this.#calls++;
+      text = this.#run.preLlmCall();
+      const prompt: Part[] | undefined = Array.isArray(options?.prompt)
+        ? options.prompt
+        : undefined;
+      if (prompt) {
+        const at = this.#placement === "tool-result" ? this.#newestUnsent(prompt) : undefined;
+        placed = this.#pending.take(text, this.#placement !== "tool-result" || at !== undefined);
+        if (placed !== undefined) {
+          sent = { ...options, prompt: this.#place(prompt, placed, at) };
+        }
+      }
+    } catch (error) {
+      this.#fault("placing the checkpoint directive", error);
+      sent = options;
+      // Kept for a later call rather than lost.
+      const kept = placed ?? text;
+      if (kept !== undefined) this.#pending.take(kept, false);
+      placed = undefined;
+    }
+    try {
+      const result = await model[method](sent);
+      this.#markSent(options?.prompt);
+      return result;
+    } catch (error) {
+      // The retry (or a later call) carries the directive this call lost.
+      if (placed !== undefined) this.#pending.take(placed, false);
+      throw error;
+    }
+  }
+
+  /** Where the newest eligible tool result is: [message index, part index]. */
+  #newestUnsent(prompt: Part[]): [number, number] | undefined {
+    if (this.#unsent.size === 0) return undefined;
+    for (let m = prompt.length - 1; m >= 0; m--) {
+      const message = prompt[m];
+      if (message?.role !== "tool" || !Array.isArray(message.content)) continue;
+      for (let p = message.content.length - 1; p >= 0; p--) {
+        const part = message.content[p];
+        if (
+          part?.type === "tool-result" && this.#unsent.has(part.toolCallId) &&
+          CARRIERS.has(part.output?.type)
+        ) return [m, p];
+      }
+    }
+    return undefined;
+  }
+
+  #markSent(prompt: unknown): void {
+    try {
+      if (this.#unsent.size === 0 || !Array.isArray(prompt)) return;
+      for (const message of prompt) {
+        if (message?.role !== "tool" || !Array.isArray(message.content)) continue;
+        for (const part of message.content) {
+          if (part?.type === "tool-result") this.#unsent.delete(part.toolCallId);
+        }
+      }
+    } catch (error) {
+      this.#fault("tracking sent tool results", error);
+    }
+  }
+
+  /** A copy of the prompt with the directive placed; the SDK's own messages are untouched. */
+  #place(prompt: Part[], text: string, at: [number, number] | undefined): Part[] {
+    if (this.#placement === "system") {
+      let i = 0;
+      while (prompt[i]?.role === "system") i++;
+      return [...prompt.slice(0, i), { role: "system", content: text }, ...prompt.slice(i)];
+    }
+    if (this.#placement === "tool-result" && at) {
+      const [m, p] = at;
+      const message = prompt[m]!;
+      const content = [...message.content];
+      content[p] = { ...content[p], output: withPrologue(content[p].output, text) };
+      const out = [...prompt];
+      out[m] = { ...message, content };
+      return out;
+    }
+    return [...prompt, { role: "user", content: [{ type: "text", text }] }];
+  }
+
+  #wrapTools(tools: Record<string, Any>): Record<string, Any> {
+    const out: Record<string, Any> = {};
+    for (const [name, tool] of Object.entries(tools)) {
+      out[name] = isObject(tool) && typeof tool.execute === "function"
+        ? { ...tool, execute: this.#wrapExecute(name, tool, tool.execute) }
+        : tool;
+    }
+    return out;
+  }
+
+  /** A tool's `execute` that reports its call, outcome and duration. */
+  #wrapExecute(
+    name: string,
+    tool: object,
+    execute: (input: unknown, options: Any) => unknown,
+  ): (input: unknown, options: Any) => unknown {
+    const run = this.#run;
+    return (input, options) => {
+      const callId = typeof options?.toolCallId === "string" ? options.toolCallId : undefined;
+      const started = performance.now();
+      let reported = false;
+      const report = (ok: boolean, error?: unknown) => {
+        if (reported) return;
+        reported = true;
+        const outcome: Any = { ok, durationMs: performance.now() - started };
+        if (callId !== undefined) outcome.callId = callId;
+        if (!ok && error !== undefined) outcome.error = error;
+        run.postToolCall(name, outcome);
+        if (callId !== undefined && this.#placement === "tool-result") this.#unsent.add(callId);
+      };
+      run.preToolCall(name, callId === undefined ? { input } : { callId, input });
+      let result;
+      try {
+        result = execute.call(tool, input, options);
+      } catch (error) {
+        report(false, error);
+        throw error;
+      }
+      if (isAsyncIterable(result)) return this.#streamingTool(result, report);
+      if (isPromiseLike(result)) {
+        return Promise.resolve(result).then(
+          (value) => {
+            report(true);
+            return value;
+          },
+          (error) => {
+            report(false, error);
+            throw error;
+          },
+        );
+      }
+      report(true);
+      return result;
+    };
+  }
+
+  /** A streaming tool stays in flight until its stream ends; each chunk is activity. */
+  async *#streamingTool(
+    source: AsyncIterable<unknown>,
+    report: (ok: boolean, error?: unknown) => void,
+  ): AsyncGenerator<unknown> {
+    let ended = false;
+    try {
+      for await (const chunk of source) {
+        this.#run.activity();
+        yield chunk;
+      }
+      ended = true;
+      report(true);
+    } catch (error) {
+      ended = true;
+      report(false, error);
+      throw error;
+    } finally {
+      if (!ended) report(false, new Error("stopped before its stream ended"));
+    }
+  }
+
+  /**
+   * Ours in `experimental_transform`: every part is activity, and the stream's
+   * end (closed, errored or cancelled) is the run's end.
+   */
+  readonly #transform = (): { readable: ReadableStream; writable: WritableStream } => {
+    let aborted = false;
+    let failed = false;
+    const pass = new TransformStream<Part, Part>({
+      transform: (part, controller) => {
+        this.#run.activity();
+        if (part?.type === "abort") aborted = true;
+        else if (part?.type === "error") failed = true;
+        controller.enqueue(part);
+      },
+    });
+    const writer = pass.writable.getWriter();
+    // The reader cancelled: the host stopped the stream.
+    writer.closed.catch(() => this.#end("aborted"));
+    const writable = new WritableStream<Part>({
+      write: (part) => writer.write(part),
+      close: async () => {
+        await writer.close();
+        const status: EndStatus = aborted
+          ? this.#thrownStatus({ name: "AbortError" })
+          : failed
+          ? "failed"
+          : this.#capped
+          ? "capped"
+          : "done";
+        await this.#end(status);
+      },
+      abort: async (reason) => {
+        await this.#end(this.#thrownStatus(reason));
+        await writer.abort(reason);
+      },
+    });
+    return { readable: pass.readable, writable };
+  };
+}
+
+/** The kinds of tool output that can carry the directive. */
+const CARRIERS = new Set(["text", "error-text", "json", "error-json", "content"]);
+
+/** A tool result's output with the directive appended, as text where it was JSON. */
+function withPrologue(output: Part, text: string): Part {
+  switch (output.type) {
+    case "text":
+    case "error-text":
+      return { ...output, value: `${String(output.value)}\n\n${text}` };
+    case "json":
+      return { type: "text", value: `${JSON.stringify(output.value)}\n\n${text}` };
+    case "error-json":
+      return { type: "error-text", value: `${JSON.stringify(output.value)}\n\n${text}` };
+    default: // content
+      return { ...output, value: [...output.value, { type: "text", text }] };
+  }
+}

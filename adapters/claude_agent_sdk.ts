@@ -1,0 +1,448 @@
+// deno-lint-ignore-file no-import-prefix -- full npm: specifiers let Deno import this by URL
+/**
+ * Checkpoints for the Claude Agent SDK (`@anthropic-ai/claude-agent-sdk`):
+ * {@linkcode checkpointedQuery} is the SDK's `query()` with the run's hooks
+ * merged into `options.hooks`.
+ *
+ * A turn is one Messages API request of the main agent loop, the unit of the
+ * SDK's `maxTurns`. The SDK has no hook per request, so the adapter counts
+ * the two hooks that come right before one: `UserPromptSubmit` (the first
+ * request of a prompt) and `PostToolBatch` (each request after a batch of
+ * tool calls). Their `additionalContext` carries the checkpoint directive
+ * into exactly the request it is due for.
+ *
+ * What the SDK does not show: a request with neither hook before it. One
+ * that a host `Stop` hook causes (sending the agent back to work) is counted
+ * late, at the next tool call or Stop, and a directive due there waits for
+ * the next request with a hook; a subagent's own requests are not counted.
+ * The CLI keeps a delivered directive in its transcript, so later requests
+ * carry it as history.
+ *
+ * @example A one-line change to a `query()` loop
+ * ```ts ignore
+ * import { createAgentCheckpoint } from "agent-checkpoint";
+ * import { checkpointedQuery } from "agent-checkpoint/claude-agent-sdk";
+ *
+ * const ac = createAgentCheckpoint();
+ * for await (
+ *   const message of checkpointedQuery(ac, { sessionId: "fix-tests", maxTurns: 40 }, {
+ *     prompt: "Make the test suite pass",
+ *     options: { allowedTools: ["Read", "Edit", "Bash"] },
+ *   })
+ * ) {
+ *   if (message.type === "result") console.log(message.subtype);
+ * }
+ * await ac.close();
+ * ```
+ *
+ * @module
+ */
+import {
+  type HookCallbackMatcher,
+  type HookEvent,
+  type HookInput,
+  type HookJSONOutput,
+  type Options,
+  type Query,
+  query,
+  type SDKMessage,
+  type SDKUserMessage,
+} from "npm:@anthropic-ai/claude-agent-sdk@0.x";
+import type { AgentCheckpoint, Run } from "../mod.ts";
+import {
+  type AdapterInit,
+  logFault,
+  PendingPrologue,
+  runSignal,
+  startAdapterRun,
+  thrownStatus,
+} from "./_shared.ts";
+
+export type { AdapterInit, Placement } from "./_shared.ts";
+
+/**
+ * The run's init for {@linkcode checkpointedQuery}: the session and its caps, stated once.
+ *
+ * @example
+ * ```ts
+ * import type { ClaudeQueryInit } from "./claude_agent_sdk.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const init: ClaudeQueryInit = { sessionId: "fix-tests", maxTurns: 40, timeSeconds: 900 };
+ * assert.equal(init.maxTurns, 40);
+ * ```
+ */
+export interface ClaudeQueryInit extends AdapterInit {
+  /** The run's session id (a run id for its checkpoint file). */
+  sessionId: string;
+  /**
+   * The turn cap: model requests of the main agent loop. Passed to the SDK as
+   * `options.maxTurns` and to the run as its turn cap.
+   */
+  maxTurns: number;
+}
+
+/**
+ * What the SDK's `query()` takes: the prompt and its options.
+ *
+ * @example
+ * ```ts
+ * import type { ClaudeQueryParams } from "./claude_agent_sdk.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const params: ClaudeQueryParams = { prompt: "Fix the tests", options: { cwd: "." } };
+ * assert.equal(params.prompt, "Fix the tests");
+ * ```
+ */
+export interface ClaudeQueryParams {
+  /** The prompt: a string, or the SDK's streaming input of user messages. */
+  prompt: string | AsyncIterable<SDKUserMessage>;
+  /** The SDK's options; the adapter adds its hooks and `maxTurns`. */
+  options?: Options;
+}
+
+/**
+ * The SDK's own `Query` object, with the run it reports to added as `run`.
+ *
+ * @example
+ * ```ts
+ * import type { CheckpointedQuery } from "./claude_agent_sdk.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const fileOf = (q: CheckpointedQuery): string => q.run.checkpointFile;
+ * assert.equal(typeof fileOf, "function");
+ * ```
+ */
+export type CheckpointedQuery = Query & {
+  /** The run this query reports to: its checkpoint file, caps and hooks. */
+  readonly run: Run;
+};
+
+type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
+
+const RESULT_STATUS: Record<string, EndStatus> = {
+  success: "done",
+  error_max_turns: "capped",
+  error_max_budget_usd: "capped",
+};
+
+const str = (value: unknown): string | undefined =>
+  typeof value === "string" && value !== "" ? value : undefined;
+
+/**
+ * Run the SDK's `query()` as a checkpointed run: the run starts here with the
+ * turn cap `init.maxTurns` (also handed to the SDK as `options.maxTurns`) and
+ * ends when the iterator does.
+ *
+ * - `UserPromptSubmit` and `PostToolBatch` each count one turn
+ *   (`preLlmCall()`) and deliver a due directive as `additionalContext` to the
+ *   request that follows. The SDK's CLI keeps that context in its own
+ *   transcript, so later requests repeat it as history; it is added once.
+ *   A request a host `Stop` hook causes has neither hook before it: it is
+ *   counted late, when the next tool call or `Stop` shows it happened.
+ * - `PreToolUse`, `PostToolUse` and `PostToolUseFailure` report each tool call
+ *   with its `tool_use_id`, its input (so workspace snapshots cover `Write`,
+ *   `Edit`, `MultiEdit`, `NotebookEdit` and `Bash`) and its duration.
+ * - Every message the iterator yields counts as activity.
+ * - `placement` is accepted as in every adapter, but on this SDK a directive
+ *   can only travel as hook `additionalContext`: the CLI sends it as a system
+ *   reminder after the newest tool results (with the prompt, on the first
+ *   request), whatever the placement.
+ * - The run ends `done` when the iterator finishes, `capped` on an
+ *   `error_max_turns` (or `error_max_budget_usd`) result, `aborted` when the
+ *   host's `abortController` fired, `deadline` when `deadline: true` and the
+ *   run's deadline fired, else `failed`; whatever the SDK threw is rethrown.
+ *
+ * The host's own hooks are kept; ours are appended per event. The returned
+ * object is the SDK's own `Query` (its methods, such as `interrupt()`, work),
+ * with `run` added.
+ *
+ * @param ac The process's `AgentCheckpoint`.
+ * @param init The session id, `maxTurns`, and optionally `timeSeconds`,
+ *   `deadline`, `placement`, `taskId`, `dialect`, `workspace` (default:
+ *   `options.cwd`).
+ * @param params What `query()` takes: `prompt` and `options`.
+ * @returns The SDK's `Query`, iterated as usual.
+ * @throws {TypeError} When `maxTurns` is not a whole number of at least 1,
+ *   `timeSeconds` is not a positive number, the placement or session id is
+ *   unusable, or `options.maxTurns` states a different cap.
+ *
+ * @example Bad caps are refused before anything starts
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { checkpointedQuery } from "./claude_agent_sdk.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * assert.throws(
+ *   () => checkpointedQuery(ac, { sessionId: "s", maxTurns: 0 }, { prompt: "hi" }),
+ *   TypeError,
+ * );
+ * await ac.close();
+ * ```
+ */
+export function checkpointedQuery(
+  ac: AgentCheckpoint,
+  init: ClaudeQueryInit,
+  params: ClaudeQueryParams,
+): CheckpointedQuery {
+  const options: Options = { ...(params?.options ?? {}) };
+  const maxTurns = init?.maxTurns;
+  if (options.maxTurns !== undefined && options.maxTurns !== maxTurns) {
+    throw new TypeError(
+      `options.maxTurns (${options.maxTurns}) differs from maxTurns (${maxTurns}): state the turn cap once, as maxTurns`,
+    );
+  }
+  const workspace = init.workspace ?? (typeof options.cwd === "string" ? options.cwd : undefined);
+  const run = startAdapterRun(
+    ac,
+    workspace === undefined ? init : { ...init, workspace },
+    "maxTurns",
+    maxTurns,
+  );
+  const cap = maxTurns as number;
+
+  // --- turns: one per model request of the main loop ---
+  let turns = 0;
+  // A directive due at a request no hook came before waits for the next one.
+  const waiting = new PendingPrologue();
+  const turn = (event: "UserPromptSubmit" | "PostToolBatch"): HookJSONOutput => {
+    turns++;
+    afterStop = false;
+    const text = waiting.take(run.preLlmCall(), true);
+    return text === undefined
+      ? {}
+      : { hookSpecificOutput: { hookEventName: event, additionalContext: text } };
+  };
+  // A Stop hook (the host's) may send the agent back to work: the CLI then
+  // makes a request with neither hook before it. Seen afterwards, from the
+  // next tool call or Stop, it is counted late.
+  let afterStop = false;
+  const missed = (main: boolean) => {
+    if (!main) return;
+    if (afterStop) {
+      turns++;
+      waiting.take(run.preLlmCall(), false);
+    }
+  };
+
+  // --- tools: started calls by id, for durations the SDK does not give ---
+  const open = new Map<string, { tool: string; at: number }>();
+  const ended = (
+    input: { tool_name?: unknown; tool_use_id?: unknown },
+    ok: boolean | undefined,
+    extra: {
+      durationMs?: unknown;
+      error?: unknown;
+    },
+  ) => {
+    const callId = str(input.tool_use_id);
+    const started = callId === undefined ? undefined : open.get(callId);
+    if (callId !== undefined) open.delete(callId);
+    const tool = str(input.tool_name) ?? started?.tool ?? "unknown";
+    const durationMs = typeof extra.durationMs === "number" && Number.isFinite(extra.durationMs)
+      ? extra.durationMs
+      : started
+      ? Date.now() - started.at
+      : undefined;
+    run.postToolCall(tool, {
+      ...(ok === undefined ? {} : { ok }),
+      ...(durationMs === undefined ? {} : { durationMs }),
+      ...(callId === undefined ? {} : { callId }),
+      ...(extra.error === undefined ? {} : { error: extra.error }),
+    });
+  };
+
+  const ours: Partial<Record<HookEvent, (input: HookInput) => HookJSONOutput>> = {
+    UserPromptSubmit: (input) =>
+      (input as { agent_id?: unknown }).agent_id === undefined ? turn("UserPromptSubmit") : {},
+    PostToolBatch: (input) => {
+      const batch = input as { agent_id?: unknown; tool_calls?: unknown };
+      // A call that got no PostToolUse(Failure) did not run to its end (denied, interrupted).
+      if (Array.isArray(batch.tool_calls)) {
+        for (const call of batch.tool_calls) {
+          if (open.has(str(call?.tool_use_id) ?? "")) {
+            ended(call, false, { error: "ended without a result (denied or interrupted)" });
+          }
+        }
+      }
+      // A subagent's batch feeds the subagent's model, not a request of the main loop.
+      if (batch.agent_id !== undefined) return {};
+      // At the cap no request follows: the SDK ends with error_max_turns.
+      if (turns >= cap) return {};
+      return turn("PostToolBatch");
+    },
+    Stop: (input) => {
+      missed((input as { agent_id?: unknown }).agent_id === undefined);
+      afterStop = true;
+      return {};
+    },
+    PreToolUse: (input) => {
+      const i = input as {
+        tool_name?: unknown;
+        tool_use_id?: unknown;
+        tool_input?: unknown;
+        agent_id?: unknown;
+      };
+      missed(i.agent_id === undefined);
+      afterStop = false;
+      const tool = str(i.tool_name) ?? "unknown";
+      const callId = str(i.tool_use_id);
+      if (callId !== undefined) open.set(callId, { tool, at: Date.now() });
+      run.preToolCall(tool, {
+        ...(callId === undefined ? {} : { callId }),
+        input: i.tool_input,
+      });
+      return {};
+    },
+    PostToolUse: (input) => {
+      const i = input as { duration_ms?: unknown };
+      ended(input as never, true, { durationMs: i.duration_ms });
+      return {};
+    },
+    PostToolUseFailure: (input) => {
+      const i = input as { duration_ms?: unknown; error?: unknown };
+      ended(input as never, false, { durationMs: i.duration_ms, error: i.error });
+      return {};
+    },
+    PermissionDenied: (input) => {
+      const i = input as { reason?: unknown; tool_use_id?: unknown };
+      if (open.has(str(i.tool_use_id) ?? "")) {
+        ended(input as never, false, {
+          error: `permission denied: ${str(i.reason) ?? "no reason"}`,
+        });
+      }
+      return {};
+    },
+  };
+
+  const hooks: Partial<Record<HookEvent, HookCallbackMatcher[]>> = { ...(options.hooks ?? {}) };
+  for (
+    const [event, handle] of Object.entries(ours) as [HookEvent, (i: HookInput) => HookJSONOutput][]
+  ) {
+    const callback = (input: HookInput): Promise<HookJSONOutput> => {
+      try {
+        return Promise.resolve(handle(input));
+      } catch (error) {
+        logFault(run, `claude-agent-sdk ${event} hook`, error);
+        return Promise.resolve({});
+      }
+    };
+    hooks[event] = [...(hooks[event] ?? []), { hooks: [callback] }];
+  }
+  options.hooks = hooks;
+  options.maxTurns = cap;
+
+  // --- the host's abort, and the run's deadline when asked for ---
+  const userController = options.abortController;
+  const merged = runSignal(run, init.deadline, userController?.signal);
+  if (init.deadline && merged !== undefined && merged !== userController?.signal) {
+    const controller = new AbortController();
+    if (merged.aborted) controller.abort(merged.reason);
+    else merged.addEventListener("abort", () => controller.abort(merged.reason), { once: true });
+    options.abortController = controller;
+  }
+
+  let q: Query;
+  try {
+    q = query({ prompt: params.prompt, options });
+  } catch (error) {
+    void run.end({ status: "failed", summary: summaryOf(error) });
+    throw error;
+  }
+
+  // --- the run's end, from what the iterator does ---
+  let resultStatus: EndStatus | undefined;
+  let resultSummary: string | undefined;
+  let ending: Promise<void> | undefined;
+  const end = (status: EndStatus, summary?: string): Promise<void> => {
+    if (ending === undefined) {
+      ending = run.end(summary === undefined ? { status } : { status, summary }).catch(
+        (error: unknown) => logFault(run, "claude-agent-sdk end", error),
+      );
+    }
+    return ending;
+  };
+  const seen = (message: SDKMessage | undefined): void => {
+    try {
+      run.activity();
+      if (message?.type === "result") {
+        const subtype = String((message as { subtype?: unknown }).subtype);
+        resultStatus = RESULT_STATUS[subtype] ?? "failed";
+        const errors = (message as { errors?: unknown }).errors;
+        resultSummary = Array.isArray(errors) && errors.length > 0
+          ? String(errors[0])
+          : subtype === "success"
+          ? undefined
+          : subtype;
+      }
+    } catch (error) {
+      logFault(run, "claude-agent-sdk message", error);
+    }
+  };
+  const observe = async (
+    step: Promise<IteratorResult<SDKMessage, void>>,
+  ): Promise<IteratorResult<SDKMessage, void>> => {
+    let result: IteratorResult<SDKMessage, void>;
+    try {
+      result = await step;
+    } catch (error) {
+      const thrown = thrownStatus(run, init.deadline, userController?.signal);
+      // The SDK throws after an error result; the result says why.
+      const status = thrown === "failed" ? resultStatus ?? "failed" : thrown;
+      await end(status, status === resultStatus ? resultSummary : summaryOf(error));
+      throw error;
+    }
+    if (result.done) await end(resultStatus ?? "done", resultSummary);
+    else seen(result.value);
+    return result;
+  };
+  /** An early `return()` (a `break` out of the loop): the host stopped it, unless a result came. */
+  const stopped = () => end(resultStatus ?? "aborted", resultSummary);
+
+  type Step = IteratorResult<SDKMessage, void>;
+  /** Iterator methods that report to the run, over the SDK's own. */
+  const observed = (inner: {
+    next(...args: [] | [unknown]): Promise<Step>;
+    return?(value?: void): Promise<Step>;
+    throw?(error?: unknown): Promise<Step>;
+  }) => ({
+    next: (...args: [] | [unknown]): Promise<Step> => observe(inner.next(...args)),
+    return: async (value?: void): Promise<Step> => {
+      try {
+        return inner.return ? await inner.return(value) : { done: true, value };
+      } finally {
+        await stopped();
+      }
+    },
+    throw: (error?: unknown): Promise<Step> =>
+      inner.throw ? observe(inner.throw(error)) : Promise.reject(error),
+  });
+  const own = observed({
+    next: q.next.bind(q),
+    return: q.return.bind(q),
+    throw: q.throw.bind(q),
+  });
+  const iterate = q[Symbol.asyncIterator].bind(q);
+  Object.assign(q, {
+    ...own,
+    // `for await` takes the SDK's inner generator from here, not `q.next`.
+    [Symbol.asyncIterator]: () => {
+      const wrapped: AsyncIterableIterator<SDKMessage> = {
+        ...observed(iterate()),
+        [Symbol.asyncIterator]: () => wrapped,
+      };
+      return wrapped;
+    },
+    run,
+  });
+  return q as CheckpointedQuery;
+}
+
+function summaryOf(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error);
+  return text.length > 300 ? `${text.slice(0, 300)}…` : text;
+}

@@ -1,0 +1,677 @@
+// deno-lint-ignore-file no-import-prefix -- full npm: specifiers let Deno import this by URL
+/**
+ * agent-checkpoint for LangChain (`langchain` v1 `createAgent`) and LangGraph
+ * (`@langchain/langgraph` v1 `createReactAgent`): the turn cap stated once,
+ * the budget prologue in the one model call it is due for, every tool call
+ * reported, and the run ended with how it went.
+ *
+ * A turn is one model call. `createAgent` counts nothing itself, so the
+ * middleware enforces `maxTurns`; LangGraph counts graph steps
+ * (`recursionLimit`), where one turn is two steps (the model, then its tools).
+ *
+ * @example One line in createAgent's middleware
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { checkpointMiddleware } from "./langchain.ts";
+ * import { createAgent } from "npm:langchain@1";
+ * import { FakeListChatModel } from "npm:@langchain/core@1/utils/testing";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const agent = createAgent({
+ *   model: new FakeListChatModel({ responses: ["done"] }),
+ *   middleware: [checkpointMiddleware(ac, { maxTurns: 8 })],
+ * });
+ * const state = await agent.invoke(
+ *   { messages: [{ role: "user", content: "Hi" }] },
+ *   { configurable: { thread_id: "chat-1" } },
+ * );
+ * assert.equal(state.messages.at(-1)?.content, "done");
+ * await ac.close();
+ * ```
+ *
+ * @module
+ */
+import type { AgentMiddleware } from "npm:langchain@1";
+import {
+  AIMessage,
+  type BaseMessage,
+  HumanMessage,
+  SystemMessage,
+  ToolMessage,
+} from "npm:@langchain/core@1/messages";
+import { tool as makeTool } from "npm:@langchain/core@1/tools";
+import { getConfig, isGraphBubbleUp } from "npm:@langchain/langgraph@1";
+import { createReactAgent } from "npm:@langchain/langgraph@1/prebuilt";
+import { z } from "npm:zod@^4";
+import type { AgentCheckpoint, Run } from "../mod.ts";
+import {
+  type AdapterInit,
+  checkCap,
+  logFault,
+  PendingPrologue,
+  type Placement,
+  runSignal,
+  startAdapterRun,
+  thrownStatus,
+} from "./_shared.ts";
+
+export type { AdapterInit, Placement } from "./_shared.ts";
+
+/** What the LangChain adapters take: the run's init (session id optional) and its turn cap. */
+export interface LangChainInit extends AdapterInit {
+  /** The turn cap: the most model calls one invocation of the agent may make. */
+  maxTurns: number;
+}
+
+/** The most invocations one middleware tracks at once before it ends the oldest. */
+const MAX_OPEN = 256;
+/** The private state key that ties an invocation to its run. */
+const RUN_KEY = "_agentCheckpointRun";
+/** LangChain marks middleware with this global symbol. */
+const MIDDLEWARE_BRAND = Symbol.for("AgentMiddleware");
+
+/** A run in flight, and what it needs between hooks. */
+interface Live {
+  run: Run;
+  init: LangChainInit;
+  cap: number;
+  calls: number;
+  capped: boolean;
+  pending: PendingPrologue;
+  signal: AbortSignal | undefined;
+}
+
+/**
+ * Graph steps one `createAgent` invocation with this middleware takes for a
+ * turn cap, measured: its before- and after-agent nodes (2), a model and a
+ * tools step per turn (2 × cap), and the model step that stops the run at the
+ * cap (1), plus the one step LangGraph's limit is short of.
+ *
+ * @example Give invoke() enough steps for the cap
+ * ```ts
+ * import { stepsForCreateAgent } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(stepsForCreateAgent(12), 28); // LangGraph's default of 25 allows 10 turns
+ * ```
+ */
+export const stepsForCreateAgent = (maxTurns: number): number => 2 * maxTurns + 4;
+
+/**
+ * The `recursionLimit` that lets `createReactAgent` make exactly `maxTurns`
+ * model calls, measured: a model and a tools step per turn, so the tools the
+ * last call asks for still run; the next model step raises `GraphRecursionError`.
+ *
+ * @example
+ * ```ts
+ * import { recursionLimitForReactAgent } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(recursionLimitForReactAgent(12), 24); // LangGraph's default of 25 allows 13
+ * ```
+ */
+export const recursionLimitForReactAgent = (maxTurns: number): number => 2 * maxTurns;
+
+/** Check an init at the call: bad caps and placements are programming errors. */
+function checkInit(init: LangChainInit): void {
+  if (init === null || typeof init !== "object") {
+    throw new TypeError(`init must be an object, got ${init === null ? "null" : typeof init}`);
+  }
+  checkCap("maxTurns", init.maxTurns, "turns");
+  checkCap("timeSeconds", init.timeSeconds, "seconds", true);
+  if (init.placement !== undefined && !["user", "system", "tool-result"].includes(init.placement)) {
+    throw new TypeError(
+      `placement must be "user", "system" or "tool-result", got ${JSON.stringify(init.placement)}`,
+    );
+  }
+  if (init.sessionId !== undefined && (typeof init.sessionId !== "string" || !init.sessionId)) {
+    throw new TypeError(`sessionId must be a non-empty string, got ${String(init.sessionId)}`);
+  }
+}
+
+/** The session id: the host's, else the invocation's thread id, else a fresh one. */
+function sessionOf(init: LangChainInit, configurable: unknown): string {
+  if (init.sessionId) return init.sessionId;
+  const thread = (configurable as { thread_id?: unknown } | undefined)?.thread_id;
+  if ((typeof thread === "string" && thread) || typeof thread === "number") return String(thread);
+  return `langchain-${crypto.randomUUID()}`;
+}
+
+function errorLine(error: unknown): string {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return text.length > 300 ? `${text.slice(0, 299)}…` : text;
+}
+
+const textOf = (content: unknown): string =>
+  typeof content === "string" ? content : JSON.stringify(content);
+
+/** Messages with the prologue placed; `system` may be replaced through `setSystem`. */
+function placeInMessages(
+  messages: BaseMessage[],
+  placement: Placement,
+  text: string | undefined,
+  pending: PendingPrologue,
+): BaseMessage[] {
+  if (placement === "user") {
+    return text === undefined ? messages : [...messages, new HumanMessage(text)];
+  }
+  if (placement === "system") {
+    if (text === undefined) return messages;
+    const first = messages[0];
+    if (first !== undefined && SystemMessage.isInstance(first)) {
+      const joined = `${textOf(first.content)}\n\n${text}`;
+      return [new SystemMessage(joined), ...messages.slice(1)];
+    }
+    return [new SystemMessage(text), ...messages];
+  }
+  const last = messages.at(-1);
+  const carrier = last !== undefined && ToolMessage.isInstance(last) ? last : undefined;
+  const now = pending.take(text, carrier !== undefined);
+  if (now === undefined || carrier === undefined) return messages;
+  const carried = new ToolMessage({
+    content: `${textOf(carrier.content)}\n\n${now}`,
+    tool_call_id: carrier.tool_call_id,
+    ...(carrier.name !== undefined ? { name: carrier.name } : {}),
+    ...(carrier.status !== undefined ? { status: carrier.status } : {}),
+  });
+  return [...messages.slice(0, -1), carried];
+}
+
+/** How a tool call went, from what it returned. */
+function toolOutcome(out: unknown): { ok: boolean; error?: string } {
+  if (ToolMessage.isInstance(out) && out.status === "error") {
+    return { ok: false, error: textOf(out.content).slice(0, 300) };
+  }
+  return { ok: true };
+}
+
+// ---------------------------------------------------------------------------
+// createAgent middleware
+
+/**
+ * A `createAgent` middleware that makes each invocation of the agent a
+ * checkpointed run. It starts the run before the agent (session id:
+ * `init.sessionId`, else the invocation's `configurable.thread_id`), puts the
+ * budget prologue into the model call it is due for (`wrapModelCall`; the
+ * state's messages never keep it), reports each tool call with its call id
+ * (`wrapToolCall`), and ends the run after the agent (`afterAgent`), or when
+ * a model call throws.
+ *
+ * It enforces `maxTurns` itself: once the agent has made `maxTurns` model
+ * calls and asks for another, the middleware answers in the model's place
+ * with a short AI message that stops the agent, and the run ends `capped`.
+ * Each invocation takes `2 × maxTurns + 4` graph steps at most; when the
+ * invocation's `recursionLimit` (LangGraph's default is 25) allows fewer, a
+ * log line says so and the cap drops to what it allows, so the run still ends
+ * `capped` instead of dying with `GraphRecursionError`.
+ *
+ * A tool that throws gives the model an error `ToolMessage`, as `createAgent`
+ * does without middleware (a `wrapToolCall` middleware would otherwise make
+ * the error fatal). Put this middleware first, so that its view of an error is
+ * final. With `deadline: true`, a model or tool call still running at the
+ * deadline is abandoned with the deadline's `TimeoutError`, and the run ends
+ * `deadline`.
+ *
+ * @param ac The library instance.
+ * @param init `maxTurns`, and optionally `sessionId`, `timeSeconds`, `placement`, `deadline` and the rest of startRun's init.
+ * @returns The middleware, for `createAgent({ middleware: [...] })`.
+ * @throws {TypeError} At the call, when a cap, the placement or the session id is unusable.
+ *
+ * @example The prologue reaches the model, never the state
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { checkpointMiddleware } from "./langchain.ts";
+ * import { createAgent, createMiddleware } from "npm:langchain@1";
+ * import { FakeListChatModel } from "npm:@langchain/core@1/utils/testing";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const sent: string[] = [];
+ * const spy = createMiddleware({ // the host's own middleware keeps working
+ *   name: "Spy",
+ *   wrapModelCall: (request, handler) => {
+ *     sent.push(JSON.stringify(request.messages));
+ *     return handler(request);
+ *   },
+ * });
+ * const agent = createAgent({
+ *   model: new FakeListChatModel({ responses: ["ok"] }),
+ *   middleware: [checkpointMiddleware(ac, { maxTurns: 2 }), spy],
+ * });
+ * const state = await agent.invoke({ messages: [{ role: "user", content: "Go" }] });
+ * assert.match(sent[0]!, /INCOMPLETE/); // two turns: the last checkpoint is due at the first call
+ * assert.doesNotMatch(JSON.stringify(state.messages), /INCOMPLETE/);
+ * assert.throws(() => checkpointMiddleware(ac, { maxTurns: Number.NaN }), TypeError);
+ * await ac.close();
+ * ```
+ */
+export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): AgentMiddleware {
+  checkInit(init);
+  const placement = init.placement ?? "user";
+  const runs = new Map<string, Live>();
+  const liveOf = (state: unknown): [string, Live] | undefined => {
+    const key = (state as Record<string, unknown> | undefined)?.[RUN_KEY];
+    const live = typeof key === "string" ? runs.get(key) : undefined;
+    return live && typeof key === "string" ? [key, live] : undefined;
+  };
+  const finish = async (key: string, live: Live, status: EndOutcome): Promise<void> => {
+    if (runs.get(key) !== live) return;
+    runs.delete(key);
+    await live.run.end(status);
+  };
+  /**
+   * An invocation that never reached afterAgent (the graph threw outside the
+   * middleware's view, or another middleware jumped to the end) left its run
+   * open; the next invocation of the session ends it, and a bound keeps the
+   * table small when sessions never come back.
+   */
+  const endStale = async (sessionId: string): Promise<void> => {
+    const stale = [...runs.entries()].filter(([key]) => key.startsWith(`${sessionId}#`));
+    if (runs.size - stale.length >= MAX_OPEN) {
+      const oldest = runs.entries().next().value;
+      if (oldest) stale.push(oldest);
+    }
+    for (const [key, live] of stale) {
+      await finish(key, live, {
+        status: "failed",
+        summary:
+          "the invocation ended without passing afterAgent (an error outside the middleware, or another middleware jumped to the end)",
+      });
+    }
+  };
+  const failed = (live: Live, error: unknown, signal: AbortSignal | undefined): EndOutcome => ({
+    status: thrownStatus(live.run, live.init.deadline, signal),
+    summary: errorLine(error),
+  });
+
+  const middleware = {
+    [MIDDLEWARE_BRAND]: true,
+    name: "AgentCheckpointMiddleware",
+    stateSchema: z.object({ [RUN_KEY]: z.string().optional() }),
+
+    beforeAgent: async (
+      _state: unknown,
+      runtime: { configurable?: unknown; signal?: AbortSignal },
+    ) => {
+      const sessionId = sessionOf(init, runtime?.configurable);
+      let cap = init.maxTurns;
+      let warning: string | undefined;
+      try {
+        const limit = getConfig()?.recursionLimit;
+        if (typeof limit === "number" && stepsForCreateAgent(cap) > limit) {
+          const reachable = Math.max(1, Math.floor((limit - 4) / 2));
+          warning = `recursionLimit ${limit} cannot reach maxTurns ${cap} (it needs ${
+            stepsForCreateAgent(cap)
+          } graph steps); this invocation stops at ${reachable} model calls. Pass recursionLimit: ${
+            stepsForCreateAgent(cap)
+          } or more to invoke()`;
+          cap = reachable;
+        }
+      } catch { /* no config: nothing to check */ }
+      await endStale(sessionId);
+      const run = startAdapterRun(ac, { ...init, sessionId }, "maxTurns", cap);
+      if (warning !== undefined) run.log("warn", warning);
+      const key = `${sessionId}#${crypto.randomUUID()}`;
+      runs.set(key, {
+        run,
+        init,
+        cap,
+        calls: 0,
+        capped: false,
+        pending: new PendingPrologue(),
+        signal: runSignal(run, init.deadline, undefined),
+      });
+      return { [RUN_KEY]: key };
+    },
+
+    wrapModelCall: async (
+      request: ModelRequestLike,
+      handler: (request: ModelRequestLike) => Promise<unknown>,
+    ) => {
+      const found = liveOf(request.state);
+      if (!found) return handler(request);
+      const [key, live] = found;
+      if (live.calls >= live.cap) {
+        live.capped = true;
+        return new AIMessage(
+          `Stopped: the turn cap of ${live.cap} model calls is reached; the work is unfinished.`,
+        );
+      }
+      live.calls++;
+      const text = live.run.preLlmCall();
+      let placed = request;
+      if (text !== undefined || live.pending.waiting) {
+        try {
+          placed = placeInRequest(request, placement, text, live.pending);
+        } catch (error) {
+          logFault(live.run, "langchain: placing the prologue", error);
+        }
+      }
+      try {
+        return await withDeadline(handler(placed), live.signal);
+      } catch (error) {
+        await finish(key, live, failed(live, error, request.runtime?.signal));
+        throw error;
+      }
+    },
+
+    wrapToolCall: async (
+      request: ToolRequestLike,
+      handler: (request: ToolRequestLike) => Promise<unknown>,
+    ) => {
+      const found = liveOf(request.state);
+      if (!found) return handler(request);
+      const [key, live] = found;
+      const name = String(request.toolCall?.name ?? "tool");
+      const callId = typeof request.toolCall?.id === "string" ? request.toolCall.id : undefined;
+      live.run.preToolCall(name, {
+        ...(callId !== undefined ? { callId } : {}),
+        input: request.toolCall?.args,
+      });
+      const started = performance.now();
+      const post = (ok: boolean, error?: string) =>
+        live.run.postToolCall(name, {
+          ok,
+          durationMs: Math.round(performance.now() - started),
+          ...(callId !== undefined ? { callId } : {}),
+          ...(error !== undefined ? { error } : {}),
+        });
+      try {
+        const out = await withDeadline(handler(request), live.signal);
+        const outcome = toolOutcome(out);
+        post(outcome.ok, outcome.error);
+        return out;
+      } catch (error) {
+        post(false, errorLine(error));
+        const aborted = request.runtime?.signal?.aborted || live.signal?.aborted;
+        if (aborted) await finish(key, live, failed(live, error, request.runtime?.signal));
+        if (aborted || isGraphBubbleUp(error) || (error as Error)?.name === "ToolInvocationError") {
+          throw error;
+        }
+        // What createAgent's tool node answers for a throwing tool when no middleware wraps it.
+        return new ToolMessage({
+          content: `${error}\n Please fix your mistakes.`,
+          tool_call_id: callId ?? "",
+          name,
+          status: "error",
+        });
+      }
+    },
+
+    afterAgent: async (state: unknown) => {
+      const found = liveOf(state);
+      if (found) {
+        const [key, live] = found;
+        await finish(key, live, { status: live.capped ? "capped" : "done" });
+      }
+      return undefined;
+    },
+  };
+  return middleware as unknown as AgentMiddleware;
+}
+
+type EndOutcome = {
+  status: "done" | "capped" | "failed" | "aborted" | "deadline";
+  summary?: string;
+};
+
+interface ModelRequestLike {
+  messages: BaseMessage[];
+  systemPrompt?: string;
+  state?: unknown;
+  runtime?: { signal?: AbortSignal };
+  [key: string]: unknown;
+}
+
+interface ToolRequestLike {
+  toolCall?: { id?: string; name?: string; args?: unknown };
+  state?: unknown;
+  runtime?: { signal?: AbortSignal };
+  [key: string]: unknown;
+}
+
+function placeInRequest(
+  request: ModelRequestLike,
+  placement: Placement,
+  text: string | undefined,
+  pending: PendingPrologue,
+): ModelRequestLike {
+  if (placement === "system") {
+    if (text === undefined) return request;
+    const prompt = request.systemPrompt ? `${request.systemPrompt}\n\n${text}` : text;
+    return { ...request, systemPrompt: prompt };
+  }
+  const messages = placeInMessages(request.messages, placement, text, pending);
+  return messages === request.messages ? request : { ...request, messages };
+}
+
+/** The call's result, or the deadline's reason when the deadline fires first. */
+function withDeadline<T>(call: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return call;
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const stop = () => reject(signal.reason);
+    signal.addEventListener("abort", stop, { once: true });
+    call.then(resolve, reject).finally(() => signal.removeEventListener("abort", stop));
+  });
+}
+
+// ---------------------------------------------------------------------------
+// createReactAgent
+
+/** `createReactAgent`'s parameters, as this adapter reads them. */
+export type ReactAgentParams = Parameters<typeof createReactAgent>[0];
+
+/** What {@linkcode checkpointedReactAgent} returns. */
+export interface CheckpointedReactAgent {
+  /** The compiled graph, as `createReactAgent` built it (with the prompt and tools wrapped). */
+  readonly graph: ReturnType<typeof createReactAgent>;
+  /** The `recursionLimit` that allows exactly `maxTurns` model calls (`2 × maxTurns`). */
+  readonly recursionLimit: number;
+  /**
+   * Invoke the graph as one checkpointed run, with `recursionLimit` set; the
+   * run ends `done`, `capped` (`GraphRecursionError`, rethrown), `failed`,
+   * `aborted` or `deadline`.
+   */
+  invoke(
+    input: Parameters<ReturnType<typeof createReactAgent>["invoke"]>[0],
+    config?: Record<string, unknown>,
+  ): ReturnType<ReturnType<typeof createReactAgent>["invoke"]>;
+}
+
+const REACT_KEY = "__agent_checkpoint_run";
+
+/**
+ * LangGraph's prebuilt `createReactAgent` as checkpointed runs: sets `prompt`
+ * (the host's own prompt, then the budget prologue in the model call it is
+ * due for), wraps the tools so each call is reported with its call id, and
+ * derives `recursionLimit` from `maxTurns` (a turn is two graph steps). Call
+ * the returned `invoke()`: each invocation is one run.
+ *
+ * @param ac The library instance.
+ * @param init `maxTurns`, and optionally `sessionId` (else the invocation's `thread_id`), `timeSeconds`, `placement`, `deadline`.
+ * @param params `createReactAgent`'s parameters.
+ * @returns The graph, its `recursionLimit`, and `invoke()`.
+ * @throws {TypeError} At the call, when a cap, the placement or the session id is unusable.
+ *
+ * @example
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { checkpointedReactAgent } from "./langchain.ts";
+ * import { FakeListChatModel } from "npm:@langchain/core@1/utils/testing";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const model = new FakeListChatModel({ responses: ["done"] });
+ * model.bindTools = () => model;
+ * const agent = checkpointedReactAgent(ac, { maxTurns: 12 }, { llm: model, tools: [] });
+ * assert.equal(agent.recursionLimit, 24);
+ * const state = await agent.invoke({ messages: [{ role: "user", content: "Hi" }] });
+ * assert.equal(state.messages.at(-1)?.content, "done");
+ * await ac.close();
+ * ```
+ */
+export function checkpointedReactAgent(
+  ac: AgentCheckpoint,
+  init: LangChainInit,
+  params: ReactAgentParams,
+): CheckpointedReactAgent {
+  checkInit(init);
+  // deno-lint-ignore no-explicit-any
+  const p = params as any;
+  if (p.messageModifier !== undefined) {
+    throw new TypeError("messageModifier is not supported here: give prompt instead");
+  }
+  const placement = init.placement ?? "user";
+  const recursionLimit = recursionLimitForReactAgent(init.maxTurns);
+  const runs = new Map<string, { run: Run; pending: PendingPrologue }>();
+  const liveOf = (config: unknown) => {
+    const key = (config as { configurable?: Record<string, unknown> } | undefined)
+      ?.configurable?.[REACT_KEY];
+    return typeof key === "string" ? runs.get(key) : undefined;
+  };
+  const userPrompt = p.prompt ?? p.stateModifier;
+
+  const prompt = async (state: { messages: BaseMessage[] }, config: unknown) => {
+    const messages = await promptMessages(userPrompt, state, config);
+    const live = liveOf(config);
+    if (!live) return messages;
+    const text = live.run.preLlmCall();
+    if (text === undefined && !live.pending.waiting) return messages;
+    try {
+      return placeInMessages(messages, placement, text, live.pending);
+    } catch (error) {
+      logFault(live.run, "langchain: placing the prologue", error);
+      return messages;
+    }
+  };
+
+  const tools = Array.isArray(p.tools) ? p.tools.map((t: unknown) => wrapTool(t, liveOf)) : p.tools;
+  const { stateModifier: _s, ...rest } = p;
+  const graph = createReactAgent({ ...rest, prompt, tools });
+
+  const invoke = async (input: unknown, config: Record<string, unknown> = {}) => {
+    if (config.recursionLimit !== undefined && config.recursionLimit !== recursionLimit) {
+      throw new TypeError(
+        `recursionLimit is derived from maxTurns (${recursionLimit} for ${init.maxTurns}): do not pass it, got ${
+          String(config.recursionLimit)
+        }`,
+      );
+    }
+    const configurable = (config.configurable ?? {}) as Record<string, unknown>;
+    const run = startAdapterRun(
+      ac,
+      { ...init, sessionId: sessionOf(init, configurable) },
+      "maxTurns",
+      init.maxTurns,
+    );
+    const key = `${run.runId}#${crypto.randomUUID()}`;
+    runs.set(key, { run, pending: new PendingPrologue() });
+    const userSignal = config.signal as AbortSignal | undefined;
+    const signal = runSignal(run, init.deadline, userSignal);
+    try {
+      const out = await graph.invoke(input as never, {
+        ...config,
+        recursionLimit,
+        configurable: { ...configurable, [REACT_KEY]: key },
+        ...(signal ? { signal } : {}),
+      });
+      await run.end({ status: "done" });
+      return out;
+    } catch (error) {
+      const status = (error as Error)?.name === "GraphRecursionError"
+        ? "capped"
+        : thrownStatus(run, init.deadline, userSignal);
+      await run.end({ status, summary: errorLine(error) });
+      throw error;
+    } finally {
+      runs.delete(key);
+    }
+  };
+
+  return {
+    graph,
+    recursionLimit,
+    invoke: invoke as CheckpointedReactAgent["invoke"],
+  };
+}
+
+/** The messages the host's own prompt makes of the state, as createReactAgent would. */
+async function promptMessages(
+  prompt: unknown,
+  state: { messages: BaseMessage[] },
+  config: unknown,
+): Promise<BaseMessage[]> {
+  if (prompt == null) return state.messages;
+  if (typeof prompt === "string") return [new SystemMessage(prompt), ...state.messages];
+  if (SystemMessage.isInstance(prompt)) return [prompt, ...state.messages];
+  let out: unknown;
+  if (typeof prompt === "function") out = await prompt(state, config);
+  else if (typeof (prompt as { invoke?: unknown }).invoke === "function") {
+    out = await (prompt as { invoke(s: unknown, c: unknown): unknown }).invoke(state, config);
+  } else throw new TypeError(`prompt must be a string, a SystemMessage, a function or a Runnable`);
+  const value = out as { toChatMessages?: () => BaseMessage[] };
+  return typeof value?.toChatMessages === "function"
+    ? value.toChatMessages()
+    : out as BaseMessage[];
+}
+
+/** A tool that reports each call to its invocation's run, then runs the host's tool. */
+function wrapTool(
+  original: unknown,
+  liveOf: (config: unknown) => { run: Run } | undefined,
+): unknown {
+  const t = original as {
+    name?: string;
+    description?: string;
+    schema?: unknown;
+    returnDirect?: boolean;
+    invoke?: (input: unknown, config?: unknown) => Promise<unknown>;
+  };
+  if (typeof t?.invoke !== "function" || typeof t.name !== "string") return original;
+  const name = t.name;
+  const invoke = t.invoke.bind(t);
+  return makeTool(
+    async (args: unknown, config: unknown) => {
+      const call = (config as { toolCall?: { id?: string; args?: unknown } } | undefined)?.toolCall;
+      const live = liveOf(config);
+      if (!live) return invoke(call ?? args, config);
+      const callId = typeof call?.id === "string" ? call.id : undefined;
+      live.run.preToolCall(name, { ...(callId !== undefined ? { callId } : {}), input: args });
+      const started = performance.now();
+      const post = (ok: boolean, error?: string) =>
+        live.run.postToolCall(name, {
+          ok,
+          durationMs: Math.round(performance.now() - started),
+          ...(callId !== undefined ? { callId } : {}),
+          ...(error !== undefined ? { error } : {}),
+        });
+      try {
+        const out = await invoke(call ?? args, config);
+        const outcome = toolOutcome(out);
+        post(outcome.ok, outcome.error);
+        return out;
+      } catch (error) {
+        post(false, errorLine(error));
+        throw error;
+      }
+    },
+    {
+      name,
+      description: t.description ?? name,
+      // deno-lint-ignore no-explicit-any
+      schema: (t.schema ?? { type: "object", properties: {} }) as any,
+      ...(t.returnDirect ? { returnDirect: true } : {}),
+    },
+  );
+}

@@ -1,0 +1,468 @@
+/**
+ * Reading the settings, for the main thread and the watchdog worker alike:
+ * the environment, the home directory, `<home>/config.yaml` (bounded reads,
+ * bounded YAML), the layering of its two sections and the host's overrides,
+ * and live reload. No SQLite here: that is cap discovery's (`discover.ts`).
+ *
+ * @module
+ */
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import process from "node:process";
+import { Buffer } from "node:buffer";
+import {
+  defaultSettings,
+  resolveSettings,
+  type Settings,
+  type SettingsLayer,
+  type SettingSource,
+} from "./settings.ts";
+import { errorText } from "./_show.ts";
+import { parseYaml } from "./_yaml.ts";
+
+/** Environment variables, as `process.env` holds them. */
+export type Env = Record<string, string | undefined>;
+
+/** Where to find settings. */
+export interface SettingsOptions {
+  /** The profile directory. @default {env.HERMES_HOME, else ~/.hermes} */
+  home?: string;
+  /** Environment for `HERMES_HOME`, `$VAR` expansion and cap discovery. @default {process.env} */
+  env?: Env;
+  /** Settings that win over the file, with the snake_case keys of `config.yaml`. */
+  overrides?: Record<string, unknown>;
+}
+
+/** The largest `config.yaml` read, in bytes; a larger one gives the defaults and a warning. */
+export const CONFIG_SIZE_LIMIT = 1024 * 1024;
+
+/** The most YAML aliases (`*name`) one `config.yaml` may hold. */
+export const CONFIG_ALIAS_LIMIT = 1000;
+
+/**
+ * The environment to use: the one given, else a copy of the process's (an
+ * empty one when it cannot be read, e.g. Deno without `--allow-env`).
+ *
+ * @example
+ * ```ts
+ * import { envOf } from "./config.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.deepEqual(envOf({ A: "1" }), { A: "1" });
+ * assert.equal(typeof envOf(undefined), "object");
+ * ```
+ */
+export function envOf(env: Env | undefined): Env {
+  if (env !== undefined && env !== null && typeof env === "object") return env;
+  try {
+    return { ...process.env };
+  } catch {
+    return {};
+  }
+}
+
+const text = (v: unknown): string | undefined => typeof v === "string" && v !== "" ? v : undefined;
+
+const userHome = (env: Env): string => {
+  const home = text(env.HOME);
+  if (home) return home;
+  try {
+    return os.homedir();
+  } catch {
+    return "/";
+  }
+};
+
+/** `path.resolve`, which needs the working directory for a relative path, without throwing. */
+function absolute(...parts: string[]): string {
+  try {
+    return path.resolve(...parts);
+  } catch {
+    // The working directory is gone (deleted, or not readable): the path stays
+    // relative to it, and whatever uses it fails with a log line.
+    return path.join(...parts);
+  }
+}
+
+/**
+ * The home directory: the option, else `HERMES_HOME`, else `~/.hermes`; made
+ * absolute. Never throws: a relative home in a working directory that was
+ * deleted stays relative; a home that is not a non-empty string counts as
+ * not given.
+ *
+ * @example
+ * ```ts
+ * import { resolveHome } from "./config.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(resolveHome("/srv/agent", {}), "/srv/agent");
+ * assert.equal(resolveHome(undefined, { HERMES_HOME: "/h" }), "/h");
+ * assert.equal(resolveHome(undefined, { HOME: "/home/me" }), "/home/me/.hermes");
+ * ```
+ */
+export function resolveHome(home: string | undefined, env: Env): string {
+  const chosen = text(home) ?? text(env.HERMES_HOME) ?? path.join(userHome(env), ".hermes");
+  return absolute(chosen);
+}
+
+/** The parsed `config.yaml` and what went wrong reading it. */
+export interface ConfigFile {
+  /** The document, when the file holds a mapping. */
+  doc: Record<string, unknown> | undefined;
+  /** One line per problem; the settings fall back to their defaults. */
+  warnings: string[];
+}
+
+const isMapping = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * Follow keys through nested mappings; only a mapping's own keys count, so
+ * `valueOf` or `__proto__` never reach into `Object.prototype`.
+ *
+ * @example
+ * ```ts
+ * import { dig } from "./config.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(dig({ agent: { max_turns: 60 } }, "agent", "max_turns"), 60);
+ * assert.equal(dig({ agent: {} }, "agent", "valueOf"), undefined);
+ * ```
+ */
+export function dig(doc: unknown, ...keys: string[]): unknown {
+  let at = doc;
+  for (const key of keys) {
+    if (!isMapping(at) || !Object.hasOwn(at, key)) return undefined;
+    at = at[key];
+  }
+  return at;
+}
+
+/** A file read under a bound: its text, or why it was not read. */
+export type BoundedRead =
+  | { ok: true; text: string }
+  | { ok: false; missing: boolean; problem: string };
+
+/**
+ * Read a regular file of at most `limit` bytes as UTF-8, without ever
+ * blocking on it or reading past the bound: it is opened non-blocking (a FIFO
+ * with no writer does not hang), and anything but a regular file (a FIFO, a
+ * device such as `/dev/zero`, a directory) is refused, as is a file over the
+ * bound. Never throws.
+ *
+ * @example
+ * ```ts
+ * import { readBounded } from "./config.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const file = join(mkdtempSync(join(tmpdir(), "ac-")), "f.txt");
+ * writeFileSync(file, "hello");
+ * assert.deepEqual(readBounded(file, 10), { ok: true, text: "hello" });
+ * assert.equal(readBounded(file, 4).ok, false);
+ * assert.equal(readBounded("/dev/zero", 10).ok, false);
+ * ```
+ */
+export function readBounded(file: string, limit: number): BoundedRead {
+  let fd: number;
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY | (fs.constants.O_NONBLOCK ?? 0));
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException)?.code;
+    return {
+      ok: false,
+      missing: code === "ENOENT",
+      problem: `cannot read ${file} (${errorText(error)})`,
+    };
+  }
+  try {
+    const stat = fs.fstatSync(fd);
+    if (!stat.isFile()) {
+      return { ok: false, missing: false, problem: `cannot read ${file} (not a regular file)` };
+    }
+    if (stat.size > limit) {
+      return {
+        ok: false,
+        missing: false,
+        problem: `cannot read ${file} (${stat.size} bytes, over the bound of ${limit})`,
+      };
+    }
+    // Read one byte past the bound, to notice a file that grew since fstat.
+    const buffer = Buffer.alloc(Math.min(stat.size, limit) + 1);
+    let length = 0;
+    while (length < buffer.length) {
+      const n = fs.readSync(fd, buffer, length, buffer.length - length, null);
+      if (n <= 0) break;
+      length += n;
+    }
+    if (length > limit) {
+      return {
+        ok: false,
+        missing: false,
+        problem: `cannot read ${file} (it grew over the bound of ${limit} bytes)`,
+      };
+    }
+    return { ok: true, text: buffer.toString("utf8", 0, length) };
+  } catch (error) {
+    return { ok: false, missing: false, problem: `cannot read ${file} (${errorText(error)})` };
+  } finally {
+    try {
+      fs.closeSync(fd);
+    } catch { /* closed already */ }
+  }
+}
+
+/**
+ * Read and parse `<home>/config.yaml`; a missing file is no warning. The file
+ * is read under {@linkcode CONFIG_SIZE_LIMIT} and may hold at most
+ * {@linkcode CONFIG_ALIAS_LIMIT} YAML aliases. Never throws.
+ *
+ * @example
+ * ```ts
+ * import { readConfig } from "./config.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const home = mkdtempSync(join(tmpdir(), "ac-"));
+ * assert.deepEqual(readConfig(home), { doc: undefined, warnings: [] });
+ * writeFileSync(join(home, "config.yaml"), "agent: { max_turns: 60 }\n");
+ * assert.deepEqual(readConfig(home).doc, { agent: { max_turns: 60 } });
+ * ```
+ */
+export function readConfig(home: string): ConfigFile {
+  const file = path.join(String(home), "config.yaml");
+  const read = readBounded(file, CONFIG_SIZE_LIMIT);
+  if (!read.ok) {
+    return read.missing
+      ? { doc: undefined, warnings: [] }
+      : { doc: undefined, warnings: [`${read.problem}; using default settings`] };
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(read.text, { maxAliases: CONFIG_ALIAS_LIMIT });
+  } catch (error) {
+    const reason = errorText(error).split("\n")[0];
+    return {
+      doc: undefined,
+      warnings: [`${file} is not valid YAML (${reason}); using default settings`],
+    };
+  }
+  if (doc === undefined || doc === null) return { doc: undefined, warnings: [] };
+  if (!isMapping(doc)) {
+    return {
+      doc: undefined,
+      warnings: [`${file} does not hold a mapping; using default settings`],
+    };
+  }
+  return { doc, warnings: [] };
+}
+
+/**
+ * Expand `$VAR`, `${VAR}` and a leading `~`; a relative path is taken from
+ * `home`. A variable that is not set is left as written, with a warning.
+ *
+ * @example
+ * ```ts
+ * import { expandDir } from "./config.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const warnings: string[] = [];
+ * assert.equal(expandDir("$BASE/cp", { BASE: "/srv" }, "/h", warnings), "/srv/cp");
+ * assert.equal(expandDir("cp", {}, "/h", warnings), "/h/cp");
+ * assert.deepEqual(warnings, []);
+ * ```
+ */
+export function expandDir(
+  dir: string,
+  env: Env,
+  home: string,
+  warnings: string[],
+): string {
+  let out = dir.replace(/\$\{(\w+)\}|\$(\w+)/g, (whole, a?: string, b?: string) => {
+    const name = (a ?? b) as string;
+    const value = Object.hasOwn(env, name) ? env[name] : undefined;
+    if (typeof value !== "string") {
+      warnings.push(`checkpoint_dir names $${name}, which is not set; leaving it as written`);
+      return whole;
+    }
+    return value;
+  });
+  if (out === "~" || out.startsWith("~/")) out = path.join(userHome(env), out.slice(1));
+  return absolute(home, out);
+}
+
+/** Settings with where each came from. */
+export interface LoadedSettings {
+  /** Every setting, defaults filled in. */
+  settings: Settings;
+  /** What fell back to a default, and why, one line each. */
+  warnings: string[];
+  /** Where each setting came from (`caps.turns` and `caps.time_seconds` separately). */
+  sources: Record<string, SettingSource>;
+}
+
+/**
+ * Resolve settings from an already-read config file: its `agent_checkpoint`
+ * section, then `plugins.entries.agent-checkpoint.settings`, then `overrides`.
+ *
+ * @example
+ * ```ts
+ * import { settingsFrom } from "./config.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const config = { doc: { agent_checkpoint: { mode: "notify" } }, warnings: [] };
+ * const { settings, sources } = settingsFrom(config, "/h", {}, undefined);
+ * assert.equal(settings.mode, "notify");
+ * assert.equal(sources.mode, "config.yaml agent_checkpoint");
+ * assert.equal(settings.checkpoint_dir, "/h/agent-checkpoints");
+ * ```
+ */
+export function settingsFrom(
+  config: ConfigFile,
+  home: string,
+  env: Env,
+  overrides: Record<string, unknown> | undefined,
+): LoadedSettings {
+  const layers: SettingsLayer[] = [
+    { source: "config.yaml agent_checkpoint", values: dig(config.doc, "agent_checkpoint") },
+    {
+      source: "config.yaml plugins.entries.agent-checkpoint.settings",
+      values: dig(config.doc, "plugins", "entries", "agent-checkpoint", "settings"),
+    },
+    { source: "override", values: overrides },
+  ];
+  const resolved = resolveSettings(defaultSettings(path.join(home, "agent-checkpoints")), layers);
+  const warnings = [...config.warnings, ...resolved.warnings];
+  if (resolved.sources.checkpoint_dir !== "default") {
+    resolved.settings.checkpoint_dir = expandDir(
+      resolved.settings.checkpoint_dir,
+      env,
+      home,
+      warnings,
+    );
+  }
+  return { settings: resolved.settings, warnings, sources: resolved.sources };
+}
+
+/**
+ * Load the settings: the `agent_checkpoint` section of `<home>/config.yaml`,
+ * then `plugins.entries.agent-checkpoint.settings` (which wins key by key),
+ * then `overrides`. Never throws: every problem becomes a warning and that
+ * key's default.
+ *
+ * @param options Home directory, environment and overrides.
+ * @returns The settings, every default filled in, and the warnings.
+ *
+ * @example A bad value falls back to its default, with a warning
+ * ```ts
+ * import { loadSettings } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const { settings, warnings } = loadSettings({
+ *   home: "/nonexistent",
+ *   env: {},
+ *   overrides: { tier_fractions: [0.7], watchdog_poll_seconds: true },
+ * });
+ * assert.deepEqual(settings.tier_fractions, [0.7]);
+ * assert.equal(settings.watchdog_poll_seconds, 10);
+ * assert.match(warnings[0]!, /watchdog_poll_seconds = true .* using 10/);
+ * ```
+ */
+export function loadSettings(options: SettingsOptions = {}): LoadedSettings {
+  const opts: SettingsOptions = isMapping(options) ? options : {};
+  const env = envOf(opts.env);
+  const home = resolveHome(opts.home, env);
+  return settingsFrom(readConfig(home), home, env, opts.overrides);
+}
+
+/**
+ * Settings that follow `config.yaml` as it changes: the file is looked at
+ * (one stat) at most once per poll interval, and parsed only when it changed.
+ * Used by the main thread and the watchdog worker alike.
+ *
+ * @example
+ * ```ts
+ * import { SettingsSource } from "./config.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const home = mkdtempSync(join(tmpdir(), "ac-"));
+ * const source = new SettingsSource(home, {}, { watchdog_poll_seconds: 1 });
+ * assert.equal(source.at(0).mode, "snapshot");
+ * writeFileSync(join(home, "config.yaml"), "agent_checkpoint: { mode: notify }\n");
+ * assert.equal(source.at(500).mode, "snapshot"); // not looked at before the poll interval
+ * assert.equal(source.at(1000).mode, "notify");
+ * assert.equal(source.version, 1);
+ * ```
+ */
+export class SettingsSource {
+  /** Increases whenever the settings change. */
+  version = 0;
+  /** The settings in force, with their sources and warnings. */
+  current: LoadedSettings;
+  /** The config file as last read. */
+  config: ConfigFile;
+  #stamp: string;
+  #nextCheck = 0;
+  readonly #file: string;
+  readonly #onChange: (loaded: LoadedSettings) => void;
+
+  /**
+   * Read the settings now, and tell `onChange` (now and on every change).
+   *
+   * @param home The home directory, absolute.
+   * @param env The environment.
+   * @param overrides The host's settings, which win over the file.
+   * @param onChange Told of the settings and their warnings on every (re)load.
+   */
+  constructor(
+    readonly home: string,
+    readonly env: Env,
+    readonly overrides: Record<string, unknown> | undefined,
+    onChange: (loaded: LoadedSettings) => void = () => {},
+  ) {
+    this.#file = path.join(home, "config.yaml");
+    this.#onChange = onChange;
+    this.#stamp = this.#statStamp();
+    this.config = readConfig(home);
+    this.current = settingsFrom(this.config, home, env, overrides);
+    onChange(this.current);
+  }
+
+  #statStamp(): string {
+    try {
+      const s = fs.statSync(this.#file);
+      return `${s.ino}:${s.size}:${s.mtimeMs}`;
+    } catch (error) {
+      return `missing:${(error as NodeJS.ErrnoException)?.code}`;
+    }
+  }
+
+  /** The settings as of `nowMs`, re-read when the poll interval has passed. */
+  at(nowMs: number): Settings {
+    if (nowMs < this.#nextCheck) return this.current.settings;
+    this.refresh(nowMs);
+    return this.current.settings;
+  }
+
+  /** Look at the file now. */
+  refresh(nowMs: number): void {
+    const stamp = this.#statStamp();
+    if (stamp !== this.#stamp) {
+      this.#stamp = stamp;
+      this.config = readConfig(this.home);
+      this.current = settingsFrom(this.config, this.home, this.env, this.overrides);
+      this.version++;
+      this.#onChange(this.current);
+    }
+    // After a reload, so that a new poll interval counts from now.
+    this.#nextCheck = nowMs + this.current.settings.watchdog_poll_seconds * 1000;
+  }
+}

@@ -1,0 +1,737 @@
+/**
+ * The supervisor: `agent-checkpoint run [--budget S] [--deadline S] [--grace S]
+ * [--run-id ID] -- COMMAND ...`. A budget is a nudge; a deadline is a stop.
+ *
+ * The supervisor starts any command in its own process group, with the run id
+ * and the time it should plan to finish by in its environment
+ * (`AGENT_CHECKPOINT_RUN_ID`, `AGENT_CHECKPOINT_DEADLINE`, ms since the
+ * epoch), so that a library inside it takes them as its run id and time cap.
+ * It passes stdin, stdout and stderr through (keeping the last lines of output
+ * in memory), forwards SIGINT, SIGTERM and SIGHUP, and at the deadline ends
+ * the whole group: SIGTERM, then SIGKILL after the grace. When the command was
+ * cut off, failed, or left a checkpoint file, the supervisor writes its own
+ * record into the run's checkpoint file, keeping what the command wrote there.
+ *
+ * @module
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import * as os from "node:os";
+import * as path from "node:path";
+import process from "node:process";
+import type { Buffer } from "node:buffer";
+import { randomBytes } from "node:crypto";
+import type { Readable } from "node:stream";
+import {
+  checkpointDir,
+  type CliIo,
+  type Command,
+  NAME,
+  parseArgs,
+  secondsOption,
+  UsageError,
+} from "./_cli.ts";
+import { groupAlive, signalGroup } from "./_supervise_group.ts";
+import { OutputTail } from "./_supervise_tail.ts";
+import { checkpointFileName, persistBlock, readCheckpoint } from "./persist.ts";
+import { type CheckpointRecord, renderBlock, summaryLine } from "./record.ts";
+import { formatDuration } from "./template.ts";
+
+/** Where the command's output is passed on to: `process.stdout` or any writable stream. */
+export interface OutputSink {
+  /** Takes a chunk; false asks the writer to wait for `drain`. */
+  write(chunk: Uint8Array): boolean;
+  /** Called once when a sink that returned false can take more. */
+  once?(event: "drain", listener: () => void): unknown;
+  /** Listens for the sink's errors (a closed pipe: `EPIPE`). */
+  on?(event: "error", listener: (error: Error) => void): unknown;
+  /** Stops listening. */
+  off?(event: "error", listener: (error: Error) => void): unknown;
+}
+
+/** What {@linkcode supervise} runs, and how. */
+export interface SuperviseOptions {
+  /** The program and its arguments. */
+  command: string[];
+  /** Seconds until the hard stop: SIGTERM to the process group, SIGKILL after the grace. @default {no deadline} */
+  deadlineSeconds?: number;
+  /**
+   * Seconds the command should plan to finish in: the time cap a library
+   * inside it nudges the model with. Never kills anything. At most the
+   * deadline. @default {the deadline}
+   */
+  budgetSeconds?: number;
+  /** Seconds between SIGTERM and SIGKILL at the deadline. @default {10} */
+  graceSeconds?: number;
+  /**
+   * The run id, naming the checkpoint file. A kanban task id (`HERMES_KANBAN_TASK`)
+   * always wins, as it does in the library. @default {`AGENT_CHECKPOINT_RUN_ID`
+   * from `env`, else a fresh `run-<time>-<random>`}
+   */
+  runId?: string;
+  /** The profile directory; also given to the command as `HERMES_HOME`. @default {`HERMES_HOME`, else ~/.hermes} */
+  home?: string;
+  /** The environment for the command and the settings. @default {process.env} */
+  env?: Record<string, string | undefined>;
+  /** The command's working directory. @default {process.cwd()} */
+  cwd?: string;
+  /** Whether the command reads this process's stdin. @default {"inherit"} */
+  stdin?: "inherit" | "ignore";
+  /** Where the command's stdout goes. @default {process.stdout} */
+  stdout?: OutputSink;
+  /** Where the command's stderr goes. @default {process.stderr} */
+  stderr?: OutputSink;
+  /** Forward SIGINT, SIGTERM and SIGHUP this process gets to the command's group. @default {true} */
+  forwardSignals?: boolean;
+  /** Lines of output kept for the record. @default {40} */
+  tailLines?: number;
+  /** The supervisor's own one-line notices. @default {a line on stderr} */
+  notice?: (line: string) => void;
+}
+
+/** How a supervised command ended. */
+export type CommandOutcome = "exited" | "signaled" | "deadline" | "not started";
+
+/** What {@linkcode supervise} resolves to. */
+export interface SupervisorResult {
+  /** The exit status to leave with: the command's, 128 + signal, 124 at the deadline, 126/127 when it could not start. */
+  exitCode: number;
+  /** How the command ended. */
+  outcome: CommandOutcome;
+  /** The command's own exit status, when it exited. */
+  code?: number;
+  /** The signal that ended it, when one did. */
+  signal?: string;
+  /** A signal this process got and passed on to the command's group. */
+  forwarded?: string;
+  /** Whether SIGKILL was needed at the end of the grace. */
+  killed: boolean;
+  /** Seconds from the start to the end of the command's whole group. */
+  elapsedSeconds: number;
+  /** The last lines of its output. */
+  tail: string[];
+  /** The run id the command was given. */
+  runId: string;
+  /** The run's checkpoint file. */
+  checkpointFile: string;
+  /** Whether the supervisor wrote its record into that file. */
+  written: boolean;
+  /** Why the command could not start. */
+  error?: string;
+  /** When the deadline fell (ms since the epoch), if there was one. */
+  deadlineAt?: number;
+  /** When the command's whole process group was gone (ms since the epoch). */
+  goneAt?: number;
+  /** When the final record was on disk (ms since the epoch). */
+  writtenAt?: number;
+}
+
+/** The default time between SIGTERM and SIGKILL at the deadline. */
+const DEFAULT_GRACE_SECONDS = 10;
+/** The exit status at the deadline, as `timeout(1)` has it. */
+const DEADLINE_EXIT = 124;
+
+type Env = Record<string, string | undefined>;
+type EndStatus = NonNullable<CheckpointRecord["end"]>["status"];
+/** What a record keeps from the file it replaces: the run's figures, not how it was written. */
+type Base = Omit<
+  CheckpointRecord,
+  "kind" | "source" | "message" | "persistedAt" | "elapsedSeconds" | "command" | "end"
+>;
+
+const positive = (n: unknown) => typeof n === "number" && Number.isFinite(n) && n > 0;
+const MAX_TIMER_MS = 2 ** 31 - 1;
+const EARLY_RECORD_MS = 100;
+/** Wall-clock ms since the epoch, with the monotonic clock's resolution. */
+const wall = () => performance.timeOrigin + performance.now();
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+function checkOptions(o: SuperviseOptions): void {
+  const argv: unknown = o.command;
+  if (!Array.isArray(argv) || argv.length === 0 || !argv.every((a) => typeof a === "string")) {
+    throw new TypeError(`command must be a non-empty array of strings, got ${String(argv)}`);
+  }
+  const limits: [string, number | undefined][] = [
+    ["deadlineSeconds", o.deadlineSeconds],
+    ["budgetSeconds", o.budgetSeconds],
+  ];
+  for (const [name, v] of limits) {
+    if (v !== undefined && !positive(v)) {
+      throw new RangeError(`${name} must be a finite number greater than 0, got ${v}`);
+    }
+  }
+  const grace = o.graceSeconds;
+  if (grace !== undefined && !(positive(grace) || grace === 0)) {
+    throw new RangeError(`graceSeconds must be a finite number of at least 0, got ${grace}`);
+  }
+  if (o.tailLines !== undefined && !(Number.isInteger(o.tailLines) && o.tailLines >= 1)) {
+    throw new RangeError(`tailLines must be an integer of at least 1, got ${o.tailLines}`);
+  }
+  if (
+    o.budgetSeconds !== undefined && o.deadlineSeconds !== undefined &&
+    o.budgetSeconds > o.deadlineSeconds
+  ) {
+    throw new RangeError(
+      `budgetSeconds ${o.budgetSeconds} is past deadlineSeconds ${o.deadlineSeconds}`,
+    );
+  }
+}
+
+/** A fresh run id: sortable by start time, unique, safe as a file name. */
+function freshRunId(now: number): string {
+  const stamp = new Date(now).toISOString().replace(/[-:]/g, "").replace(/\.\d+Z$/, "Z");
+  return `run-${stamp}-${randomBytes(3).toString("hex")}`;
+}
+
+const signalNumber = (signal: string) =>
+  (os.constants.signals as Record<string, number | undefined>)[signal] ?? 0;
+
+function readRecord(file: string): { exists: boolean; record?: CheckpointRecord } {
+  // Bounded, never through a link, never blocking on a FIFO.
+  const found = readCheckpoint(file);
+  if (found.state === "missing") return { exists: false };
+  return found.record ? { exists: true, record: found.record } : { exists: true };
+}
+
+/** The run's figures from a record, without what says how and when it was written. */
+function carry(r: CheckpointRecord): Base {
+  const base: Base = {
+    runId: r.runId,
+    dialect: r.dialect,
+    turnsUsed: r.turnsUsed,
+    caps: r.caps ?? {},
+    tier: r.tier,
+    tools: Array.isArray(r.tools) ? r.tools : [],
+    notes: Array.isArray(r.notes) ? r.notes : [],
+  };
+  if (r.attempt !== undefined) base.attempt = r.attempt;
+  if (r.attempts !== undefined) base.attempts = r.attempts;
+  if (r.workspace !== undefined) base.workspace = r.workspace;
+  return base;
+}
+
+/** How a command ended, in a few words. */
+function commandSummary(c: NonNullable<CheckpointRecord["command"]>): string {
+  const how = c.signal !== undefined
+    ? `ended by ${c.signal}`
+    : c.exitCode !== undefined
+    ? `exited with status ${c.exitCode}`
+    : "";
+  if (c.outcome === "deadline") {
+    return how ? `stopped at its deadline, ${how}` : "stopped at its deadline";
+  }
+  return c.outcome === "not started" ? "could not start" : how;
+}
+
+const sameRecord = (a: CheckpointRecord | undefined, b: CheckpointRecord | undefined) =>
+  a !== undefined && b !== undefined && a.persistedAt === b.persistedAt && a.source === b.source &&
+  a.kind === b.kind;
+
+/** Pass a stream's bytes on to a sink, waiting for it to drain, and into the tail. */
+function passThrough(
+  from: Readable,
+  to: OutputSink,
+  tail: OutputTail,
+  name: string,
+): { done: Promise<void>; detach(): void } {
+  let onError = () => {};
+  const done = new Promise<void>((resolve) => {
+    // When the reader of our output goes away (`run -- cmd | head -1`), the
+    // command's own pipe is closed too, so that it gets EPIPE as it would have
+    // without us; an unhandled error here would end the supervisor instead.
+    let broken = false;
+    onError = () => {
+      broken = true;
+      from.destroy();
+    };
+    to.on?.("error", onError);
+    from.on("data", (chunk: Buffer) => {
+      tail.push(name, chunk);
+      if (broken) return;
+      let more = true;
+      try {
+        more = to.write(chunk);
+      } catch {
+        broken = true;
+        from.destroy();
+        return;
+      }
+      if (!more && to.once) {
+        from.pause();
+        to.once("drain", () => from.resume());
+      }
+    });
+    from.once("end", resolve);
+    from.once("close", resolve);
+    from.once("error", () => resolve());
+  });
+  return { done, detach: () => void to.off?.("error", onError) };
+}
+
+/**
+ * Run a command under a deadline, passing its I/O through, and leave a
+ * checkpoint record when it was cut off, failed, or left a checkpoint file.
+ *
+ * The command runs in its own process group with `AGENT_CHECKPOINT_RUN_ID`
+ * and `AGENT_CHECKPOINT_DEADLINE` (the budget's end, else the deadline's, in
+ * ms since the epoch) in its environment. At the deadline its whole group
+ * gets SIGTERM, then SIGKILL after the grace; the result's `exitCode` is then
+ * 124. When the command itself exits, what it left running in its group is
+ * ended the same way.
+ *
+ * The record (source `supervisor`; kind `deadline` at the deadline, else
+ * `end`) goes into `<checkpoint_dir>/<run id>.md` at the deadline, and again
+ * once the group is gone; it keeps the agent's text and the figures a library
+ * inside the command persisted there (turns, tools, notes, attempts). It is
+ * written when the deadline cut the command off, when it exited with a status
+ * other than 0, died by a signal or could not start, and, after a clean exit,
+ * only when the file exists (to record the end of the run it holds).
+ *
+ * @param options The command and its limits.
+ * @returns How the command ended, and the exit status to leave with.
+ * @throws {TypeError} When `command` is not a non-empty array of strings.
+ * @throws {RangeError} When a number of seconds is not finite and positive
+ * (the grace may be 0), the budget is past the deadline, or `tailLines` is
+ * not a positive integer.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import process from "node:process";
+ * import { supervise } from "./supervise.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
+ * const out: string[] = [];
+ * const sink = { write: (c: Uint8Array) => out.push(new TextDecoder().decode(c)) > 0 };
+ * const result = await supervise({
+ *   command: ["sh", "-c", 'echo "run $AGENT_CHECKPOINT_RUN_ID"; exit 3'],
+ *   deadlineSeconds: 60,
+ *   runId: "doc-run",
+ *   home,
+ *   env: { PATH: process.env.PATH },
+ *   stdin: "ignore",
+ *   stdout: sink,
+ *   stderr: sink,
+ *   forwardSignals: false,
+ * });
+ * assert.equal(result.exitCode, 3);
+ * assert.deepEqual(result.tail, ["run doc-run"]);
+ * assert.match(fs.readFileSync(result.checkpointFile, "utf8"), /"status":"failed"/);
+ * ```
+ */
+export async function supervise(options: SuperviseOptions): Promise<SupervisorResult> {
+  checkOptions(options);
+  const env: Env = { ...(options.env ?? process.env) };
+  const started = performance.now();
+  const startedWall = performance.timeOrigin + started;
+  const elapsed = () => (performance.now() - started) / 1000;
+  const notice = options.notice ??
+    ((line: string) => process.stderr.write(`${NAME} run: ${line}\n`));
+  const grace = options.graceSeconds ?? DEFAULT_GRACE_SECONDS;
+  const argv = options.command;
+
+  // In a kanban task the task id is the run id, as the library inside sees it.
+  const task = env.HERMES_KANBAN_TASK;
+  let runId = options.runId || env.AGENT_CHECKPOINT_RUN_ID || freshRunId(Date.now());
+  if (task) {
+    if (options.runId !== undefined && options.runId !== task) {
+      notice(`in kanban task ${task} the run id is the task id; --run-id ${options.runId} ignored`);
+    }
+    runId = task;
+  }
+  const home = options.home === undefined ? undefined : path.resolve(options.home);
+  let file: string;
+  try {
+    file = path.join(checkpointDir(home, env), checkpointFileName(runId));
+  } catch (error) {
+    file = path.join(os.tmpdir(), checkpointFileName(runId));
+    notice(`settings could not be read (${(error as Error).message}); the record goes to ${file}`);
+  }
+
+  const deadlineAt = options.deadlineSeconds === undefined
+    ? undefined
+    : startedWall + options.deadlineSeconds * 1000;
+  const planSeconds = options.budgetSeconds ?? options.deadlineSeconds;
+  const childEnv: Env = { ...env, AGENT_CHECKPOINT_RUN_ID: runId };
+  if (home !== undefined) childEnv.HERMES_HOME = home;
+  if (planSeconds !== undefined) {
+    // Nested under another supervisor, the earlier end wins.
+    const outer = Number(env.AGENT_CHECKPOINT_DEADLINE);
+    const mine = Math.round(Date.now() + planSeconds * 1000);
+    childEnv.AGENT_CHECKPOINT_DEADLINE = String(
+      Number.isFinite(outer) && outer > 0 ? Math.min(outer, mine) : mine,
+    );
+  }
+
+  const before = readRecord(file).record;
+  const tail = new OutputTail(options.tailLines ?? 40);
+  const freshBase = (): Base => {
+    const base: Base = {
+      runId,
+      dialect: task ? "kanban" : "chat",
+      turnsUsed: 0,
+      caps: planSeconds === undefined ? {} : { time: { value: planSeconds, source: "supervisor" } },
+      tier: 0,
+      tools: [],
+      notes: [],
+    };
+    if (before && before.end?.status !== "done") {
+      base.attempt = (before.attempt ?? 1) + 1;
+      base.attempts = [...(before.attempts ?? []), summaryLine(before)];
+    }
+    return base;
+  };
+  let ours: { persistedAt: string; base: Base } | undefined;
+
+  /** The base of a new record: what is in the file now, unless it is an earlier attempt's. */
+  const baseNow = (): { base: Base; childEnd?: CheckpointRecord["end"] } => {
+    const now = readRecord(file).record;
+    if (now && ours && now.source === "supervisor" && now.persistedAt === ours.persistedAt) {
+      return { base: ours.base };
+    }
+    if (now && !sameRecord(now, before)) {
+      return now.end ? { base: carry(now), childEnd: now.end } : { base: carry(now) };
+    }
+    return { base: freshBase() };
+  };
+
+  const write = (
+    kind: "deadline" | "end",
+    message: string,
+    command: NonNullable<CheckpointRecord["command"]>,
+    status: EndStatus,
+    keepChildEnd: boolean,
+  ): boolean => {
+    try {
+      const { base, childEnd } = baseNow();
+      const persistedAt = new Date().toISOString();
+      const record: CheckpointRecord = {
+        ...base,
+        kind,
+        source: "supervisor",
+        elapsedSeconds: elapsed(),
+        persistedAt,
+        message,
+        command,
+        end: keepChildEnd && childEnd
+          ? childEnd
+          : { status, at: persistedAt, summary: `supervised command ${commandSummary(command)}` },
+      };
+      persistBlock(file, renderBlock(record));
+      ours = { persistedAt, base };
+      return true;
+    } catch (error) {
+      notice(`could not write the checkpoint file ${file}: ${(error as Error).message}`);
+      return false;
+    }
+  };
+
+  const result = (fields: Omit<SupervisorResult, "runId" | "checkpointFile" | "tail">) => {
+    const r: SupervisorResult = { runId, checkpointFile: file, tail: tail.lines(), ...fields };
+    if (deadlineAt !== undefined) r.deadlineAt = deadlineAt;
+    return r;
+  };
+
+  // Start it.
+  let child: ChildProcess;
+  let startError: NodeJS.ErrnoException | undefined;
+  try {
+    child = spawn(argv[0] as string, argv.slice(1), {
+      cwd: options.cwd ?? process.cwd(),
+      env: Object.fromEntries(
+        Object.entries(childEnv).filter((e): e is [string, string] => e[1] !== undefined),
+      ),
+      detached: process.platform !== "win32",
+      stdio: [options.stdin ?? "inherit", "pipe", "pipe"],
+    });
+  } catch (error) {
+    startError = error as NodeJS.ErrnoException;
+    child = undefined as never;
+  }
+  if (!startError) {
+    startError = await new Promise<NodeJS.ErrnoException | undefined>((resolve) => {
+      if (child.pid !== undefined) return resolve(undefined);
+      child.once("error", (e) => resolve(e as NodeJS.ErrnoException));
+      child.once("spawn", () => resolve(undefined));
+    });
+  }
+  if (startError || child.pid === undefined) {
+    const why = startError?.message ?? "no process id";
+    const exitCode = startError?.code === "EACCES" || startError?.code === "EISDIR" ? 126 : 127;
+    const message = `The command could not start: ${why}.`;
+    notice(`could not start ${argv[0]}: ${why}`);
+    const written = write(
+      "end",
+      message,
+      { argv, outcome: "not started", tail: [] },
+      "failed",
+      false,
+    );
+    const r = result({
+      exitCode,
+      outcome: "not started",
+      killed: false,
+      elapsedSeconds: elapsed(),
+      written,
+      error: why,
+    });
+    if (written) r.writtenAt = wall();
+    return r;
+  }
+  child.on("error", () => {/* a failed kill: the group watch below decides */});
+  const pgid = child.pid;
+
+  const streams = [
+    passThrough(child.stdout as Readable, options.stdout ?? process.stdout, tail, "out"),
+    passThrough(child.stderr as Readable, options.stderr ?? process.stderr, tail, "err"),
+  ];
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once("exit", (code, signal) => resolve({ code, signal }))
+  );
+
+  // Forward signals.
+  let forwarded: string | undefined;
+  const forward = (signal: NodeJS.Signals) => {
+    forwarded = signal;
+    signalGroup(pgid, signal);
+  };
+  const forwardedSignals: NodeJS.Signals[] = process.platform === "win32"
+    ? ["SIGINT"]
+    : ["SIGINT", "SIGTERM", "SIGHUP"];
+  if (options.forwardSignals !== false) {
+    for (const s of forwardedSignals) {
+      try {
+        process.on(s, forward);
+      } catch { /* a runtime that cannot listen for it */ }
+    }
+  }
+
+  // Ending the group: SIGTERM now, SIGKILL after the grace if anything is left.
+  let terminating = false;
+  let killed = false;
+  let killTimer: ReturnType<typeof setTimeout> | undefined;
+  const terminate = () => {
+    if (terminating) return;
+    terminating = true;
+    signalGroup(pgid, "SIGTERM");
+    killTimer = setTimeout(() => {
+      if (groupAlive(pgid)) {
+        killed = true;
+        signalGroup(pgid, "SIGKILL");
+      }
+    }, grace * 1000);
+  };
+
+  let deadlineHit = false;
+  let earlyRecord: ReturnType<typeof setTimeout> | undefined;
+  let deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  const onDeadline = () => {
+    deadlineHit = true;
+    terminate();
+    notice(
+      `deadline of ${formatDuration(options.deadlineSeconds as number)} reached: ` +
+        `SIGTERM sent to the command's process group, SIGKILL in ${formatDuration(grace)}`,
+    );
+    // A record now, in case this process is killed during the grace; a moment
+    // later, so that a command that dies at once is seen dead without waiting
+    // for a disk flush, and gets its one final record.
+    earlyRecord = setTimeout(() => {
+      earlyRecord = undefined;
+      write(
+        "deadline",
+        `Stopped at its deadline of ${formatDuration(options.deadlineSeconds as number)}: ` +
+          `SIGTERM sent to its process group, SIGKILL after ${formatDuration(grace)} ` +
+          `if anything is left.`,
+        { argv, outcome: "deadline", signal: "SIGTERM", tail: tail.lines() },
+        "deadline",
+        false,
+      );
+    }, EARLY_RECORD_MS);
+  };
+  if (deadlineAt !== undefined) {
+    const arm = () => {
+      const left = deadlineAt - wall();
+      if (left <= 0) return onDeadline();
+      deadlineTimer = setTimeout(arm, Math.min(left, MAX_TIMER_MS));
+    };
+    arm();
+  }
+
+  const { code, signal } = await exited;
+  if (deadlineTimer !== undefined) clearTimeout(deadlineTimer);
+  // What the command left running in its group does not outlive it.
+  if (groupAlive(pgid)) terminate();
+  const giveUp = wall() + grace * 1000 + 5000;
+  while (groupAlive(pgid) && wall() < giveUp) await sleep(20);
+  const goneAt = wall();
+  if (killTimer !== undefined) clearTimeout(killTimer);
+  if (earlyRecord !== undefined) clearTimeout(earlyRecord);
+  // A process that left the group (setsid) may hold the pipes open: bounded wait.
+  await Promise.race([Promise.all(streams.map((s) => s.done)), sleep(1000)]);
+  child.stdout?.destroy();
+  child.stderr?.destroy();
+  for (const s of streams) s.detach();
+  tail.end("out");
+  tail.end("err");
+  for (const s of forwardedSignals) process.off(s, forward);
+
+  const took = elapsed();
+  const outcome: CommandOutcome = deadlineHit ? "deadline" : signal ? "signaled" : "exited";
+  const exitCode = deadlineHit ? DEADLINE_EXIT : signal ? 128 + signalNumber(signal) : code ?? 1;
+  const command: NonNullable<CheckpointRecord["command"]> = { argv, outcome, tail: tail.lines() };
+  if (code !== null) command.exitCode = code;
+  if (signal) command.signal = signal;
+  const how = signal ? `was ended by ${signal}` : `exited with status ${code}`;
+
+  let written = false;
+  if (deadlineHit) {
+    written = write(
+      "deadline",
+      `Stopped at its deadline of ${formatDuration(options.deadlineSeconds as number)}: ` +
+        `SIGTERM sent to its process group${
+          killed ? `, SIGKILL after the ${formatDuration(grace)} grace` : ""
+        }; it ${how} after ${formatDuration(took)}.`,
+      command,
+      "deadline",
+      false,
+    );
+  } else if (signal) {
+    const message = forwarded
+      ? `The supervisor passed on ${forwarded}; the command ${how} after ${formatDuration(took)}.`
+      : `The command ${how} after ${formatDuration(took)}.`;
+    written = write("end", message, command, forwarded ? "aborted" : "failed", false);
+  } else if (code !== 0 || readRecord(file).exists) {
+    written = write(
+      "end",
+      `The command ${how} after ${formatDuration(took)}.`,
+      command,
+      code === 0 ? "done" : forwarded ? "aborted" : "failed",
+      code === 0,
+    );
+  }
+  if (written && deadlineHit) notice(`checkpoint written to ${file}`);
+
+  const r = result({ exitCode, outcome, killed, elapsedSeconds: took, written, goneAt });
+  if (code !== null) r.code = code;
+  if (signal) r.signal = signal;
+  if (forwarded) r.forwarded = forwarded;
+  if (written) r.writtenAt = wall();
+  return r;
+}
+
+const HELP = `Usage: ${NAME} run [--deadline S] [--budget S] [--grace S] [--run-id ID]
+                          [--home DIR] -- COMMAND [ARG...]
+
+Runs COMMAND under a deadline, and leaves a checkpoint file when it is cut off.
+A budget is a nudge; a deadline is a stop.
+
+  --deadline S   the hard stop: at S seconds (or 90s, 15m, 2h) the command's whole
+                 process group gets SIGTERM, then SIGKILL after the grace, and this
+                 exits 124, as timeout(1) does
+  --budget S     the time the command should plan to finish in (default: the
+                 deadline). A library inside the command takes it as its time cap
+                 and tells the model to wrap up before it; it never kills anything
+  --grace S      seconds between SIGTERM and SIGKILL at the deadline (default 10)
+  --run-id ID    the run id, naming the checkpoint file (default:
+                 $AGENT_CHECKPOINT_RUN_ID, else a fresh run-<time>-<random>; in a
+                 kanban task, always the task id)
+  --home DIR     the profile directory; also the command's HERMES_HOME
+
+COMMAND gets AGENT_CHECKPOINT_RUN_ID and AGENT_CHECKPOINT_DEADLINE (the budget's
+end in ms since the epoch) in its environment. stdin, stdout and stderr pass
+through; SIGINT, SIGTERM and SIGHUP are passed on to its process group.
+
+The checkpoint file (<checkpoint_dir>/<run id>.md) gets a record of the command,
+how it ended, its exit status or signal, the elapsed time and its last lines of
+output, keeping whatever the command and its agent wrote there. It is written at
+the deadline, when the command fails or dies by a signal, and after a clean exit
+only when the file already exists.
+
+Exit status: the command's; 128+N when signal N ended it; 124 at the deadline;
+126 or 127 when it could not start; 2 for a usage error.
+
+Example (CI):
+  ${NAME} run --deadline 900 -- node agent.js`;
+
+/** The supervisor's options from `run`'s arguments; undefined for `--help`. */
+function runOptions(args: string[], io: CliIo): SuperviseOptions | undefined {
+  if (!args.includes("--") && !args.includes("--help") && !args.includes("-h")) {
+    throw new UsageError(`run needs -- and a command, as in: ${NAME} run --deadline 900 -- CMD`);
+  }
+  const p = parseArgs(args, {
+    command: "run",
+    values: ["--deadline", "--budget", "--grace", "--run-id"],
+    rest: true,
+  });
+  if (p.help) return undefined;
+  if (p.rest === undefined) {
+    throw new UsageError(`run needs -- and a command, as in: ${NAME} run --deadline 900 -- CMD`);
+  }
+  if (p.rest.length === 0) throw new UsageError("run needs a command after --");
+  const v = p.values;
+  const options: SuperviseOptions = { command: p.rest, env: io.env, cwd: io.cwd };
+  if (v["--deadline"] !== undefined) {
+    options.deadlineSeconds = secondsOption("--deadline", v["--deadline"]);
+  }
+  if (v["--budget"] !== undefined) {
+    options.budgetSeconds = secondsOption("--budget", v["--budget"]);
+  }
+  if (v["--grace"] !== undefined) {
+    options.graceSeconds = secondsOption("--grace", v["--grace"], { allowZero: true });
+  }
+  if (v["--run-id"] !== undefined) options.runId = v["--run-id"];
+  if (v["--home"] !== undefined) options.home = path.resolve(io.cwd, v["--home"]);
+  if (
+    options.budgetSeconds !== undefined && options.deadlineSeconds !== undefined &&
+    options.budgetSeconds > options.deadlineSeconds
+  ) {
+    throw new UsageError(
+      `--budget ${v["--budget"]} is past --deadline ${
+        v["--deadline"]
+      }: a nudge after the stop never reaches the model`,
+    );
+  }
+  return options;
+}
+
+/**
+ * The `run` command of the command line: parses its arguments and runs
+ * {@linkcode supervise} with this process's stdio; resolves to the exit
+ * status to leave with.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { runCommand } from "./supervise.ts";
+ * import { memoryIo, UsageError } from "./_cli.ts";
+ *
+ * const { io } = memoryIo();
+ * await assert.rejects(runCommand.run(["--deadline", "0", "--", "true"], io), UsageError);
+ * await assert.rejects(runCommand.run(["--deadline", "9", "true"], io), /needs --/);
+ * ```
+ */
+export const runCommand: Command = {
+  name: "run",
+  summary: "run a command under a deadline; leave a checkpoint when it is cut off",
+  help: HELP,
+  async run(args: string[], io: CliIo): Promise<number> {
+    let options: SuperviseOptions | undefined;
+    try {
+      options = runOptions(args, io);
+    } catch (error) {
+      // Point at this command's help, not the program's.
+      if (error instanceof UsageError && error.see === "--help") {
+        throw new UsageError(error.message, "run --help");
+      }
+      throw error;
+    }
+    if (options === undefined) {
+      io.stdout(HELP + "\n");
+      return 0;
+    }
+    options.notice = (line) => io.stderr(`${NAME} run: ${line}\n`);
+    return (await supervise(options)).exitCode;
+  },
+};

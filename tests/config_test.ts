@@ -1,0 +1,235 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import process from "node:process";
+import {
+  CONFIG_ALIAS_LIMIT,
+  CONFIG_SIZE_LIMIT,
+  loadSettings,
+  readConfig,
+  resolveHome,
+  SettingsSource,
+} from "../config.ts";
+import { createAgentCheckpoint } from "../mod.ts";
+import { SHOW_LIMIT } from "../_show.ts";
+import { captureLog, fixture, runScript, tempHome, writeConfig } from "./_helpers.ts";
+
+const PROTO_KEYS = [
+  "valueOf",
+  "hasOwnProperty",
+  "toLocaleString",
+  "toString",
+  "isPrototypeOf",
+  "__proto__",
+  "constructor",
+];
+
+const probe = async (which: string, dir = tempHome(), cwd?: string) => {
+  const result = await runScript(fixture("config_probe"), [which, dir], {
+    timeoutMs: 60_000,
+    ...(cwd === undefined ? {} : { cwd }),
+  });
+  assert.equal(result.code, 0, `${which} ended with ${result.code}: ${result.stderr}`);
+  return { value: JSON.parse(result.stdout.trim().split("\n").at(-1)!), stderr: result.stderr };
+};
+
+test("config keys named after Object.prototype properties are unknown keys, wherever they are", () => {
+  const home = tempHome();
+  const yaml = PROTO_KEYS.map((k) => `  ${k}: 1`).join("\n");
+  writeConfig(
+    home,
+    `agent_checkpoint:\n${yaml}\n  mode: notify\n  caps:\n  ${yaml.replaceAll("\n", "\n  ")}\n` +
+      `plugins:\n  entries:\n    agent-checkpoint:\n      settings:\n      ${
+        yaml.replaceAll("\n", "\n      ")
+      }\n`,
+  );
+  const overrides = JSON.parse(
+    `{${PROTO_KEYS.map((k) => `"${k}": 1`).join(",")}, "caps": {"valueOf": 1, "__proto__": {}}}`,
+  );
+  const { settings, warnings } = loadSettings({ home, env: {}, overrides });
+  assert.equal(settings.mode, "notify");
+  assert.deepEqual(settings.caps, {});
+  assert.equal(Object.getPrototypeOf(settings), Object.prototype);
+  for (const key of PROTO_KEYS) {
+    for (const where of ["config.yaml agent_checkpoint", "override"]) {
+      assert.ok(
+        warnings.includes(`unknown setting ${key} in ${where}; ignoring it`),
+        `${key} in ${where}: ${warnings.join("\n")}`,
+      );
+    }
+    assert.ok(
+      warnings.includes(`unknown setting caps.${key} in config.yaml agent_checkpoint; ignoring it`),
+    );
+  }
+});
+
+test("createAgentCheckpoint() takes settings keyed valueOf or __proto__ without throwing, and runs", async () => {
+  const home = tempHome();
+  writeConfig(home, "agent_checkpoint:\n  valueOf: 1\n  caps: { hasOwnProperty: 2 }\n");
+  const log = captureLog();
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    settings: JSON.parse('{"toLocaleString": 1, "__proto__": {"mode": "log-only"}}'),
+    logger: log.logger,
+  });
+  assert.equal(ac.settings.mode, "snapshot");
+  const run = ac.startRun({ sessionId: "proto", caps: { turns: 3 } });
+  run.preLlmCall();
+  assert.match(run.preLlmCall() ?? "", /Final budget checkpoint/);
+  await run.end();
+  await ac.close();
+  const lines = log.records.map((r) => r.message).join("\n");
+  assert.match(lines, /unknown setting valueOf in config.yaml agent_checkpoint/);
+  assert.match(lines, /unknown setting __proto__ in override/);
+});
+
+test("settings whose getters throw, or a revoked proxy, cost a warning, never a throw", () => {
+  const getter = Object.defineProperty({ mode: "notify" }, "enabled", {
+    enumerable: true,
+    get() {
+      throw new Error("getter down");
+    },
+  });
+  const a = loadSettings({ home: tempHome(), env: {}, overrides: getter });
+  assert.equal(a.settings.mode, "notify");
+  assert.match(a.warnings.join("\n"), /setting enabled in override cannot be read \(getter down\)/);
+  const { proxy, revoke } = Proxy.revocable({}, {});
+  revoke();
+  const b = loadSettings({ home: tempHome(), env: {}, overrides: proxy });
+  assert.equal(b.settings.mode, "snapshot");
+  assert.match(b.warnings.join("\n"), /settings in override cannot be read/);
+});
+
+test("an override's array is copied: changing it later changes no setting", () => {
+  const fractions = [0.4];
+  const { settings } = loadSettings({
+    home: tempHome(),
+    env: {},
+    overrides: { tier_fractions: fractions },
+  });
+  fractions[0] = 2;
+  assert.deepEqual(settings.tier_fractions, [0.4]);
+});
+
+/** A YAML alias bomb: `levels` levels of 9 aliases each, under a setting. */
+const bomb = (levels: number) => {
+  let yaml = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (let i = 1; i <= levels; i++) {
+    yaml += `a${i}: &a${i} [${Array(9).fill(`*a${i - 1}`).join(", ")}]\n`;
+  }
+  return `${yaml}agent_checkpoint:\n  mode: *a${levels}\n  tier_fractions: *a${levels}\n  caps: { turns: *a${levels} }\n`;
+};
+
+test("a YAML alias bomb as a setting's value costs bounded warnings, not a hang or a throw", () => {
+  const home = tempHome();
+  writeConfig(home, bomb(9)); // 9^10 leaves if expanded
+  const { settings, warnings } = loadSettings({ home, env: {} });
+  assert.equal(settings.mode, "snapshot");
+  assert.deepEqual(settings.tier_fractions, [0.5]);
+  assert.equal(warnings.length, 3, warnings.join("\n"));
+  for (const warning of warnings) {
+    assert.ok(warning.length < 2 * SHOW_LIMIT + 200, `${warning.length} characters`);
+  }
+});
+
+test("a config.yaml with more aliases than the bound falls back to the defaults, with a warning", () => {
+  const home = tempHome();
+  const aliases = Array(CONFIG_ALIAS_LIMIT + 1).fill("*a").join(", ");
+  writeConfig(home, `x: &a 1\ny: [${aliases}]\nagent_checkpoint: { mode: notify }\n`);
+  const { settings, warnings } = loadSettings({ home, env: {} });
+  assert.equal(settings.mode, "snapshot");
+  assert.equal(warnings.length, 1);
+  assert.match(warnings[0]!, /is not valid YAML/);
+});
+
+test("the default log file stays small after an alias bomb in config.yaml", async () => {
+  const home = tempHome();
+  writeConfig(home, bomb(9));
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  await ac.close();
+  const log = path.join(home, "logs", "agent-checkpoint.log");
+  assert.ok(fs.statSync(log).size < 16 * 1024, `${fs.statSync(log).size} bytes`);
+});
+
+test("a config.yaml over the size bound is not read: defaults and a warning", () => {
+  const home = tempHome();
+  writeConfig(home, `agent_checkpoint: { mode: notify }\n#${"x".repeat(CONFIG_SIZE_LIMIT)}\n`);
+  const { settings, warnings } = loadSettings({ home, env: {} });
+  assert.equal(settings.mode, "snapshot");
+  assert.equal(warnings.length, 1);
+  assert.match(
+    warnings[0]!,
+    /cannot read .*config\.yaml \(\d+ bytes, over the bound of 1048576\); using default/,
+  );
+});
+
+test("a config.yaml that is a directory is not read: defaults and a warning", () => {
+  const home = tempHome();
+  fs.mkdirSync(path.join(home, "config.yaml"));
+  assert.match(readConfig(home).warnings[0]!, /cannot read .*config\.yaml \(not a regular file\)/);
+});
+
+test("a config.yaml that is a FIFO with no writer does not hang: defaults and a warning", {
+  skip: process.platform === "win32" && "no FIFOs",
+}, async () => {
+  const { value } = await probe("fifo-config");
+  assert.equal(value.length, 1);
+  assert.match(
+    value[0],
+    /cannot read .*config\.yaml \(not a regular file\); using default settings/,
+  );
+});
+
+test("a config.yaml linked to /dev/zero is not read: defaults and a warning", {
+  skip: process.platform === "win32" && "no /dev/zero",
+}, async () => {
+  const { value } = await probe("zero-config");
+  assert.equal(value.length, 1);
+  assert.match(
+    value[0],
+    /^cannot read .*config\.yaml \(not a regular file\); using default settings$/,
+  );
+});
+
+test("resolveHome() and the constructor take a relative home in a deleted working directory", {
+  skip: process.platform === "win32" && "a working directory cannot be deleted",
+}, async () => {
+  const cwd = tempHome();
+  const { value } = await probe("deleted-cwd", cwd, cwd);
+  // Node remembers the working directory it started in; Deno cannot resolve it.
+  assert.ok(
+    [path.join(cwd, "relative-home"), "relative-home"].includes(value.home),
+    value.home,
+  );
+  assert.equal(value.dir, path.join(value.home, "agent-checkpoints"));
+});
+
+test("resolveHome() makes a relative home absolute from the working directory", () => {
+  assert.equal(resolveHome("rel", {}), path.resolve("rel"));
+  assert.equal(resolveHome("", { HERMES_HOME: "/h" }), "/h");
+  assert.equal(resolveHome(42 as unknown as string, { HOME: "/u" }), "/u/.hermes");
+});
+
+test("loadSettings() takes no options, or bad ones, without throwing", () => {
+  for (const options of [undefined, null, 7, "home"]) {
+    const { settings } = loadSettings(options as never);
+    assert.equal(typeof settings.mode, "string");
+  }
+});
+
+test("SettingsSource reloads config.yaml when it changes, and tells onChange", () => {
+  const home = tempHome();
+  const seen: string[] = [];
+  const source = new SettingsSource(home, {}, { watchdog_poll_seconds: 1 }, (loaded) => {
+    seen.push(loaded.settings.mode);
+  });
+  writeConfig(home, "agent_checkpoint: { mode: notify }\n");
+  assert.equal(source.at(0).mode, "notify");
+  writeConfig(home, "agent_checkpoint: { mode: log-only, extra: true }\n");
+  assert.equal(source.at(10).mode, "notify", "not before the poll interval");
+  assert.equal(source.at(2000).mode, "log-only");
+  assert.deepEqual(seen, ["snapshot", "notify", "log-only"]);
+  assert.match(source.current.warnings.join("\n"), /unknown setting extra/);
+});

@@ -1,0 +1,90 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import process from "node:process";
+import { spawn } from "node:child_process";
+import { appendLogLine, createLog, LOG_LINE_LIMIT, logFilePath } from "../log.ts";
+import { captureLog, fixture, runScript, tempHome, underDeno } from "./_helpers.ts";
+
+const probe = async (which: string, dir = tempHome()) => {
+  const result = await runScript(fixture("config_probe"), [which, dir], { timeoutMs: 60_000 });
+  assert.equal(result.code, 0, `${which} ended with ${result.code}: ${result.stderr}`);
+  return { value: JSON.parse(result.stdout.trim().split("\n").at(-1)!), stderr: result.stderr };
+};
+
+const LOST = /^agent-checkpoint: cannot write its log file .*; its log lines are lost\. Fix: /;
+
+test("a log line is one line of bounded length, in the file and to the host", () => {
+  const home = tempHome();
+  const huge = `first\nsecond\r\n${"x".repeat(1_000_000)}`;
+  createLog(home)("warn", huge, "r".repeat(10_000));
+  const lines = fs.readFileSync(logFilePath(home), "utf8").split("\n");
+  assert.equal(lines.length, 2, "one line and the final newline");
+  assert.ok(lines[0]!.length < LOG_LINE_LIMIT + 300, `${lines[0]!.length} characters`);
+  assert.match(lines[0]!, /WARN \[r+… \(\d+ more characters\)\] first\\nsecond\\n/);
+  const log = captureLog();
+  createLog(home, log.logger)("info", huge);
+  assert.ok(log.records[0]!.message.length <= LOG_LINE_LIMIT);
+  assert.match(log.records[0]!.message, /^first\\nsecond\\nx+… \(\d+ more characters\)$/);
+});
+
+test("an async logger that rejects, or a promise of another realm, is no unhandled rejection", async () => {
+  const { value } = await probe("rejecting-logger");
+  const text = value.join("\n");
+  assert.match(text, /the host's logger rejected \(async logger down\)/);
+  assert.match(text, /the host's logger rejected \(other realm down\)/);
+  assert.match(text, /the host's logger rejected \(thenable down\)/);
+  assert.match(text, /the host's logger rejected \(then getter down\)/);
+  assert.match(text, /unknown setting valueOf in override/, "the constructor's warning too");
+  assert.ok(value.filter((l: string) => l.endsWith(" a line")).length === 4, text);
+});
+
+test("a log file that is a FIFO with no reader does not hang the host", {
+  skip: process.platform === "win32" && "no FIFOs",
+}, async () => {
+  const { value, stderr } = await probe("fifo-log");
+  assert.equal(value, "returned");
+  assert.match(stderr, /agent-checkpoint: cannot write its log file .*agent-checkpoint\.log/);
+});
+
+test("when no log line can be written, one line on stderr says so, once", async () => {
+  const { value, stderr } = await probe("lost-log");
+  assert.equal(value, "logged");
+  const lines = stderr.split("\n").filter((l) => l.startsWith("agent-checkpoint:"));
+  assert.equal(lines.length, 1, stderr);
+  assert.match(lines[0]!, LOST);
+  assert.match(lines[0]!, /pass a logger to createAgentCheckpoint/);
+});
+
+test("under Deno without --allow-write, one line on stderr names the flag", {
+  skip: !underDeno && "Deno's permissions",
+}, async () => {
+  const dir = tempHome();
+  const child = spawn(
+    process.execPath,
+    ["run", "--quiet", "--allow-read", "--allow-env", fixture("config_probe"), "no-write", dir],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => stdout += d);
+  child.stderr.on("data", (d) => stderr += d);
+  const code = await new Promise((resolve) => child.on("close", resolve));
+  assert.equal(code, 0, stderr);
+  assert.equal(stdout.trim(), '"logged"');
+  const lines = stderr.split("\n").filter((l) => l.startsWith("agent-checkpoint:"));
+  assert.equal(lines.length, 1, stderr);
+  assert.match(lines[0]!, LOST);
+  assert.match(lines[0]!, /--allow-write/);
+  assert.ok(!fs.existsSync(path.join(dir, "logs")));
+});
+
+test("appendLogLine() refuses a log path that is not a regular file, and says why", () => {
+  const home = tempHome();
+  fs.mkdirSync(logFilePath(home), { recursive: true });
+  assert.match(
+    appendLogLine(logFilePath(home), { level: "info", message: "x" }) ?? "",
+    /EISDIR|directory/,
+  );
+});

@@ -1,0 +1,735 @@
+/**
+ * Workspace snapshots and rollback: before an agent's tool can harm the
+ * working tree, its project is snapshotted into a shared shadow git store
+ * (never the project's own `.git`), and a rollback restores only the files
+ * whose content is still what the agent last wrote, keeping hand edits.
+ *
+ * Off unless the setting `workspace_snapshots` is true. Nothing here throws
+ * into the host: a failure is a log line and the tool goes ahead.
+ *
+ * @module
+ */
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import process from "node:process";
+import { Buffer } from "node:buffer";
+import {
+  diskHash,
+  Git,
+  GuardError,
+  ledgerKey,
+  limitsOf,
+  MAX_TREE_FILES,
+  type Project,
+  projectRootOf,
+  type SnapshotInfo,
+  Store,
+  type WorkspaceSettings,
+} from "./_workspace_store.ts";
+import {
+  applyPlan,
+  describe,
+  type PlanEntry,
+  planRollback,
+  relativeToRoot,
+  resultTree,
+  treeChanges,
+} from "./_workspace_restore.ts";
+import {
+  commandOf,
+  FILE_TOOLS,
+  filePathsOf,
+  isDestructiveCommand,
+  SHELL_TOOLS,
+} from "./_shell_words.ts";
+
+export type { SnapshotInfo, WorkspaceSettings };
+export { isDestructiveCommand };
+
+/** Writes a log line; never throws. */
+export type WorkspaceLog = (
+  level: "info" | "warn" | "error",
+  message: string,
+  runId?: string,
+) => void;
+
+/** How {@link Workspaces} is set up. */
+export interface WorkspacesOptions {
+  /** The home directory; the store is `<home>/checkpoints/`. */
+  home: string;
+  /** Where log lines go. */
+  log: WorkspaceLog;
+  /** The settings in force, read at each call. */
+  settings: () => WorkspaceSettings;
+  /** The environment whose `PATH` finds `git`. @default {process.env} */
+  env?: Record<string, string | undefined>;
+  /** The user's home directory, which is never snapshotted. @default {os.homedir()} */
+  userHome?: string;
+  /** Trees with more files than this are not snapshotted. @default {50000} */
+  maxFiles?: number;
+}
+
+/** A snapshot as a checkpoint record names it. */
+export interface WorkspaceRef {
+  /** The snapshot's commit id. */
+  snapshot: string;
+  /** The project root it is a snapshot of. */
+  project: string;
+}
+
+interface Pending {
+  root: string;
+  base: string;
+  paths: string[];
+  shell: boolean;
+}
+
+/**
+ * The workspace snapshots of one library instance: the hooks call it before
+ * and after tools that write files. Every method is synchronous, never
+ * throws, and does nothing unless `workspace_snapshots` is on.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { Workspaces } from "./workspace.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ws-doc-"));
+ * const project = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ws-proj-"));
+ * fs.writeFileSync(path.join(project, "notes.txt"), "v1");
+ * const ws = new Workspaces({
+ *   home,
+ *   log: () => {},
+ *   settings: () => ({ workspace_snapshots: true }),
+ * });
+ * const id = ws.beforeTool(project, 1, "write_file", { path: "notes.txt" }, { callId: "c1" });
+ * assert.match(id ?? "", /^[0-9a-f]{40}$/);
+ * fs.writeFileSync(path.join(project, "notes.txt"), "v2");
+ * ws.afterTool(project, "write_file", { ok: true, callId: "c1" });
+ * // The same turn takes no second snapshot.
+ * assert.equal(ws.beforeWrite(project, 1, ["notes.txt"]), undefined);
+ * ```
+ */
+export class Workspaces {
+  readonly #options: WorkspacesOptions;
+  #git: Git | null | undefined;
+  readonly #roots = new Map<string, string>();
+  readonly #turns = new Map<string, number>();
+  readonly #pending = new Map<string, Pending>();
+  readonly #said = new Set<string>();
+  readonly #skip = new Map<string, string>();
+
+  /**
+   * Set up the snapshots of one library instance; nothing is read or run yet.
+   *
+   * @param options Where the store lives, where log lines go, and the settings.
+   */
+  constructor(options: WorkspacesOptions) {
+    this.#options = options;
+  }
+
+  /**
+   * Snapshot the project holding `dir` unless it was already snapshotted in
+   * this turn (of this run); `paths` are the files about to be written.
+   *
+   * @returns The new snapshot's commit id, or undefined (none taken).
+   */
+  beforeWrite(dir: string, turn: number, paths?: string[], runId?: string): string | undefined {
+    void paths;
+    return this.#guarded(runId, () => {
+      const root = this.#root(dir);
+      return root === undefined
+        ? undefined
+        : this.#turnSnapshot(root, turn, runId, "before a write");
+    });
+  }
+
+  /**
+   * For a tool about to run: when it is a file tool (`write_file`, `patch`,
+   * `Write`, `Edit`, `MultiEdit`, `NotebookEdit`) or a shell tool whose
+   * `command` is destructive, snapshot the project (once per turn) and
+   * remember the call so {@link Workspaces.afterTool} can record what it
+   * wrote.
+   *
+   * @returns The new snapshot's commit id, or undefined (none taken).
+   */
+  beforeTool(
+    dir: string,
+    turn: number,
+    tool: string,
+    input: unknown,
+    options: { callId?: string; runId?: string } = {},
+  ): string | undefined {
+    return this.#guarded(options.runId, () => {
+      const file = FILE_TOOLS.has(tool);
+      let shell = false;
+      if (!file) {
+        if (!SHELL_TOOLS.has(tool)) return undefined;
+        const command = commandOf(input);
+        if (command === undefined || !isDestructiveCommand(command)) return undefined;
+        shell = true;
+      }
+      const root = this.#root(dir);
+      if (root === undefined) return undefined;
+      const id = this.#turnSnapshot(root, turn, options.runId, `before ${tool}`);
+      const key = pendingKey(tool, options.callId, options.runId);
+      if (shell) {
+        // The tree before the command, to see afterwards what it changed.
+        const store = this.#store() as Store;
+        const base = store.project(root).writeTree(this.#limits()).tree;
+        this.#remember(key, { root, base, paths: [], shell });
+      } else {
+        const paths = filePathsOf(input).map((p) => path.resolve(dir, p));
+        this.#remember(key, { root, base: "", paths, shell });
+      }
+      return id;
+    });
+  }
+
+  /**
+   * For a tool that ended: a file tool that succeeded has its files' content
+   * recorded as the agent's; a destructive shell command has every file it
+   * changed or deleted recorded (whether it succeeded or not).
+   */
+  afterTool(
+    dir: string,
+    tool: string,
+    options: { ok?: boolean; callId?: string; runId?: string } = {},
+  ): void {
+    this.#guarded(options.runId, () => {
+      const key = pendingKey(tool, options.callId, options.runId);
+      const pending = this.#pending.get(key);
+      if (!pending) return;
+      this.#pending.delete(key);
+      if (!pending.shell) {
+        if (options.ok !== false) this.afterWrite(dir, pending.paths, options.runId);
+        return;
+      }
+      const store = this.#store() as Store;
+      const project = store.project(pending.root);
+      const after = project.writeTree(this.#limits()).tree;
+      if (after === pending.base) return;
+      const ledger = project.ledger();
+      for (const c of treeChanges(project, pending.base, after)) {
+        const abs = Buffer.concat([Buffer.from(pending.root + "/"), c.rel]);
+        const now = c.status === "D" ? diskHash(abs) : c.dstBlob;
+        if (now !== undefined) ledger[ledgerKey(c.rel)] = now;
+      }
+      project.saveLedger(ledger);
+    });
+  }
+
+  /** Record each file's current content as what the agent last wrote (absent: deleted). */
+  afterWrite(dir: string, paths: string[], runId?: string): void {
+    this.#guarded(runId, () => {
+      if (paths.length === 0) return;
+      const root = this.#root(dir);
+      if (root === undefined) return;
+      const project = (this.#store() as Store).project(root);
+      const ledger = project.ledger();
+      let changed = false;
+      for (const p of paths) {
+        const rel = relativeToRoot(root, dir, p);
+        if (rel === undefined || rel.length === 0) continue;
+        const hash = diskHash(Buffer.concat([Buffer.from(root + "/"), rel]));
+        if (hash === undefined) continue;
+        ledger[ledgerKey(rel)] = hash;
+        changed = true;
+      }
+      if (changed) project.saveLedger(ledger);
+    });
+  }
+
+  /**
+   * Snapshot the project holding `dir` now, whatever the turn (a tier
+   * persist); an unchanged tree gives the newest snapshot's id.
+   *
+   * @returns What a checkpoint record's `workspace` field holds, or undefined.
+   */
+  snapshot(dir: string, reason = "checkpoint", runId?: string): WorkspaceRef | undefined {
+    return this.#guarded(runId, () => {
+      const root = this.#root(dir);
+      if (root === undefined) return undefined;
+      const taken = takeSnapshot(this.#store() as Store, root, this.#limits(), reason, runId);
+      return taken ? { snapshot: taken.id, project: root } : undefined;
+    });
+  }
+
+  #remember(key: string, pending: Pending): void {
+    // A host that never reports a tool's end must not grow this without bound.
+    if (this.#pending.size >= 1000) {
+      this.#pending.delete(this.#pending.keys().next().value as string);
+    }
+    this.#pending.set(key, pending);
+  }
+
+  #guarded<T>(runId: string | undefined, body: () => T): T | undefined {
+    try {
+      const s = this.#options.settings();
+      if (s.enabled === false || s.workspace_snapshots !== true) return undefined;
+      if (!this.#store()) return undefined;
+      return body();
+    } catch (error) {
+      if (error instanceof GuardError) {
+        // Not looked at again by this instance: a huge tree is costly to list.
+        this.#skip.set(error.root, error.message);
+        this.#say("info", `workspace snapshots skip ${error.root}: ${error.message}`, runId);
+        return undefined;
+      }
+      const message = error instanceof Error ? error.message : String(error);
+      this.#say("warn", `workspace snapshot failed: ${message}`, runId);
+      return undefined;
+    }
+  }
+
+  #say(level: "info" | "warn", message: string, runId?: string): void {
+    try {
+      this.#options.log(level, message, runId);
+    } catch { /* a logger that throws must not break the host */ }
+  }
+
+  #store(): Store | undefined {
+    if (this.#git === undefined) {
+      const git = new Git("git", this.#options.env ?? process.env);
+      const problem = git.probe();
+      if (problem) {
+        this.#git = null;
+        this.#say("warn", `workspace snapshots are off: git was not found on PATH (${problem})`);
+      } else this.#git = git;
+    }
+    return this.#git ? new Store(this.#options.home, this.#git) : undefined;
+  }
+
+  #limits() {
+    return limitsOf(this.#options.settings(), this.#options.maxFiles ?? MAX_TREE_FILES);
+  }
+
+  /** The project root for `dir`, or undefined (with one log line) when it is guarded. */
+  #root(dir: string): string | undefined {
+    let root = this.#roots.get(dir);
+    if (root === undefined) {
+      root = projectRootOf(dir);
+      this.#roots.set(dir, root);
+    }
+    if (this.#skip.has(root)) return undefined;
+    const why = guardOf(root, this.#options.userHome ?? os.homedir());
+    if (why) {
+      if (!this.#said.has(root)) {
+        this.#said.add(root);
+        this.#say("info", `workspace snapshots skip ${root}: ${why}`);
+      }
+      return undefined;
+    }
+    return root;
+  }
+
+  #turnSnapshot(root: string, turn: number, runId: string | undefined, reason: string) {
+    const key = `${runId ?? ""}\0${root}`;
+    if (this.#turns.get(key) === turn) return undefined;
+    this.#turns.set(key, turn);
+    const taken = takeSnapshot(
+      this.#store() as Store,
+      root,
+      this.#limits(),
+      `${reason} (turn ${turn})`,
+      runId,
+    );
+    return taken?.created ? taken.id : undefined;
+  }
+}
+
+function pendingKey(tool: string, callId: string | undefined, runId: string | undefined): string {
+  return `${runId ?? ""}\0${callId ?? ""}\0${callId === undefined ? tool : ""}`;
+}
+
+/** Why a root is never snapshotted, if it is not. */
+function guardOf(root: string, userHome: string): string | undefined {
+  if (path.parse(root).root === root) return "it is the filesystem root";
+  let home = path.resolve(userHome);
+  try {
+    home = fs.realpathSync(home);
+  } catch { /* keep as given */ }
+  if (root === home) return "it is your home directory";
+  return undefined;
+}
+
+/** Snapshot `root` into the store unless its tree is unchanged since the newest snapshot. */
+function takeSnapshot(
+  store: Store,
+  root: string,
+  limits: ReturnType<typeof limitsOf>,
+  reason: string,
+  runId?: string,
+): { id: string; created: boolean } | undefined {
+  store.ensure();
+  const project = store.project(root);
+  const { tree } = project.writeTree(limits);
+  const head = project.refHead();
+  const ids = head ? project.snapshotIds() : [];
+  const state = project.state();
+  const newest = ids[0];
+  if (newest !== undefined) {
+    const newestTree = newest === state.head && state.lastTree
+      ? state.lastTree
+      : store.treeOf(newest);
+    if (newestTree === tree) {
+      if (newest !== state.head) project.saveState({ ...state, lastTree: tree, head: newest });
+      return { id: newest, created: false };
+    }
+  }
+  const message = `${reason}\n\nproject: ${root}\n${runId ? `run: ${runId}\n` : ""}`;
+  const id = store.writeCommit(tree, [], message);
+  const keep = [id, ...ids].slice(0, limits.maxSnapshots);
+  project.setSnapshots(keep, tree, head);
+  project.saveState({ ...project.state(), lastTree: tree, head: id });
+  if (ids.length + 1 > keep.length) store.prune();
+  const estimate = store.estimate();
+  if (estimate === undefined || estimate > limits.maxTotalBytes) {
+    if (store.measure() > limits.maxTotalBytes) store.enforce(limits);
+  }
+  return { id, created: true };
+}
+
+/** How {@link rollback} and {@link rollbackDiff} find the store and the project. */
+export interface RollbackOptions {
+  /** The home directory holding `checkpoints/`. */
+  home: string;
+  /** A directory inside the project. @default {process.cwd()} */
+  project?: string;
+  /** `N` (1 = newest) or a snapshot's commit id or unique prefix. @default {1} */
+  target?: string | number;
+  /** Restore only this file (or the files under this directory), relative to `cwd`. */
+  path?: string;
+  /** Restore every file, even those edited by hand or never touched by the agent. */
+  all?: boolean;
+  /** Only say what would be done. */
+  dryRun?: boolean;
+  /** Where `path` is relative to. @default {process.cwd()} */
+  cwd?: string;
+  /** The environment whose `PATH` finds `git`. @default {process.env} */
+  env?: Record<string, string | undefined>;
+  /** Limits for the safety snapshot taken before restoring. */
+  settings?: WorkspaceSettings;
+}
+
+/** What a rollback did (or, with `dryRun`, would do). */
+export interface RollbackResult {
+  /** The project root. */
+  project: string;
+  /** The snapshot rolled back to. */
+  snapshot: SnapshotInfo;
+  /** The snapshot of the tree taken just before restoring (so it can be undone). */
+  before?: string;
+  /** Whether nothing was changed. */
+  dryRun: boolean;
+  /** Files given the snapshot's content. */
+  restored: string[];
+  /** Files the agent created after the snapshot, removed. */
+  removed: string[];
+  /** Files left as they are, and why. */
+  skipped: { path: string; reason: string }[];
+}
+
+/**
+ * Roll a project back to one of its snapshots: only files whose content is
+ * what the agent last wrote (or that it deleted) are restored, unless `all`;
+ * the tree is snapshotted first so the rollback itself can be undone.
+ *
+ * @throws {RangeError} When the project has no such snapshot.
+ * @throws {Error} When git is missing or the store cannot be read.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { rollback, Workspaces } from "./workspace.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-rb-doc-"));
+ * const project = fs.mkdtempSync(path.join(os.tmpdir(), "ac-rb-proj-"));
+ * const file = path.join(project, "a.txt");
+ * fs.writeFileSync(file, "mine");
+ * const ws = new Workspaces({ home, log: () => {}, settings: () => ({ workspace_snapshots: true }) });
+ * ws.beforeWrite(project, 1, ["a.txt"]);
+ * fs.writeFileSync(file, "the agent's");
+ * ws.afterWrite(project, ["a.txt"]);
+ * const result = rollback({ home, project, target: 1 });
+ * assert.deepEqual(result.restored, ["a.txt"]);
+ * assert.equal(fs.readFileSync(file, "utf8"), "mine");
+ * ```
+ */
+export function rollback(options: RollbackOptions): RollbackResult {
+  const { project, target } = openProject(options);
+  const ledger = project.ledger();
+  const limits = limitsOf(options.settings ?? {});
+  let current: string;
+  let before: string | undefined;
+  if (options.dryRun) current = project.writeTree(limits).tree;
+  else {
+    const taken = takeSnapshot(
+      project.store,
+      project.root,
+      limits,
+      `before rollback to ${target.id.slice(0, 12)}`,
+    );
+    before = taken?.id;
+    current = project.state().lastTree ?? project.writeTree(limits).tree;
+  }
+  const only = onlyPath(project.root, options);
+  const plan = planRollback(project, current, target.tree, ledger, {
+    all: options.all === true,
+    ...(only === undefined ? {} : { only }),
+  });
+  const done = options.dryRun ? plan : applyPlan(project, plan, ledger, {
+    current,
+    target: target.tree,
+  });
+  if (!options.dryRun) project.saveLedger(ledger);
+  return {
+    project: project.root,
+    snapshot: target,
+    ...(before === undefined ? {} : { before }),
+    dryRun: options.dryRun === true,
+    ...summarize(done),
+  };
+}
+
+/** What {@link rollbackDiff} returns: the plan, and the patch the rollback would apply. */
+export interface RollbackDiff extends RollbackResult {
+  /** The unified diff the rollback would apply to the current files. */
+  patch: string;
+}
+
+/**
+ * What rolling back to a snapshot would change, without changing anything:
+ * the rollback's plan (under the same options), and the unified diff it
+ * would apply to the current files.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { rollbackDiff, Workspaces } from "./workspace.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-diff-doc-"));
+ * const project = fs.mkdtempSync(path.join(os.tmpdir(), "ac-diff-proj-"));
+ * fs.writeFileSync(path.join(project, "a.txt"), "one\n");
+ * const ws = new Workspaces({ home, log: () => {}, settings: () => ({ workspace_snapshots: true }) });
+ * ws.beforeWrite(project, 1);
+ * fs.writeFileSync(path.join(project, "a.txt"), "two\n");
+ * ws.afterWrite(project, ["a.txt"]);
+ * fs.writeFileSync(path.join(project, "mine.txt"), "by hand\n");
+ * const diff = rollbackDiff({ home, project, target: 1 });
+ * assert.match(diff.patch, /-two\n\+one/);
+ * assert.deepEqual(diff.skipped, [{ path: "mine.txt", reason: "not changed by the agent" }]);
+ * assert.equal(fs.readFileSync(path.join(project, "a.txt"), "utf8"), "two\n");
+ * ```
+ */
+export function rollbackDiff(options: RollbackOptions): RollbackDiff {
+  const { project, target } = openProject(options);
+  const limits = limitsOf(options.settings ?? {});
+  const current = project.writeTree(limits).tree;
+  const only = onlyPath(project.root, options);
+  const plan = planRollback(project, current, target.tree, project.ledger(), {
+    all: options.all === true,
+    ...(only === undefined ? {} : { only }),
+  });
+  const after = resultTree(project, current, plan);
+  const args = ["diff-tree", "-p", "-r", "--no-renames", "--no-color", current, after];
+  return {
+    project: project.root,
+    snapshot: target,
+    dryRun: true,
+    ...summarize(plan),
+    patch: project.git(args).toString("utf8"),
+  };
+}
+
+function onlyPath(root: string, options: RollbackOptions): Buffer | undefined {
+  if (options.path === undefined) return undefined;
+  const rel = relativeToRoot(root, options.cwd ?? process.cwd(), options.path);
+  if (rel === undefined) {
+    throw new RangeError(`Path "${options.path}" is outside the project ${root}`);
+  }
+  return rel;
+}
+
+function summarize(done: PlanEntry[]) {
+  return {
+    restored: done.filter((e) => e.action === "restore").map((e) => describe(e).path),
+    removed: done.filter((e) => e.action === "remove").map((e) => describe(e).path),
+    skipped: done.filter((e) => e.action === "skip").map((e) => ({
+      path: describe(e).path,
+      reason: e.reason ?? "",
+    })),
+  };
+}
+
+function openStore(home: string, env?: Record<string, string | undefined>): Store {
+  const git = new Git("git", env ?? process.env);
+  const problem = git.probe();
+  if (problem) throw new Error(`git was not found on PATH (${problem})`);
+  return new Store(home, git);
+}
+
+function openProject(options: RollbackOptions): { project: Project; target: SnapshotInfo } {
+  const store = openStore(options.home, options.env);
+  const root = projectRootOf(options.project ?? process.cwd());
+  const project = store.project(root);
+  const snapshots = store.exists() ? project.snapshots() : [];
+  if (snapshots.length === 0) throw new RangeError(`No snapshots of ${root}`);
+  const wanted = String(options.target ?? 1);
+  let target: SnapshotInfo | undefined;
+  if (/^\d{1,3}$/.test(wanted) && !/^0[0-9]/.test(wanted)) {
+    target = snapshots[Number(wanted) - 1];
+    if (target === undefined || Number(wanted) < 1) {
+      throw new RangeError(
+        `No snapshot ${wanted} of ${root}: it has ${snapshots.length} (1 is the newest)`,
+      );
+    }
+  } else {
+    const matches = snapshots.filter((s) => s.id.startsWith(wanted.toLowerCase()));
+    if (matches.length !== 1 || wanted.length < 4) {
+      throw new RangeError(
+        matches.length > 1
+          ? `Snapshot id "${wanted}" is ambiguous`
+          : `No snapshot "${wanted}" of ${root}`,
+      );
+    }
+    target = matches[0] as SnapshotInfo;
+  }
+  return { project, target };
+}
+
+/** One project in the store, for `snapshots`. */
+export interface ProjectSummary {
+  /** The project root. */
+  project: string;
+  /** Its key: the ref is `refs/agent-checkpoint/<key>`. */
+  key: string;
+  /** How many snapshots it has. */
+  snapshots: number;
+  /** When the newest was taken (ISO), if any. */
+  newest?: string;
+  /** Whether the project root still exists. */
+  exists: boolean;
+  /** Files in its ledger (written by the agent). */
+  ledgerFiles: number;
+}
+
+/** The store's projects and size, for `snapshots`. */
+export interface StoreSummary {
+  /** The store's directory. */
+  store: string;
+  /** Bytes the store's objects take. */
+  bytes: number;
+  /** Its projects. */
+  projects: ProjectSummary[];
+}
+
+/**
+ * The projects in the store, their snapshot counts, and the store's size.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { listProjects } from "./workspace.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ls-doc-"));
+ * assert.deepEqual(listProjects({ home }).projects, []);
+ * ```
+ */
+export function listProjects(
+  options: { home: string; env?: Record<string, string | undefined> },
+): StoreSummary {
+  const store = openStore(options.home, options.env);
+  const projects = store.exists() ? store.projects() : [];
+  return {
+    store: store.gitDir,
+    bytes: store.size(),
+    projects: projects.map((p) => {
+      const snaps = p.snapshots();
+      return {
+        project: p.root,
+        key: p.key,
+        snapshots: snaps.length,
+        ...(snaps[0] ? { newest: snaps[0].at } : {}),
+        exists: fs.existsSync(p.root),
+        ledgerFiles: Object.keys(p.ledger()).length,
+      };
+    }),
+  };
+}
+
+/**
+ * Enforce `max_snapshots` and `max_total_size_mb`, forget projects whose root
+ * is gone, and repack the store dropping every unreachable object.
+ *
+ * @returns How many snapshots were dropped, and the store's size before and after.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { pruneStore } from "./workspace.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-prune-doc-"));
+ * assert.equal(pruneStore({ home }).dropped, 0);
+ * ```
+ */
+export function pruneStore(
+  options: {
+    home: string;
+    settings?: WorkspaceSettings;
+    env?: Record<string, string | undefined>;
+  },
+): { dropped: number; forgotten: string[]; bytesBefore: number; bytesAfter: number } {
+  const store = openStore(options.home, options.env);
+  if (!store.exists()) return { dropped: 0, forgotten: [], bytesBefore: 0, bytesAfter: 0 };
+  const bytesBefore = store.size();
+  const forgotten: string[] = [];
+  let dropped = 0;
+  for (const p of store.projects()) {
+    if (fs.existsSync(p.root)) continue;
+    dropped += p.snapshotIds().length;
+    p.setSnapshots([], "", p.refHead());
+    fs.rmSync(p.dir, { recursive: true, force: true });
+    forgotten.push(p.root);
+  }
+  dropped += store.enforce(limitsOf(options.settings ?? {}));
+  store.prune(true);
+  return { dropped, forgotten, bytesBefore, bytesAfter: store.size() };
+}
+
+/**
+ * Delete the whole store: every snapshot of every project, and the ledgers.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { clearStore } from "./workspace.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-clear-doc-"));
+ * fs.mkdirSync(path.join(home, "checkpoints", "store"), { recursive: true });
+ * clearStore({ home });
+ * assert.equal(fs.existsSync(path.join(home, "checkpoints")), false);
+ * ```
+ */
+export function clearStore(options: { home: string }): void {
+  fs.rmSync(path.join(options.home, "checkpoints"), { recursive: true, force: true });
+}
