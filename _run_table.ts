@@ -48,7 +48,8 @@ const INFO_LEN = 8; // bytes of the description
 const COMMENTED = 9; // a bit per record kind whose first kanban comment went out
 const DEADLINE = 10; // 1 once the deadline checkpoint is claimed
 const RING_I = 11; // TOOL_RING × [tool id, status]
-const I32_PER_SLOT = RING_I + TOOL_RING * 2 + 1; // + 1 keeps slots 8-byte aligned
+const FILE_LOCK = RING_I + TOOL_RING * 2; // 1 while a thread writes the run's file
+const I32_PER_SLOT = FILE_LOCK + 1; // an even count keeps slots 8-byte aligned
 
 /** Bytes of a tool call's id in the ring: a length byte, then up to 47 bytes of UTF-8. */
 const CALL_ID_BYTES = 48;
@@ -411,6 +412,29 @@ export class RunTable {
   /** Claim the deadline checkpoint: true for exactly one caller, whichever thread. */
   claimDeadline(slot: number): boolean {
     return Atomics.compareExchange(this.#i, this.#iAt(slot) + DEADLINE, 0, 1) === 0;
+  }
+
+  /**
+   * Take the run's file for one write, so the two threads never rewrite it
+   * at the same instant (an agent's append between them could be lost).
+   * Waits at most `ms`; false when the other thread still holds it then.
+   */
+  lockFile(slot: number, ms: number): boolean {
+    const i = this.#iAt(slot) + FILE_LOCK;
+    const end = performance.now() + ms;
+    while (Atomics.compareExchange(this.#i, i, 0, 1) !== 0) {
+      const left = end - performance.now();
+      if (left <= 0) return false;
+      Atomics.wait(this.#i, i, 1, left);
+    }
+    return true;
+  }
+
+  /** Give the run's file back after {@linkcode RunTable.lockFile}. */
+  unlockFile(slot: number): void {
+    const i = this.#iAt(slot) + FILE_LOCK;
+    Atomics.store(this.#i, i, 0);
+    Atomics.notify(this.#i, i);
   }
 
   /** Whether a stall checkpoint stands for the current silence. */

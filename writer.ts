@@ -250,6 +250,9 @@ export interface Prepared {
   block: string;
 }
 
+/** How long a write waits for the other thread's write of the same file. */
+const FILE_LOCK_WAIT_MS = 2000;
+
 /** Writes of one burst in flight at once. */
 const BATCH_CONCURRENCY = 16;
 
@@ -289,11 +292,16 @@ export class CheckpointWriter {
    * Returns the file written, or undefined.
    */
   commit(prepared: Prepared): string | undefined {
+    const slot = prepared.item.info.slot;
+    // One thread at a time rewrites a run's file; past the wait, the write goes ahead anyway.
+    const locked = this.#shared.lockFile(slot, FILE_LOCK_WAIT_MS);
     try {
       persistBlock(prepared.item.info.checkpointFile, prepared.block);
     } catch (error) {
       this.#failed(prepared.item.info, error);
       return undefined;
+    } finally {
+      if (locked) this.#shared.unlockFile(slot);
     }
     return this.#done(prepared);
   }
