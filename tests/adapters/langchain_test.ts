@@ -1,43 +1,19 @@
 // deno-lint-ignore-file no-import-prefix -- full npm: specifiers let Deno import this by URL
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import * as fs from "node:fs";
-import * as path from "node:path";
 import { createAgent, createMiddleware } from "npm:langchain@1";
 import { tool } from "npm:@langchain/core@1/tools";
 import { AIMessage } from "npm:@langchain/core@1/messages";
 import { createReactAgent } from "npm:@langchain/langgraph@1/prebuilt";
-import { createAgentCheckpoint } from "../../mod.ts";
-import { parseRecord } from "../../record.ts";
-import { checkpointFileName } from "../../persist.ts";
 import {
   checkpointedReactAgent,
   checkpointMiddleware,
   recursionLimitForReactAgent,
   stepsForCreateAgent,
 } from "../../adapters/langchain.ts";
-import { blockFor, captureLog, sleep, tempHome, waitFor } from "../_helpers.ts";
+import { blockFor, sleep, waitFor } from "../_helpers.ts";
+import { make, record } from "./_keeper.ts";
 import { ScriptedChatModel, toolsThenAnswer } from "./_langchain_fake.ts";
-
-const record = (file: string) =>
-  fs.existsSync(file) ? parseRecord(fs.readFileSync(file)) : undefined;
-
-/** A library instance, and the record in a run's checkpoint file (by run id). */
-const make = (settings: Record<string, unknown> = {}) => {
-  const log = captureLog();
-  const home = tempHome();
-  const dir = path.join(home, "checkpoints");
-  const written: Array<{ runId: string; kind: string; source: string }> = [];
-  const ac = createAgentCheckpoint({
-    home,
-    env: {},
-    settings: { allow_tiny_tier1: true, checkpoint_dir: dir, ...settings },
-    logger: log.logger,
-    onCheckpoint: (e) => void written.push(e),
-  });
-  const recordOf = (runId: string) => record(path.join(dir, checkpointFileName(runId)));
-  return { ac, log, recordOf, written };
-};
 
 const schema = {
   type: "object" as const,

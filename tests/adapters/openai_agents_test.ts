@@ -1,8 +1,6 @@
 // deno-lint-ignore-file no-import-prefix -- full npm: specifiers let Deno import this by URL
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import * as fs from "node:fs";
-import * as path from "node:path";
 import {
   Agent,
   type CallModelInputFilter,
@@ -18,33 +16,11 @@ import {
   modelResponder,
   ScriptedModel,
 } from "npm:@openai/agents@0.x/testing";
-import { createAgentCheckpoint } from "../../mod.ts";
-import { parseRecord } from "../../record.ts";
-import { checkpointFileName } from "../../persist.ts";
 import { checkpointedRun } from "../../adapters/openai_agents.ts";
-import { blockFor, captureLog, sleep, tempHome, waitFor } from "../_helpers.ts";
+import { blockFor, sleep, waitFor } from "../_helpers.ts";
+import { make, record } from "./_keeper.ts";
 
 setTracingDisabled(true); // offline: no trace exporter
-
-const record = (file: string) =>
-  fs.existsSync(file) ? parseRecord(fs.readFileSync(file)) : undefined;
-
-/** A library instance, and the record in a run's checkpoint file (by run id). */
-const make = (settings: Record<string, unknown> = {}) => {
-  const log = captureLog();
-  const home = tempHome();
-  const dir = path.join(home, "checkpoints");
-  const written: Array<{ runId: string; kind: string; source: string }> = [];
-  const ac = createAgentCheckpoint({
-    home,
-    env: {},
-    settings: { allow_tiny_tier1: true, checkpoint_dir: dir, ...settings },
-    logger: log.logger,
-    onCheckpoint: (e) => void written.push(e),
-  });
-  const recordOf = (runId: string) => record(path.join(dir, checkpointFileName(runId)));
-  return { ac, log, recordOf, written };
-};
 
 const params = {
   type: "object" as const,
