@@ -12,7 +12,7 @@ import {
   stepsForCreateAgent,
 } from "../../adapters/langchain.ts";
 import { blockFor, sleep, waitFor } from "../_helpers.ts";
-import { make, record } from "./_keeper.ts";
+import { make, type record } from "./_keeper.ts";
 import { ScriptedChatModel, toolsThenAnswer } from "./_langchain_fake.ts";
 
 const schema = {

@@ -18,7 +18,7 @@ import {
 } from "npm:@openai/agents@0.x/testing";
 import { checkpointedRun } from "../../adapters/openai_agents.ts";
 import { blockFor, sleep, waitFor } from "../_helpers.ts";
-import { make, record } from "./_keeper.ts";
+import { make, type record } from "./_keeper.ts";
 
 setTracingDisabled(true); // offline: no trace exporter
 
