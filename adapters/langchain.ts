@@ -61,6 +61,28 @@ import {
 
 export type { AdapterInit, Placement } from "./_shared.ts";
 
+/**
+ * Report a tool call's start to the run; returns what reports its end, with
+ * the call id and the time it took.
+ */
+function reportTool(
+  run: Run,
+  name: string,
+  callId: string | undefined,
+  input: unknown,
+): (ok: boolean, error?: string) => void {
+  const id = callId !== undefined ? { callId } : {};
+  run.preToolCall(name, { ...id, input });
+  const started = performance.now();
+  return (ok, error) =>
+    run.postToolCall(name, {
+      ok,
+      durationMs: Math.round(performance.now() - started),
+      ...id,
+      ...(error !== undefined ? { error } : {}),
+    });
+}
+
 /** What the LangChain adapters take: the run's init (session id optional) and its turn cap. */
 export interface LangChainInit extends AdapterInit {
   /** The turn cap: the most model calls one invocation of the agent may make. */
@@ -371,18 +393,7 @@ export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): 
       const [key, live] = found;
       const name = String(request.toolCall?.name ?? "tool");
       const callId = typeof request.toolCall?.id === "string" ? request.toolCall.id : undefined;
-      live.run.preToolCall(name, {
-        ...(callId !== undefined ? { callId } : {}),
-        input: request.toolCall?.args,
-      });
-      const started = performance.now();
-      const post = (ok: boolean, error?: string) =>
-        live.run.postToolCall(name, {
-          ok,
-          durationMs: Math.round(performance.now() - started),
-          ...(callId !== undefined ? { callId } : {}),
-          ...(error !== undefined ? { error } : {}),
-        });
+      const post = reportTool(live.run, name, callId, request.toolCall?.args);
       try {
         const out = await withDeadline(handler(request), live.signal);
         const outcome = toolOutcome(out);
@@ -647,15 +658,7 @@ function wrapTool(
       const live = liveOf(config);
       if (!live) return invoke(call ?? args, config);
       const callId = typeof call?.id === "string" ? call.id : undefined;
-      live.run.preToolCall(name, { ...(callId !== undefined ? { callId } : {}), input: args });
-      const started = performance.now();
-      const post = (ok: boolean, error?: string) =>
-        live.run.postToolCall(name, {
-          ok,
-          durationMs: Math.round(performance.now() - started),
-          ...(callId !== undefined ? { callId } : {}),
-          ...(error !== undefined ? { error } : {}),
-        });
+      const post = reportTool(live.run, name, callId, args);
       try {
         const out = await invoke(call ?? args, config);
         const outcome = toolOutcome(out);
