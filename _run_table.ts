@@ -18,7 +18,7 @@
  *
  * @module
  */
-import type { ToolCall } from "./record.ts";
+import type { ToolCall } from "./_record.ts";
 import { fireTier } from "./tier.ts";
 
 /** Tool calls remembered per run. */

@@ -6,7 +6,7 @@
  * @module
  */
 import type { Env } from "./config.ts";
-import type { CheckpointEvent } from "./writer.ts";
+import type { CheckpointEvent } from "./_writer.ts";
 import type { RunTableBuffers } from "./_run_table.ts";
 
 /** What the worker starts with. */

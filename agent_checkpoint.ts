@@ -10,9 +10,9 @@ import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } fro
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, readCheckpoint } from "./persist.ts";
-import { summaryLine } from "./record.ts";
+import { summaryLine } from "./_record.ts";
 import { type PreviousAttempt, Run, type RunHost, type WorkspaceHooks } from "./run.ts";
-import { Workspaces } from "./workspace.ts";
+import { Workspaces } from "./workspace/mod.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { capValues, tierPlan } from "./tier.ts";
@@ -23,7 +23,7 @@ import {
   encodeRunInfo,
   type RunInfo,
   type WriterSinks,
-} from "./writer.ts";
+} from "./_writer.ts";
 import type { FromWorker, WatchdogData, WatchdogStats } from "./_watchdog_protocol.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
 // watchdog with it: a worker that fetched it later would do so while the host may be

@@ -10,8 +10,8 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { budgetValue, type Settings } from "./settings.ts";
 import { countedCaps } from "./tier.ts";
-import type { RunCaps } from "./record.ts";
-import { selectOne, SQLITE_FIX, type SqliteDriver, sqliteDriver } from "./sqlite.ts";
+import type { RunCaps } from "./_record.ts";
+import { selectOne, SQLITE_FIX, type SqliteDriver, sqliteDriver } from "./_sqlite.ts";
 import {
   type ConfigFile,
   dig,

@@ -38,7 +38,7 @@ export {
   type TaskComment,
 } from "./agent_checkpoint.ts";
 export { type PreviousAttempt, Run } from "./run.ts";
-export type { CheckpointEvent } from "./writer.ts";
+export type { CheckpointEvent } from "./_writer.ts";
 export { discoverCaps, type DiscoveredCaps, type RunInit } from "./discover.ts";
 export { type Env, type LoadedSettings, loadSettings, type SettingsOptions } from "./config.ts";
 export { type Caps, dueTier, type Tier } from "./tier.ts";
@@ -55,5 +55,5 @@ export {
   settingsSchema,
   type Verdict,
 } from "./settings.ts";
-export type { CapSource, EndStatus, RecordKind, RecordSource, RunCaps } from "./record.ts";
+export type { CapSource, EndStatus, RecordKind, RecordSource, RunCaps } from "./_record.ts";
 export type { HostLogger, LogRecord } from "./log.ts";

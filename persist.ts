@@ -16,8 +16,8 @@ import process from "node:process";
 import { isMainThread } from "node:worker_threads";
 import { Buffer } from "node:buffer";
 import { createHash, randomBytes } from "node:crypto";
-import { BLOCK_BEGIN, findBlock, mergeBlock } from "./block.ts";
-import { type CheckpointRecord, type EndStatus, parseRecord } from "./record.ts";
+import { BLOCK_BEGIN, findBlock, mergeBlock } from "./_block.ts";
+import { type CheckpointRecord, type EndStatus, parseRecord } from "./_record.ts";
 import {
   APPEND_FLAGS,
   closeQuietly,
@@ -779,7 +779,7 @@ export function readCheckpointBytes(file: string): Uint8Array {
  * @example
  * ```ts
  * import { persistBlock, readCheckpoint } from "./persist.ts";
- * import { renderBlock } from "./record.ts";
+ * import { renderBlock } from "./_record.ts";
  * import assert from "node:assert/strict";
  * import { appendFileSync, mkdtempSync } from "node:fs";
  * import { tmpdir } from "node:os";

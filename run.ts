@@ -15,7 +15,7 @@ import {
   type RecordKind,
   type RecordSource,
   type RunCaps,
-} from "./record.ts";
+} from "./_record.ts";
 import type { Settings } from "./settings.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import { renderTemplate } from "./template.ts";
@@ -27,7 +27,7 @@ import {
   type RunInfo,
   templateValues,
   tierMessage,
-} from "./writer.ts";
+} from "./_writer.ts";
 
 /** What a run needs from its `AgentCheckpoint`. @internal */
 export interface RunHost {

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import type { RunCaps } from "./record.ts";
+import type { RunCaps } from "./_record.ts";
 import { defaultSettings, resolveSettings, type Settings } from "./settings.ts";
 
 /** Caps on the two axes; an absent axis has no cap. */

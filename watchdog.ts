@@ -19,7 +19,7 @@ import { SettingsSource } from "./config.ts";
 import { createLog, errorText, type Log } from "./log.ts";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
-import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./writer.ts";
+import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./_writer.ts";
 import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
 import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
 

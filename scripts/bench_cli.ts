@@ -12,9 +12,9 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
-import { main } from "../cli.ts";
-import { memoryIo } from "../_cli.ts";
-import { type CheckpointRecord, renderBlock } from "../record.ts";
+import { main } from "../cli/mod.ts";
+import { memoryIo } from "../cli/_common.ts";
+import { type CheckpointRecord, renderBlock } from "../_record.ts";
 
 const sizes = process.argv.slice(2).map(Number).filter((n) => Number.isInteger(n) && n >= 0);
 const counts = sizes.length > 0 ? sizes : [0, 1000, 10000];

@@ -16,7 +16,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { spawn, spawnSync } from "node:child_process";
-import { supervise } from "../supervise.ts";
+import { supervise } from "../supervise/mod.ts";
 
 const arg = (name: string, fallback: number) => {
   const at = process.argv.indexOf(name);

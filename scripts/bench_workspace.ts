@@ -15,7 +15,7 @@ import * as path from "node:path";
 import process from "node:process";
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { Workspaces } from "../workspace.ts";
+import { Workspaces } from "../workspace/mod.ts";
 
 const args = process.argv.slice(2);
 const opt = (name: string, d: number) => {

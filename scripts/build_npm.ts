@@ -19,8 +19,9 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { execFileSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 
-const root = path.resolve(new URL("..", import.meta.url).pathname);
+const root = fileURLToPath(new URL("..", import.meta.url));
 const tools = path.join(root, ".build");
 const staged = path.join(tools, "src");
 const out = path.join(root, "npm");
@@ -145,7 +146,10 @@ const walk = (dir: string): string[] =>
     e.isDirectory() ? walk(path.join(dir, e.name)) : [path.join(dir, e.name)]
   );
 
-/** The sources tsc compiles: the library, the worker, the adapters, the tests and the demo. */
+/** The library's subsystems, each a folder with its own `mod.ts`, compiled and shipped. */
+export const ROOMS = ["adapters", "cli", "supervise", "workspace", "store"];
+
+/** The sources tsc compiles: the library, the worker, its subsystems, the tests and the demo. */
 function sources(): string[] {
   const tree = (dir: string) =>
     fs.existsSync(path.join(root, dir))
@@ -156,7 +160,7 @@ function sources(): string[] {
     path.join(root, "scripts", f)
   )
     .filter((f) => fs.existsSync(f));
-  return [...top, ...tree("adapters"), ...tree("tests"), ...scripts];
+  return [...top, ...ROOMS.flatMap(tree), ...tree("tests"), ...scripts];
 }
 
 /** Rewrite a source's `npm:` specifiers to Node package names; unknown ones are an error. */
@@ -264,8 +268,7 @@ function packageJson(): void {
     files: [
       "esm/*.js",
       "esm/*.d.ts",
-      "esm/adapters/*.js",
-      "esm/adapters/*.d.ts",
+      ...ROOMS.flatMap((room) => [`esm/${room}/*.js`, `esm/${room}/*.d.ts`]),
       "esm/scripts/*.js",
       "esm/scripts/*.d.ts",
       "README.md",

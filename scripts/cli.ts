@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 /** The `agent-checkpoint` command (the npm bin; `deno task cli` in the repository). */
 import process from "node:process";
-import { main } from "../cli.ts";
-import { releaseStdin } from "../_cli.ts";
+import { main } from "../cli/mod.ts";
+import { releaseStdin } from "../cli/_common.ts";
 
 main(process.argv.slice(2)).then(
   (code) => void (process.exitCode = code),

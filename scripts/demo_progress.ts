@@ -4,7 +4,7 @@
  */
 import * as fs from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
-import { parseRecord } from "../record.ts";
+import { parseRecord } from "../_record.ts";
 import { nowMs } from "../_run_table.ts";
 import { formatDuration } from "../template.ts";
 

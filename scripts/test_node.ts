@@ -12,9 +12,10 @@
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
+import { fileURLToPath } from "node:url";
 import { execFileSync, spawnSync } from "node:child_process";
 
-const root = path.resolve(new URL("..", import.meta.url).pathname);
+const root = fileURLToPath(new URL("..", import.meta.url));
 const tools = path.join(root, ".build");
 const npmDir = path.join(root, "npm");
 const say = (what: string) => console.log(`test:node: ${what}`);

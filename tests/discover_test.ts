@@ -4,7 +4,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { createHash } from "node:crypto";
 import { discoverCaps, type DiscoveredCaps, type RunInit } from "../mod.ts";
-import { type SqliteDb, sqliteDriver } from "../sqlite.ts";
+import { type SqliteDb, sqliteDriver } from "../_sqlite.ts";
 import process from "node:process";
 import { fixture, runScript, tempHome, writeConfig } from "./_helpers.ts";
 

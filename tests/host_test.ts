@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { type CheckpointEvent, createAgentCheckpoint } from "../mod.ts";
-import { parseRecord } from "../record.ts";
+import { parseRecord } from "../_record.ts";
 import { blockUntil, captureLog, sleep, tempHome, waitFor } from "./_helpers.ts";
 
 const record = (file: string) =>

@@ -3,7 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { createAgentCheckpoint } from "../mod.ts";
-import { parseRecord } from "../record.ts";
+import { parseRecord } from "../_record.ts";
 import { blockUntil, captureLog, tempHome } from "./_helpers.ts";
 
 const record = (file: string) =>

@@ -15,8 +15,8 @@ import {
   readCheckpoint,
   writeFileAtomicSync,
 } from "../persist.ts";
-import { findBlock, findBlocks } from "../block.ts";
-import { parseRecord, renderBlock } from "../record.ts";
+import { findBlock, findBlocks } from "../_block.ts";
+import { parseRecord, renderBlock } from "../_record.ts";
 import { resetSwept } from "../_file_ops.ts";
 import { fixture, scriptCommand, sleep, tempHome, waitFor } from "./_helpers.ts";
 

@@ -8,8 +8,8 @@ import {
   recordText,
   renderBlock,
   summaryLine,
-} from "../record.ts";
-import { findBlocks } from "../block.ts";
+} from "../_record.ts";
+import { findBlocks } from "../_block.ts";
 
 const enc = (text: string) => new TextEncoder().encode(text);
 

@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
-import { parseRecord } from "../record.ts";
+import { parseRecord } from "../_record.ts";
 import { fixture, runScript, tempHome } from "./_helpers.ts";
 
 interface Seen {

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { createAgentCheckpoint, type TaskComment } from "../mod.ts";
-import { parseRecord } from "../record.ts";
+import { parseRecord } from "../_record.ts";
 import { captureLog, sleep, tempHome, writeConfig } from "./_helpers.ts";
 
 // The watchdog is off here so that tool boundaries alone decide; it has tests of its own.

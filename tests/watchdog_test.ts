@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import process from "node:process";
 import { type AgentCheckpoint, createAgentCheckpoint, type TaskComment } from "../mod.ts";
-import { parseRecord } from "../record.ts";
+import { parseRecord } from "../_record.ts";
 import {
   blockUntil,
   captureLog,

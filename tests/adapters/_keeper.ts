@@ -2,7 +2,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { createAgentCheckpoint } from "../../mod.ts";
-import { parseRecord } from "../../record.ts";
+import { parseRecord } from "../../_record.ts";
 import { checkpointFileName } from "../../persist.ts";
 import { captureLog, tempHome } from "../_helpers.ts";
 

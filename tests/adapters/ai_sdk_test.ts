@@ -14,7 +14,7 @@ import * as ai7 from "npm:ai@7.0.173";
 import { MockLanguageModelV4 } from "npm:ai@7.0.173/test";
 import { type AgentCheckpoint, createAgentCheckpoint } from "../../mod.ts";
 import { checkpointed } from "../../adapters/ai_sdk.ts";
-import { parseRecord } from "../../record.ts";
+import { parseRecord } from "../../_record.ts";
 import { blockFor, captureLog, sleep, tempHome, waitFor } from "../_helpers.ts";
 
 // deno-lint-ignore no-explicit-any

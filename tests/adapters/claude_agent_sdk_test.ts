@@ -11,7 +11,7 @@ import * as path from "node:path";
 import process from "node:process";
 import { createSdkMcpServer, type Options, tool } from "npm:@anthropic-ai/claude-agent-sdk@0.x";
 import { createAgentCheckpoint } from "../../mod.ts";
-import { parseRecord } from "../../record.ts";
+import { parseRecord } from "../../_record.ts";
 import { checkpointedQuery } from "../../adapters/claude_agent_sdk.ts";
 import { type MessagesServer, startMessagesServer } from "../fixtures/messages_server.ts";
 import { blockFor, captureLog, tempHome } from "../_helpers.ts";

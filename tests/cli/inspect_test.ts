@@ -3,10 +3,10 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { execFileSync } from "node:child_process";
-import { listCheckpoints, runStanding, tallyEnds } from "../inspect.ts";
-import { persistBlock, readCheckpoint } from "../persist.ts";
-import { type CheckpointRecord, renderBlock } from "../record.ts";
-import { tempHome } from "./_helpers.ts";
+import { listCheckpoints, runStanding, tallyEnds } from "../../cli/_inspect.ts";
+import { persistBlock, readCheckpoint } from "../../persist.ts";
+import { type CheckpointRecord, renderBlock } from "../../_record.ts";
+import { tempHome } from "../_helpers.ts";
 
 const record = (runId: string, extra: Partial<CheckpointRecord> = {}): CheckpointRecord => ({
   kind: "tier",

@@ -16,7 +16,7 @@ import {
   type RecordSource,
   renderBlock,
   type RunCaps,
-} from "./record.ts";
+} from "./_record.ts";
 import type { Settings } from "./settings.ts";
 import { INFO_BYTES, type RunTable } from "./_run_table.ts";
 import { formatDuration, renderTemplate, type TemplateValues } from "./template.ts";

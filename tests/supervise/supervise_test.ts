@@ -5,13 +5,13 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { spawn } from "node:child_process";
-import { supervise, type SuperviseOptions } from "../supervise.ts";
-import { runCommand } from "../supervise.ts";
-import { OutputTail } from "../_supervise_tail.ts";
-import { processAlive } from "../_supervise_group.ts";
-import { memoryIo, UsageError } from "../_cli.ts";
-import { type CheckpointRecord, parseRecord, renderBlock } from "../record.ts";
-import { fixture, scriptCommand, tempHome, waitFor, writeConfig } from "./_helpers.ts";
+import { supervise, type SuperviseOptions } from "../../supervise/mod.ts";
+import { runCommand } from "../../cli/_run.ts";
+import { OutputTail } from "../../supervise/_tail.ts";
+import { processAlive } from "../../supervise/_group.ts";
+import { memoryIo, UsageError } from "../../cli/_common.ts";
+import { type CheckpointRecord, parseRecord, renderBlock } from "../../_record.ts";
+import { fixture, scriptCommand, tempHome, waitFor, writeConfig } from "../_helpers.ts";
 
 const decoder = new TextDecoder();
 

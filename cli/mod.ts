@@ -7,15 +7,15 @@
  *
  * @module
  */
-import { type CliIo, type Command, NAME, processIo, UsageError } from "./_cli.ts";
-import { auditCommand, lsCommand, showCommand } from "./_cli_checkpoints.ts";
-import { explainCommand } from "./_cli_explain.ts";
-import { errorText } from "./log.ts";
-import { runCommand } from "./supervise.ts";
-import { rollbackCommand, snapshotsCommand } from "./_cli_workspace.ts";
+import { type CliIo, type Command, NAME, processIo, UsageError } from "./_common.ts";
+import { auditCommand, lsCommand, showCommand } from "./_checkpoints.ts";
+import { explainCommand } from "./_explain.ts";
+import { errorText } from "../log.ts";
+import { runCommand } from "./_run.ts";
+import { rollbackCommand, snapshotsCommand } from "./_workspace.ts";
 
-export type { CliIo, Command } from "./_cli.ts";
-export { ago, parseDuration, UsageError } from "./_cli.ts";
+export type { CliIo, Command } from "./_common.ts";
+export { ago, parseDuration, UsageError } from "./_common.ts";
 
 /**
  * The dispatch table: every command, in the order `--help` lists them.
@@ -23,7 +23,7 @@ export { ago, parseDuration, UsageError } from "./_cli.ts";
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { COMMANDS } from "./cli.ts";
+ * import { COMMANDS } from "./mod.ts";
  *
  * assert.ok(COMMANDS.some((c) => c.name === "explain"));
  * ```
@@ -77,8 +77,8 @@ const find = (name: string) => COMMANDS.find((c) => c.name === name);
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { main } from "./cli.ts";
- * import { memoryIo } from "./_cli.ts";
+ * import { main } from "./mod.ts";
+ * import { memoryIo } from "./_common.ts";
  *
  * const m = memoryIo();
  * assert.equal(await main(["frob"], m.io), 2);

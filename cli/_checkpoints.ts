@@ -21,12 +21,12 @@ import {
   table,
   UsageError,
   writeJson,
-} from "./_cli.ts";
-import { type CheckpointFile, listCheckpoints } from "./inspect.ts";
+} from "./_common.ts";
+import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
 
 export type { CheckpointFile };
-import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "./persist.ts";
-import { errorText } from "./log.ts";
+import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../persist.ts";
+import { errorText } from "../log.ts";
 
 /** How a run ended (the record's `end.status`). */
 export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
@@ -52,7 +52,7 @@ export interface RunState {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { runState } from "./_cli_checkpoints.ts";
+ * import { runState } from "./_checkpoints.ts";
  *
  * const record = { kind: "end", end: { status: "capped", at: "2026-01-01T00:00:00Z" }, attempt: 2 };
  * assert.deepEqual(runState({ record } as never), {
@@ -189,8 +189,8 @@ resumed run adds ", attempt N".
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { lsCommand } from "./_cli_checkpoints.ts";
- * import { memoryIo } from "./_cli.ts";
+ * import { lsCommand } from "./_checkpoints.ts";
+ * import { memoryIo } from "./_common.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const m = memoryIo();
@@ -265,8 +265,8 @@ function stateLine(f: CheckpointFile): string | undefined {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { showCommand } from "./_cli_checkpoints.ts";
- * import { memoryIo, UsageError } from "./_cli.ts";
+ * import { showCommand } from "./_checkpoints.ts";
+ * import { memoryIo, UsageError } from "./_common.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * fs.mkdirSync(path.join(home, "agent-checkpoints"));
@@ -349,7 +349,7 @@ export interface AuditSummary {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { auditSummary } from "./_cli_checkpoints.ts";
+ * import { auditSummary } from "./_checkpoints.ts";
  *
  * const a = auditSummary([
  *   { record: { kind: "end", source: "host", tier: 0, end: { status: "done" } } },
@@ -427,8 +427,8 @@ many hold the agent's own text; how many are marked INCOMPLETE.
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { auditCommand } from "./_cli_checkpoints.ts";
- * import { memoryIo } from "./_cli.ts";
+ * import { auditCommand } from "./_checkpoints.ts";
+ * import { memoryIo } from "./_common.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const m = memoryIo();

@@ -21,7 +21,7 @@ const CONTROLS = /[\x00-\x08\x0b-\x1f\x7f]/g;
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { OutputTail } from "./_supervise_tail.ts";
+ * import { OutputTail } from "./_tail.ts";
  *
  * const tail = new OutputTail(2);
  * tail.push("out", new TextEncoder().encode("one\ntwo\nthree\n"));

@@ -124,7 +124,7 @@ type Token = string | { op: string; pattern?: string } | { comment: string };
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { isDestructiveCommand } from "./workspace.ts";
+ * import { isDestructiveCommand } from "./mod.ts";
  *
  * assert.equal(isDestructiveCommand("cd src && sed -i 's/a/b/' x.ts"), true);
  * assert.equal(isDestructiveCommand("npm test 2>&1 | tee /dev/null"), false);

@@ -18,7 +18,7 @@ import { Buffer } from "node:buffer";
  *
  * @example
  * ```ts
- * import { BLOCK_BEGIN } from "./block.ts";
+ * import { BLOCK_BEGIN } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(BLOCK_BEGIN, "<!-- agent-checkpoint:begin -->");
@@ -31,7 +31,7 @@ export const BLOCK_BEGIN = "<!-- agent-checkpoint:begin -->";
  *
  * @example
  * ```ts
- * import { BLOCK_END } from "./block.ts";
+ * import { BLOCK_END } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(BLOCK_END, "<!-- agent-checkpoint:end -->");
@@ -44,7 +44,7 @@ export const BLOCK_END = "<!-- agent-checkpoint:end -->";
  *
  * @example
  * ```ts
- * import { DATA_PREFIX } from "./block.ts";
+ * import { DATA_PREFIX } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * assert.ok(DATA_PREFIX.startsWith("<!--"));
@@ -94,7 +94,7 @@ function markerLines(buf: Buffer, marker: Buffer): number[] {
  *
  * @example
  * ```ts
- * import { BLOCK_BEGIN, BLOCK_END, findBlocks } from "./block.ts";
+ * import { BLOCK_BEGIN, BLOCK_END, findBlocks } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * const text = `quoted inline: ${BLOCK_BEGIN}\n${BLOCK_BEGIN}\nx\n${BLOCK_END}\n`;
@@ -132,7 +132,7 @@ export function findBlocks(bytes: Uint8Array): BlockSpan[] {
  *
  * @example
  * ```ts
- * import { dataText, findBlock } from "./block.ts";
+ * import { dataText, findBlock } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * const bytes = new TextEncoder().encode(
@@ -165,7 +165,7 @@ export function dataText(bytes: Uint8Array, span: BlockSpan): string | undefined
  *
  * @example
  * ```ts
- * import { blockData, findBlock } from "./block.ts";
+ * import { blockData, findBlock } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * const block = (data: string) =>
@@ -202,7 +202,7 @@ export function blockData(bytes: Uint8Array, span: BlockSpan): Record<string, un
  *
  * @example
  * ```ts
- * import { BLOCK_BEGIN, BLOCK_END, findBlock } from "./block.ts";
+ * import { BLOCK_BEGIN, BLOCK_END, findBlock } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * const bytes = new TextEncoder().encode(`notes\n${BLOCK_BEGIN}\nx\n${BLOCK_END}\n`);
@@ -239,7 +239,7 @@ export function findBlock(bytes: Uint8Array): BlockSpan | undefined {
  *
  * @example
  * ```ts
- * import { BLOCK_BEGIN, BLOCK_END, mergeBlock } from "./block.ts";
+ * import { BLOCK_BEGIN, BLOCK_END, mergeBlock } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * const block = `${BLOCK_BEGIN}\nnew\n${BLOCK_END}`;
@@ -267,7 +267,7 @@ export function mergeBlock(existing: Uint8Array | undefined, block: string): Buf
  *
  * @example
  * ```ts
- * import { BLOCK_END, escapeText } from "./block.ts";
+ * import { BLOCK_END, escapeText } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(escapeText(BLOCK_END), "&lt;!-- agent-checkpoint:end -->");
@@ -283,7 +283,7 @@ export function escapeText(text: string): string {
  *
  * @example
  * ```ts
- * import { embedJson } from "./block.ts";
+ * import { embedJson } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(embedJson({ a: "-->" }), '{"a":"--\\u003e"}');

@@ -16,8 +16,8 @@ import {
   table,
   UsageError,
   writeJson,
-} from "./_cli.ts";
-import { loadSettings, resolveHome } from "./config.ts";
+} from "./_common.ts";
+import { loadSettings, resolveHome } from "../config.ts";
 import {
   clearStore,
   listProjects,
@@ -26,7 +26,7 @@ import {
   rollbackDiff,
   type RollbackResult,
   type WorkspaceSettings,
-} from "./workspace.ts";
+} from "../workspace/mod.ts";
 
 const ROLLBACK_HELP =
   `Usage: ${NAME} rollback [N|ID] [PATH] [--all] [--dry-run] [--project DIR] [--home DIR] [--json]
@@ -112,8 +112,8 @@ function printResult(r: RollbackResult, io: CliIo, title: string): void {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { memoryIo } from "./_cli.ts";
- * import { rollbackCommand } from "./_cli_workspace.ts";
+ * import { memoryIo } from "./_common.ts";
+ * import { rollbackCommand } from "./_workspace.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-rbcli-doc-"));
  * const project = fs.mkdtempSync(path.join(os.tmpdir(), "ac-rbcli-proj-"));
@@ -214,8 +214,8 @@ export const rollbackCommand: Command = {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { memoryIo } from "./_cli.ts";
- * import { snapshotsCommand } from "./_cli_workspace.ts";
+ * import { memoryIo } from "./_common.ts";
+ * import { snapshotsCommand } from "./_workspace.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-snap-doc-"));
  * const m = memoryIo();

@@ -2,16 +2,17 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { createAgentCheckpoint } from "../mod.ts";
-import { type CliIo, COMMANDS, main, parseDuration } from "../cli.ts";
-import { memoryIo } from "../_cli.ts";
-import { explain } from "../explain.ts";
+import { fileURLToPath } from "node:url";
+import { createAgentCheckpoint } from "../../mod.ts";
+import { type CliIo, COMMANDS, main, parseDuration } from "../../cli/mod.ts";
+import { memoryIo } from "../../cli/_common.ts";
+import { explain } from "../../cli/_explain_report.ts";
 import { Buffer } from "node:buffer";
-import { fixture, runScript, scriptCommand, tempHome, writeConfig } from "./_helpers.ts";
+import { fixture, runScript, scriptCommand, tempHome, writeConfig } from "../_helpers.ts";
 import { execFileSync, spawn } from "node:child_process";
 import process from "node:process";
-import { type CheckpointRecord, renderBlock } from "../record.ts";
-import { checkpointFileName, persistBlock } from "../persist.ts";
+import { type CheckpointRecord, renderBlock } from "../../_record.ts";
+import { checkpointFileName, persistBlock } from "../../persist.ts";
 
 /** Run the command line; resolves to exit code, stdout and stderr. */
 async function cli(args: string[], io: Partial<CliIo> = {}) {
@@ -295,7 +296,7 @@ test("colour only on a terminal, and never with NO_COLOR set", async () => {
 
 test("the command runs as a program, with its exit codes", async () => {
   const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
-  const program = new URL(`../scripts/cli${ext}`, import.meta.url).pathname;
+  const program = fileURLToPath(new URL(`../../scripts/cli${ext}`, import.meta.url));
   const home = tempHome();
   const ok = await runScript(program, ["explain", "--home", home, "--json"]);
   assert.equal(ok.code, 0, ok.stderr);

@@ -14,7 +14,7 @@ import {
   embedJson,
   escapeText,
   findBlock,
-} from "./block.ts";
+} from "./_block.ts";
 import { formatDuration } from "./template.ts";
 
 /** A cap and where it was found. */
@@ -135,7 +135,7 @@ export interface CheckpointRecord {
  *
  * @example
  * ```ts
- * import { RECORD_KINDS } from "./record.ts";
+ * import { RECORD_KINDS } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * assert.ok(RECORD_KINDS.includes("deadline"));
@@ -154,7 +154,7 @@ export const RECORD_KINDS: readonly RecordKind[] = [
  *
  * @example
  * ```ts
- * import { RECORD_SOURCES } from "./record.ts";
+ * import { RECORD_SOURCES } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * assert.ok(RECORD_SOURCES.includes("supervisor"));
@@ -173,7 +173,7 @@ export const RECORD_SOURCES: readonly RecordSource[] = [
  *
  * @example
  * ```ts
- * import { END_STATUSES } from "./record.ts";
+ * import { END_STATUSES } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * assert.deepEqual(END_STATUSES, ["done", "capped", "failed", "aborted", "deadline"]);
@@ -192,7 +192,7 @@ export const END_STATUSES: readonly EndStatus[] = [
  *
  * @example
  * ```ts
- * import { PLUGIN } from "./record.ts";
+ * import { PLUGIN } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(PLUGIN, "agent-checkpoint");
@@ -211,7 +211,7 @@ const line = (text: unknown) =>
  *
  * @example
  * ```ts
- * import { headerLine } from "./record.ts";
+ * import { headerLine } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(
@@ -298,7 +298,7 @@ function commandLines(c: CommandRecord): string[] {
  *
  * @example
  * ```ts
- * import { recordText } from "./record.ts";
+ * import { recordText } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * const text = recordText({
@@ -385,7 +385,7 @@ export function recordText(r: CheckpointRecord): string {
  *
  * @example
  * ```ts
- * import { parseRecord, renderBlock, type CheckpointRecord } from "./record.ts";
+ * import { parseRecord, renderBlock, type CheckpointRecord } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * const record: CheckpointRecord = {
@@ -415,7 +415,7 @@ const COMMENT_LIMIT = 4000;
  *
  * @example
  * ```ts
- * import { commentBody } from "./record.ts";
+ * import { commentBody } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * const body = commentBody({
@@ -448,7 +448,7 @@ const SUMMARY_CHARS = 300;
  *
  * @example
  * ```ts
- * import { summaryLine } from "./record.ts";
+ * import { summaryLine } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(
@@ -500,7 +500,7 @@ const strings = (v: unknown) => (Array.isArray(v) ? v.filter((s) => typeof s ===
  *
  * @example
  * ```ts
- * import { parseRecord } from "./record.ts";
+ * import { parseRecord } from "./_record.ts";
  * import assert from "node:assert/strict";
  *
  * const old = '<!-- agent-checkpoint:begin -->\n## text\n\n<!-- agent-checkpoint:data {"v":1,' +

@@ -17,7 +17,7 @@ import {
   type Project,
   showPath,
   splitZ,
-} from "./_workspace_store.ts";
+} from "./_store.ts";
 
 /** One path a rollback looked at. */
 export interface PlanEntry {

@@ -16,7 +16,7 @@ import process from "node:process";
  * ```ts
  * import assert from "node:assert/strict";
  * import { spawn } from "node:child_process";
- * import { groupAlive, signalGroup } from "./_supervise_group.ts";
+ * import { groupAlive, signalGroup } from "./_group.ts";
  *
  * const child = spawn("sh", ["-c", "sleep 30 & sleep 30"], { detached: true, stdio: "ignore" });
  * await new Promise((resolve) => child.once("spawn", resolve));
@@ -83,7 +83,7 @@ export function groupAlive(pgid: number): boolean {
  * ```ts
  * import assert from "node:assert/strict";
  * import process from "node:process";
- * import { processAlive } from "./_supervise_group.ts";
+ * import { processAlive } from "./_group.ts";
  *
  * assert.ok(processAlive(process.pid));
  * ```

@@ -11,7 +11,7 @@
 import * as path from "node:path";
 import process from "node:process";
 import * as readline from "node:readline";
-import { type Env, envOf, loadSettings } from "./config.ts";
+import { type Env, envOf, loadSettings } from "../config.ts";
 
 export type { Env };
 
@@ -65,7 +65,7 @@ export interface Command {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { UsageError } from "./_cli.ts";
+ * import { UsageError } from "./_common.ts";
  *
  * const e = new UsageError("--since takes a duration", "audit --help");
  * assert.equal(e.see, "audit --help");
@@ -131,7 +131,7 @@ export interface ParsedArgs {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { parseArgs, UsageError } from "./_cli.ts";
+ * import { parseArgs, UsageError } from "./_common.ts";
  *
  * const p = parseArgs(["--home=/h", "RUN1", "--json"], {
  *   command: "show",
@@ -205,7 +205,7 @@ export function parseArgs(args: string[], spec: ArgSpec): ParsedArgs {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { parseDuration } from "./_cli.ts";
+ * import { parseDuration } from "./_common.ts";
  *
  * assert.equal(parseDuration("30m"), 1800);
  * assert.equal(parseDuration("90"), undefined);
@@ -232,7 +232,7 @@ export function parseDuration(
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { secondsOption, UsageError } from "./_cli.ts";
+ * import { secondsOption, UsageError } from "./_common.ts";
  *
  * assert.equal(secondsOption("--budget", "15m"), 900);
  * assert.equal(secondsOption("--grace", "0", { allowZero: true }), 0);
@@ -259,7 +259,7 @@ export function secondsOption(
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { ago } from "./_cli.ts";
+ * import { ago } from "./_common.ts";
  *
  * assert.equal(ago(3 * 60_000), "3m ago");
  * ```
@@ -279,7 +279,7 @@ export function ago(ms: number): string {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { size } from "./_cli.ts";
+ * import { size } from "./_common.ts";
  *
  * assert.equal(size(1536), "1.5 KiB");
  * ```
@@ -300,7 +300,7 @@ export function size(bytes: number): string {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { table } from "./_cli.ts";
+ * import { table } from "./_common.ts";
  *
  * assert.equal(table([["a", "b"], ["long", "c"]]), "a     b\nlong  c");
  * ```
@@ -341,7 +341,7 @@ export interface Paint {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { paint } from "./_cli.ts";
+ * import { paint } from "./_common.ts";
  *
  * const p = paint({ isTTY: true, env: { NO_COLOR: "1" } });
  * assert.equal(p.red("x"), "x");
@@ -367,7 +367,7 @@ export function paint(io: Pick<CliIo, "isTTY" | "env">): Paint {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { homeOption, memoryIo, parseArgs } from "./_cli.ts";
+ * import { homeOption, memoryIo, parseArgs } from "./_common.ts";
  *
  * const { io } = memoryIo({ cwd: "/work" });
  * assert.equal(homeOption(parseArgs(["--home", "h"], { command: "ls" }), io), "/work/h");
@@ -388,7 +388,7 @@ export function homeOption(parsed: ParsedArgs, io: Pick<CliIo, "cwd">): string |
  * import assert from "node:assert/strict";
  * import * as path from "node:path";
  * import * as os from "node:os";
- * import { checkpointDir } from "./_cli.ts";
+ * import { checkpointDir } from "./_common.ts";
  *
  * const home = path.join(os.tmpdir(), "ac-cli-doc");
  * assert.equal(checkpointDir(home, {}), path.join(home, "agent-checkpoints"));
@@ -404,7 +404,7 @@ export function checkpointDir(home: string | undefined, env: Env): string {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { writeJson } from "./_cli.ts";
+ * import { writeJson } from "./_common.ts";
  *
  * let out = "";
  * writeJson({ stdout: (t: string) => void (out += t) }, { a: 1 });
@@ -477,7 +477,7 @@ function askStdin(question: string): Promise<string> {
  *
  * @example
  * ```ts
- * import { releaseStdin } from "./_cli.ts";
+ * import { releaseStdin } from "./_common.ts";
  *
  * releaseStdin(); // nothing was asked: nothing to do
  * ```
@@ -504,7 +504,7 @@ export function releaseStdin(): void {
  * ```ts
  * import assert from "node:assert/strict";
  * import process from "node:process";
- * import { processIo } from "./_cli.ts";
+ * import { processIo } from "./_common.ts";
  *
  * assert.equal(processIo().cwd, process.cwd());
  * ```
@@ -530,7 +530,7 @@ export function processIo(): CliIo {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { memoryIo } from "./_cli.ts";
+ * import { memoryIo } from "./_common.ts";
  *
  * const m = memoryIo({ answers: ["yes"] });
  * m.io.stdout("hi\n");

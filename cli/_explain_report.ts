@@ -7,15 +7,15 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
-import { type Env, envOf, readConfig, resolveHome, settingsFrom } from "./config.ts";
-import { discoverCapsSync, type DiscoveredCaps } from "./discover.ts";
-import { errorText } from "./log.ts";
-import { checkpointFileName, ensureDir } from "./persist.ts";
-import type { Settings, SettingSource } from "./settings.ts";
-import { type SqliteDriver, sqliteDriver } from "./sqlite.ts";
+import { type Env, envOf, readConfig, resolveHome, settingsFrom } from "../config.ts";
+import { discoverCapsSync, type DiscoveredCaps } from "../discover.ts";
+import { errorText } from "../log.ts";
+import { checkpointFileName, ensureDir } from "../persist.ts";
+import type { Settings, SettingSource } from "../settings.ts";
+import { type SqliteDriver, sqliteDriver } from "../_sqlite.ts";
 
 export type { DiscoveredCaps, Env, SettingSource };
-import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
+import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "../tier.ts";
 
 /** When one tier fires, on each surface. */
 export interface TierSchedule {
@@ -189,7 +189,7 @@ function supervisorDeadline(env: Env, now: number): SupervisorDeadline | undefin
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { explain } from "./explain.ts";
+ * import { explain } from "./_explain_report.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * fs.writeFileSync(

@@ -166,7 +166,7 @@ function readSmallFile(file: string, limit: number): Buffer | undefined {
  *
  * @example
  * ```ts
- * import { sqliteDriver } from "./sqlite.ts";
+ * import { sqliteDriver } from "./_sqlite.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(sqliteDriver()?.name, "node:sqlite"); // under Deno
@@ -199,7 +199,7 @@ export type ReadMode = "read-only" | "wal" | "immutable";
  *
  * @example
  * ```ts
- * import { readMode } from "./sqlite.ts";
+ * import { readMode } from "./_sqlite.ts";
  * import assert from "node:assert/strict";
  *
  * assert.throws(() => readMode("/dev/zero"), /not a regular file/);
@@ -233,7 +233,7 @@ export function readMode(file: string): ReadMode {
  *
  * @example
  * ```ts
- * import { selectOne, sqliteDriver } from "./sqlite.ts";
+ * import { selectOne, sqliteDriver } from "./_sqlite.ts";
  * import assert from "node:assert/strict";
  * import { mkdtempSync } from "node:fs";
  * import { tmpdir } from "node:os";

@@ -26,7 +26,7 @@ import {
   type SnapshotInfo,
   Store,
   type WorkspaceSettings,
-} from "./_workspace_store.ts";
+} from "./_store.ts";
 import {
   applyPlan,
   describe,
@@ -35,7 +35,7 @@ import {
   relativeToRoot,
   resultTree,
   treeChanges,
-} from "./_workspace_restore.ts";
+} from "./_restore.ts";
 import {
   commandOf,
   FILE_TOOLS,
@@ -96,7 +96,7 @@ interface Pending {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { Workspaces } from "./workspace.ts";
+ * import { Workspaces } from "./mod.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ws-doc-"));
  * const project = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ws-proj-"));
@@ -448,7 +448,7 @@ export interface RollbackResult {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { rollback, Workspaces } from "./workspace.ts";
+ * import { rollback, Workspaces } from "./mod.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-rb-doc-"));
  * const project = fs.mkdtempSync(path.join(os.tmpdir(), "ac-rb-proj-"));
@@ -516,7 +516,7 @@ export interface RollbackDiff extends RollbackResult {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { rollbackDiff, Workspaces } from "./workspace.ts";
+ * import { rollbackDiff, Workspaces } from "./mod.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-diff-doc-"));
  * const project = fs.mkdtempSync(path.join(os.tmpdir(), "ac-diff-proj-"));
@@ -643,7 +643,7 @@ export interface StoreSummary {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { listProjects } from "./workspace.ts";
+ * import { listProjects } from "./mod.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ls-doc-"));
  * assert.deepEqual(listProjects({ home }).projects, []);
@@ -683,7 +683,7 @@ export function listProjects(
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { pruneStore } from "./workspace.ts";
+ * import { pruneStore } from "./mod.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-prune-doc-"));
  * assert.equal(pruneStore({ home }).dropped, 0);
@@ -722,7 +722,7 @@ export function pruneStore(
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { clearStore } from "./workspace.ts";
+ * import { clearStore } from "./mod.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-clear-doc-"));
  * fs.mkdirSync(path.join(home, "checkpoints", "store"), { recursive: true });

@@ -13,9 +13,14 @@ import {
   parseArgs,
   table,
   writeJson,
-} from "./_cli.ts";
-import { explain, type ExplainOptions, type Explanation, type TierSchedule } from "./explain.ts";
-import { formatDuration } from "./template.ts";
+} from "./_common.ts";
+import {
+  explain,
+  type ExplainOptions,
+  type Explanation,
+  type TierSchedule,
+} from "./_explain_report.ts";
+import { formatDuration } from "../template.ts";
 
 const HELP = `Usage: ${NAME} explain [--home DIR] [--session ID] [--task ID] [--json]
 
@@ -83,9 +88,9 @@ function supervisorText(s: NonNullable<Explanation["supervisor"]>): string {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { explain } from "./explain.ts";
- * import { explainText } from "./_cli_explain.ts";
- * import { paint } from "./_cli.ts";
+ * import { explain } from "./_explain_report.ts";
+ * import { explainText } from "./_explain.ts";
+ * import { paint } from "./_common.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const text = explainText(explain({ home, env: {} }), paint({ isTTY: false, env: {} }));
@@ -188,8 +193,8 @@ export function explainText(e: Explanation, p: Paint): string {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { explainCommand } from "./_cli_explain.ts";
- * import { memoryIo } from "./_cli.ts";
+ * import { explainCommand } from "./_explain.ts";
+ * import { memoryIo } from "./_common.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const m = memoryIo();

@@ -8,8 +8,8 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import type { EndStatus } from "./record.ts";
-import { type CheckpointFile, type FileState, readCheckpoint } from "./persist.ts";
+import type { EndStatus } from "../_record.ts";
+import { type CheckpointFile, type FileState, readCheckpoint } from "../persist.ts";
 
 export type { CheckpointFile, FileState };
 
@@ -26,7 +26,7 @@ const MAX_LISTED = 100_000;
  *
  * @example
  * ```ts
- * import { listCheckpoints } from "./inspect.ts";
+ * import { listCheckpoints } from "./_inspect.ts";
  * import assert from "node:assert/strict";
  * import { mkdtempSync, writeFileSync } from "node:fs";
  * import { tmpdir } from "node:os";
@@ -67,7 +67,7 @@ export function listCheckpoints(dir: string): CheckpointFile[] {
  *
  * @example
  * ```ts
- * import { runStanding } from "./inspect.ts";
+ * import { runStanding } from "./_inspect.ts";
  * import assert from "node:assert/strict";
  *
  * const f = { file: "r.md", runId: "r", state: "record" as const, cutOff: true,
@@ -97,7 +97,7 @@ export interface EndTally {
  *
  * @example
  * ```ts
- * import { tallyEnds } from "./inspect.ts";
+ * import { tallyEnds } from "./_inspect.ts";
  * import assert from "node:assert/strict";
  *
  * const f = { file: "r.md", runId: "r", state: "record" as const, cutOff: true,

@@ -14,10 +14,10 @@ import {
   rollback,
   rollbackDiff,
   Workspaces,
-} from "../workspace.ts";
-import { rollbackCommand, snapshotsCommand } from "../_cli_workspace.ts";
-import { memoryIo } from "../_cli.ts";
-import { tempHome } from "./_helpers.ts";
+} from "../../workspace/mod.ts";
+import { rollbackCommand, snapshotsCommand } from "../../cli/_workspace.ts";
+import { memoryIo } from "../../cli/_common.ts";
+import { tempHome } from "../_helpers.ts";
 
 const GIT_ENV = {
   ...process.env,

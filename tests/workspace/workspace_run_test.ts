@@ -4,11 +4,11 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { createAgentCheckpoint } from "../mod.ts";
-import { parseRecord } from "../record.ts";
-import { rollback } from "../workspace.ts";
+import { createAgentCheckpoint } from "../../mod.ts";
+import { parseRecord } from "../../_record.ts";
+import { rollback } from "../../workspace/mod.ts";
 import process from "node:process";
-import { captureLog, tempHome } from "./_helpers.ts";
+import { captureLog, tempHome } from "../_helpers.ts";
 
 function project(): string {
   const dir = tempHome();
