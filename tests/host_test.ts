@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { type CheckpointEvent, createAgentCheckpoint } from "../mod.ts";
 import { parseRecord } from "../_record.ts";
-import { blockUntil, captureLog, sleep, tempHome, waitFor } from "./_helpers.ts";
+import { blockUntil, captureLog, tempHome, waitFor, watchdogLooks } from "./_helpers.ts";
 
 const record = (file: string) =>
   fs.existsSync(file) ? parseRecord(fs.readFileSync(file)) : undefined;
@@ -230,7 +230,7 @@ test("with the main thread blocked, the watchdog writes the deadline checkpoint"
   // Once the main thread is free, the signal aborts, and nothing is written twice.
   assert.ok(await waitFor(() => signal.aborted));
   const persistedAt = record(run.checkpointFile)?.persistedAt;
-  await sleep(100);
+  assert.ok(await watchdogLooks(ac.sharedRuns, 2));
   assert.equal(record(run.checkpointFile)?.persistedAt, persistedAt);
   await ac.close();
 });
