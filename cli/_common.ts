@@ -342,7 +342,9 @@ export function size(bytes: number): string {
 
 // C0 controls, DEL, C1 controls, and the Unicode line, paragraph and
 // bidirectional-override characters that can make a line read other than it is.
+// deno-lint-ignore no-control-regex
 const UNSAFE = /[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+// deno-lint-ignore no-control-regex
 const UNSAFE_BUT_LINES = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
 const NAMED: Record<string, string> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
 const escaped = (c: string) =>

@@ -643,6 +643,7 @@ test("main hands run its arguments after --, --help included, and exits with its
 const PAYLOADS = ["\x1b[2J", "\x1b]0;owned\x07", "\x1b]52;c;ZWNobyBvd25lZA==\x07"];
 
 /** Whether `text` holds any control character but a newline. */
+// deno-lint-ignore no-control-regex
 const hasControl = (text: string) => /[\x00-\x09\x0b-\x1f\x7f-\x9f]/.test(text);
 
 test("ls, show and audit print run ids, summaries, sources and agent text with control characters escaped", async () => {
