@@ -813,3 +813,21 @@ test("--home is taken from the command's current directory by every command", as
   assert.equal(snapshots.code, 0, snapshots.stderr);
   assert.equal(JSON.stringify(JSON.parse(snapshots.stdout)).includes(home), true, snapshots.stdout);
 });
+
+test("each helper once: isMapping, the non-empty text test, and --home's resolution", async (t) => {
+  const { underDeno } = await import("../_helpers.ts");
+  if (!underDeno) return t.skip("reads the TypeScript sources");
+  const root = fileURLToPath(new URL("../../", import.meta.url));
+  const sources = ["", "cli", "supervise", "workspace", "adapters"].flatMap((dir) =>
+    fs.readdirSync(path.join(root, dir)).filter((f) => f.endsWith(".ts")).map((f) =>
+      fs.readFileSync(path.join(root, dir, f), "utf8")
+    )
+  ).join("\n");
+  const count = (re: RegExp) => sources.match(re)?.length ?? 0;
+  assert.equal(count(/\bconst isMapping\b|\bfunction isMapping\b/g), 1);
+  assert.equal(count(/=> typeof v === "string" && v !== "" \? v : undefined/g), 1);
+  const cliSources = fs.readdirSync(path.join(root, "cli")).map((f) =>
+    fs.readFileSync(path.join(root, "cli", f), "utf8")
+  ).join("\n");
+  assert.equal(/resolveHome\(parsed\.values/.test(cliSources), false, "--home via homeOption");
+});
