@@ -825,7 +825,7 @@ test("each helper once: isMapping, the non-empty text test, and --home's resolut
   ).join("\n");
   const count = (re: RegExp) => sources.match(re)?.length ?? 0;
   assert.equal(count(/\bconst isMapping\b|\bfunction isMapping\b/g), 1);
-  assert.equal(count(/=> typeof v === "string" && v !== "" \? v : undefined/g), 1);
+  assert.equal(count(/typeof v === "string" && v !== "" \? v : undefined/g), 1);
   const cliSources = fs.readdirSync(path.join(root, "cli")).map((f) =>
     fs.readFileSync(path.join(root, "cli", f), "utf8")
   ).join("\n");
