@@ -22,7 +22,7 @@ import {
   settingsFrom,
   type SettingsOptions,
 } from "./config.ts";
-import { errorText, show } from "./_show.ts";
+import { errorText, nonEmptyText as text, show } from "./_show.ts";
 
 /** The host's description of a run. */
 export interface RunInit {
@@ -79,7 +79,6 @@ export const RUN_ID_ENV = "AGENT_CHECKPOINT_RUN_ID";
 /** The environment variable holding a supervisor's deadline, in ms since the epoch. */
 export const DEADLINE_ENV = "AGENT_CHECKPOINT_DEADLINE";
 
-const text = (v: unknown): string | undefined => typeof v === "string" && v !== "" ? v : undefined;
 const envText = (env: Env, name: string): string | undefined =>
   Object.hasOwn(env, name) ? text(env[name]) : undefined;
 
