@@ -607,3 +607,21 @@ test("a setsid grandchild that ignores SIGTERM gets SIGKILL after the grace", {
     if (escaped > 0 && processAlive(escaped)) process.kill(escaped, "SIGKILL");
   }
 });
+
+test("nested under another supervisor the earlier deadline wins; a value that is not a time is ignored", async () => {
+  const print = sh('echo "at=$AGENT_CHECKPOINT_DEADLINE"');
+  const outer = Date.now() + 5000;
+  const nested = await supervised(print, {
+    deadlineSeconds: 60,
+    env: { ...cleanEnv(), AGENT_CHECKPOINT_DEADLINE: String(outer) },
+  });
+  assert.equal(nested.out, `at=${outer}\n`);
+  // Read as the library inside reads it: "0x10" is not ms since the epoch.
+  const before = Date.now();
+  const bad = await supervised(print, {
+    deadlineSeconds: 60,
+    env: { ...cleanEnv(), AGENT_CHECKPOINT_DEADLINE: "0x10" },
+  });
+  const at = Number(/^at=(\d+)$/m.exec(bad.out)?.[1]);
+  assert.ok(at >= before + 60_000 - 1 && at <= Date.now() + 60_000 + 1, bad.out);
+});
