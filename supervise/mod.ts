@@ -8,7 +8,8 @@
  * epoch), so that a library inside it takes them as its run id and time cap.
  * It passes stdin, stdout and stderr through (keeping the last lines of output
  * in memory), forwards SIGINT, SIGTERM and SIGHUP, and at the deadline ends
- * the whole group: SIGTERM, then SIGKILL after the grace. When the command was
+ * the whole group, and on Linux what the command started that left it
+ * (`setsid`): SIGTERM, then SIGKILL after the grace. When the command was
  * cut off, failed, or left a checkpoint file, the supervisor writes its own
  * record into the run's checkpoint file, keeping what the command wrote there.
  *
@@ -277,9 +278,11 @@ function passThrough(
  * The command runs in its own process group with `AGENT_CHECKPOINT_RUN_ID`
  * and `AGENT_CHECKPOINT_DEADLINE` (the budget's end, else the deadline's, in
  * ms since the epoch) in its environment. At the deadline its whole group
- * gets SIGTERM, then SIGKILL after the grace; the result's `exitCode` is then
+ * gets SIGTERM, then SIGKILL after the grace, and so do, on Linux, the
+ * processes it started that left the group (found by walking its process
+ * tree every second and at the deadline); the result's `exitCode` is then
  * 124. When the command itself exits, what it left running in its group is
- * ended the same way.
+ * ended the same way. Durations of any length are kept (no timer overflow).
  *
  * The record (source `supervisor`; kind `deadline` at the deadline, else
  * `end`) goes into `<checkpoint_dir>/<run id>.md` at the deadline, and again
