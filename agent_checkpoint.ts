@@ -10,7 +10,7 @@ import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } fro
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, readCheckpoint } from "./persist.ts";
-import { summaryLine } from "./_record.ts";
+import { MAX_ATTEMPTS, summaryLine } from "./_record.ts";
 import { type PreviousAttempt, Run, type RunHost, type WorkspaceHooks } from "./run.ts";
 import { Workspaces } from "./workspace/mod.ts";
 import process from "node:process";
@@ -122,8 +122,6 @@ const inertRun = (runId: string) =>
     attempt: 1,
   });
 
-/** Earlier attempts' summaries kept in a record. */
-const MAX_ATTEMPTS = 5;
 /** How long `close()` waits for the watchdog's write in flight. */
 const CLOSE_WAIT_MS = 5000;
 

@@ -234,3 +234,28 @@ test("with the main thread blocked, the watchdog writes the deadline checkpoint"
   assert.equal(record(run.checkpointFile)?.persistedAt, persistedAt);
   await ac.close();
 });
+
+test("a time cap past 24.8 days does not abort the deadline early, nor write a record", async () => {
+  const { ac, events } = make();
+  const run = ac.startRun({ sessionId: "s", caps: { timeSeconds: 30 * 86400 } });
+  const signal = run.deadline;
+  // A timer asked for more than 2^31-1 ms fires after 1 ms; these fire in order after it.
+  for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.equal(signal.aborted, false);
+  assert.equal(record(run.checkpointFile), undefined);
+  assert.ok(!events.some((e) => e.kind === "deadline"));
+  await run.end();
+  await ac.close();
+});
+
+test("mid_run_persist: false: the deadline aborts but its timer writes no file", async () => {
+  const { ac, events } = make({ mid_run_persist: false });
+  const run = ac.startRun({ sessionId: "s", caps: { timeSeconds: 0.2 } });
+  const work = setInterval(() => {}, 50);
+  await new Promise((resolve) => run.deadline.addEventListener("abort", resolve));
+  clearInterval(work);
+  assert.equal((run.deadline.reason as DOMException).name, "TimeoutError");
+  assert.equal(fs.existsSync(run.checkpointFile), false);
+  assert.ok(!events.some((e) => e.kind === "deadline"));
+  await ac.close();
+});
