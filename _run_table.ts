@@ -430,6 +430,19 @@ export class RunTable {
     return true;
   }
 
+  /** {@linkcode RunTable.lockFile} without blocking the thread: for a burst of writes. */
+  async lockFileAsync(slot: number, ms: number): Promise<boolean> {
+    const i = this.#iAt(slot) + FILE_LOCK;
+    const end = performance.now() + ms;
+    while (Atomics.compareExchange(this.#i, i, 0, 1) !== 0) {
+      const left = end - performance.now();
+      if (left <= 0) return false;
+      const waited = Atomics.waitAsync(this.#i, i, 1, left);
+      if (waited.async) await waited.value;
+    }
+    return true;
+  }
+
   /** Give the run's file back after {@linkcode RunTable.lockFile}. */
   unlockFile(slot: number): void {
     const i = this.#iAt(slot) + FILE_LOCK;

@@ -139,8 +139,14 @@ function workspaceOf(dir: unknown): string {
 /** The earlier attempt recorded in a checkpoint file, when it did not end done (S16). */
 function earlierAttempt(
   file: string,
+  log: (message: string) => void,
 ): { previous: PreviousAttempt; attempts: string[] } | undefined {
   const found = readCheckpoint(file);
+  if (found.dropped) {
+    log(
+      `${file}: fields of the wrong type in its record were ignored: ${found.dropped.join(", ")}`,
+    );
+  }
   const record = found.record;
   if (!record || record.end?.status === "done") return undefined;
   const summary = summaryLine(record) +
@@ -315,7 +321,10 @@ export class AgentCheckpoint {
         attempt: 1,
       };
       if (found.taskId !== undefined) info.taskId = found.taskId;
-      const earlier = settings.resume === false ? undefined : earlierAttempt(info.checkpointFile);
+      const earlier = settings.resume === false ? undefined : earlierAttempt(
+        info.checkpointFile,
+        (message) => this.#log("warn", message, runId),
+      );
       if (earlier) {
         info.attempt = earlier.previous.attempt + 1;
         info.attempts = earlier.attempts;

@@ -25,7 +25,7 @@ const quick = process.argv.includes("--quick");
 const block = (text: string) =>
   `<!-- agent-checkpoint:begin -->\n${text}\n${
     "figures ".repeat(60)
-  }\n<!-- agent-checkpoint:end -->`;
+  }\n<!-- agent-checkpoint:data {"v":1} -->\n<!-- agent-checkpoint:end -->`;
 const tempDir = () => fs.mkdtempSync(path.join(os.tmpdir(), "ac-bench-"));
 const ms = (n: number) => `${n.toFixed(1)} ms`;
 
