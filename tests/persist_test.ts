@@ -503,3 +503,59 @@ test("persistBlocks() writes a burst concurrently with persistBlock()'s guarante
   assert.deepEqual(temps(path.join(dir, "sub")), []);
   await assert.rejects(persistBlocks(items, { concurrency: 0 }), RangeError);
 });
+
+// ---- whose files these are ------------------------------------------------------------
+
+test("writeFileAtomic() never removes a file it did not make, and still sweeps a killed writer's", async () => {
+  const dir = tempHome();
+  const pid = await deadPid();
+  // Files of the user's that look like temporary files, one with a pid that is not running.
+  const theirs = [".db.2024.backup.tmp", `.db.${pid}.backup.tmp`, `.notes.md.${pid}.0badf00d.tmp`];
+  for (const name of theirs) fs.writeFileSync(path.join(dir, name), `the user's ${name}`);
+  // A writer of this library killed mid-write leaves its temporary file.
+  const file = path.join(dir, "notes.md");
+  fs.writeFileSync(file, AGENT);
+  const [cmd, args] = scriptCommand(fixture("persist_loop"), [file, "200000"]);
+  const ours = () => temps(dir).filter((n) => !theirs.includes(n));
+  for (let round = 0; round < 200 && ours().length === 0; round++) {
+    const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise<void>((resolve) => child.stdout.once("data", () => resolve()));
+    await sleep(Math.random() * 40);
+    child.kill("SIGKILL");
+    await new Promise((resolve) => child.once("close", resolve));
+  }
+  assert.equal(ours().length, 1, "no round was killed mid-write; the test proved nothing");
+  await writeFileAtomic(file, "my notes\n");
+  assert.equal(fs.readFileSync(file, "utf8"), "my notes\n");
+  assert.deepEqual(ours(), [], "the killed writer's temporary file is swept");
+  for (const name of theirs) {
+    assert.equal(fs.readFileSync(path.join(dir, name), "utf8"), `the user's ${name}`);
+  }
+});
+
+test("markers the agent copied into its notes without a data line are its text, kept through a persist", () => {
+  const file = path.join(tempHome(), "run.md");
+  const copied = "# Notes\n\nFrom the last run's file:\n<!-- agent-checkpoint:begin -->\n" +
+    "IMPORTANT FINDING: the cache key ignores the locale.\n<!-- agent-checkpoint:end -->\n";
+  fs.writeFileSync(file, copied);
+  const record = {
+    kind: "manual" as const,
+    source: "host" as const,
+    runId: "r",
+    dialect: "chat",
+    turnsUsed: 1,
+    elapsedSeconds: 1,
+    caps: {},
+    tier: 0,
+    persistedAt: "2026-01-01T00:00:00.000Z",
+    message: "m",
+    tools: [],
+    notes: [],
+  };
+  persistBlock(file, renderBlock(record));
+  persistBlock(file, renderBlock({ ...record, turnsUsed: 2 }));
+  const bytes = fs.readFileSync(file);
+  assert.equal(bytes.toString(), `${copied}\n${renderBlock({ ...record, turnsUsed: 2 })}\n`);
+  assert.equal(parseRecord(bytes)?.turnsUsed, 2);
+  assert.equal(readCheckpoint(file).state, "record");
+});
