@@ -8,7 +8,7 @@ import * as path from "node:path";
 import { Worker } from "node:worker_threads";
 import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } from "./config.ts";
 import { discoverCapsSync, type RunInit } from "./discover.ts";
-import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
+import { createLog, deniedRead, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, readCheckpoint } from "./persist.ts";
 import { summaryLine } from "./_record.ts";
 import { type PreviousAttempt, Run, type RunHost, type WorkspaceHooks } from "./run.ts";
@@ -579,7 +579,15 @@ export class AgentCheckpoint {
       if (this.#options.watchdogStatsEveryMs) {
         data.statsEveryMs = this.#options.watchdogStatsEveryMs;
       }
-      const worker = new Worker(workerUrl(), { workerData: data });
+      const url = workerUrl();
+      // Under Deno, a worker whose module cannot be read fails in a way no listener catches.
+      const denied = deniedRead(url);
+      if (denied !== undefined) {
+        this.#workerFailed = true;
+        this.#log("error", `the watchdog cannot start: ${denied}`);
+        return;
+      }
+      const worker = new Worker(url, { workerData: data });
       worker.on("message", (message: FromWorker) => {
         if (message.type === "log") this.#log(message.level, message.message, message.runId);
         else if (message.type === "comment") this.#comment(message.comment);
