@@ -18,6 +18,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { persistBlock, persistBlocks } from "../persist.ts";
 import { resetSwept } from "../_file_ops.ts";
 
@@ -91,7 +92,7 @@ async function appendLoss(rate: number, count: number): Promise<void> {
   const dir = tempDir();
   const file = path.join(dir, "run.md");
   fs.writeFileSync(file, "# notes\n");
-  const writer = new URL("../tests/fixtures/append_writer.ts", import.meta.url).pathname;
+  const writer = fileURLToPath(new URL("../tests/fixtures/append_writer.ts", import.meta.url));
   const child = spawn(process.execPath, [
     "run",
     "-A",

@@ -129,9 +129,9 @@ test(
     assert.match(lines[0]!, /^agent-checkpoint: .*no checkpoint file can be written/);
     const flags = lines[0]!.match(/Fix: run with (.*)\.$/)?.[1]?.split(" ") ?? [];
     const reads = flags.find((f) => f.startsWith("--allow-read="))?.slice(13).split(",") ?? [];
-    assert.ok(reads.includes(home), lines[0]);
-    assert.ok(flags.includes(`--allow-write=${home}`), lines[0]);
-    assert.ok(flags.includes("--allow-env"), lines[0]);
+    assert.ok(reads.includes(home), line);
+    assert.ok(flags.includes(`--allow-write=${home}`), line);
+    assert.ok(flags.includes("--allow-env"), line);
     assert.equal(fs.existsSync(home), false);
     // With exactly those flags, the same host writes its checkpoint and says nothing.
     const again = await denoRun(flags, fixture("host_plain"), [home]);
