@@ -126,8 +126,9 @@ test(
     assert.doesNotMatch(stderr, /Uncaught|error:/i);
     const lines = stderr.split("\n").filter((l) => l !== "");
     assert.equal(lines.length, 1, stderr);
-    assert.match(lines[0]!, /^agent-checkpoint: .*no checkpoint file can be written/);
-    const flags = lines[0]!.match(/Fix: run with (.*)\.$/)?.[1]?.split(" ") ?? [];
+    const line = lines[0]!;
+    assert.match(line, /^agent-checkpoint: .*no checkpoint file can be written/);
+    const flags = line.match(/Fix: run with (.*)\.$/)?.[1]?.split(" ") ?? [];
     const reads = flags.find((f) => f.startsWith("--allow-read="))?.slice(13).split(",") ?? [];
     assert.ok(reads.includes(home), line);
     assert.ok(flags.includes(`--allow-write=${home}`), line);
