@@ -4,6 +4,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import type { LogRecord } from "../log.ts";
 
 /** A fresh, empty home directory. */
@@ -60,7 +61,7 @@ export const underDeno = "Deno" in globalThis;
 /** The file of a fixture script beside this one, in this runtime's extension. */
 export function fixture(name: string): string {
   const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
-  return new URL(`./fixtures/${name}${ext}`, import.meta.url).pathname;
+  return fileURLToPath(new URL(`./fixtures/${name}${ext}`, import.meta.url));
 }
 
 /** The command that runs a script in this runtime. */
