@@ -43,7 +43,7 @@ import {
   SystemMessage,
   ToolMessage,
 } from "npm:@langchain/core@1/messages";
-import { tool as makeTool } from "npm:@langchain/core@1/tools";
+import { IterableReadableStream } from "npm:@langchain/core@1/utils/stream";
 import { getConfig, isGraphBubbleUp } from "npm:@langchain/langgraph@1";
 import { createReactAgent } from "npm:@langchain/langgraph@1/prebuilt";
 import { z } from "npm:zod@^4";
@@ -480,39 +480,55 @@ function withDeadline<T>(call: Promise<T>, signal: AbortSignal | undefined): Pro
 /** `createReactAgent`'s parameters, as this adapter reads them. */
 export type ReactAgentParams = Parameters<typeof createReactAgent>[0];
 
-/** What {@linkcode checkpointedReactAgent} returns. */
-export interface CheckpointedReactAgent {
+/** The compiled graph `createReactAgent` returns. */
+export type ReactAgentGraph = ReturnType<typeof createReactAgent>;
+
+/**
+ * What {@linkcode checkpointedReactAgent} returns: the compiled graph itself,
+ * its whole interface, with `invoke`, `stream` and `streamEvents` each running
+ * one checkpointed invocation, plus the graph as built and its `recursionLimit`.
+ */
+export type CheckpointedReactAgent = ReactAgentGraph & {
   /** The compiled graph, as `createReactAgent` built it (with the prompt and tools wrapped). */
-  readonly graph: ReturnType<typeof createReactAgent>;
+  readonly graph: ReactAgentGraph;
   /** The `recursionLimit` that allows exactly `maxTurns` model calls (`2 × maxTurns`). */
   readonly recursionLimit: number;
-  /**
-   * Invoke the graph as one checkpointed run, with `recursionLimit` set; the
-   * run ends `done`, `capped` (`GraphRecursionError`, rethrown), `failed`,
-   * `aborted` or `deadline`.
-   */
-  invoke(
-    input: Parameters<ReturnType<typeof createReactAgent>["invoke"]>[0],
-    config?: Record<string, unknown>,
-  ): ReturnType<ReturnType<typeof createReactAgent>["invoke"]>;
-}
+};
 
 const REACT_KEY = "__agent_checkpoint_run";
+
+/** One checkpointed invocation: the config the graph gets, and the ways its run ends (once). */
+interface Invocation {
+  config: Record<string, unknown>;
+  activity(): void;
+  done(): Promise<void>;
+  failed(error: unknown): Promise<void>;
+  abandoned(): Promise<void>;
+}
 
 /**
  * LangGraph's prebuilt `createReactAgent` as checkpointed runs: sets `prompt`
  * (the host's own prompt, then the budget prologue in the model call it is
  * due for), wraps the tools so each call is reported with its call id, and
- * derives `recursionLimit` from `maxTurns` (a turn is two graph steps). Call
- * the returned `invoke()`: each invocation is one run.
+ * derives `recursionLimit` from `maxTurns` (a turn is two graph steps).
+ *
+ * The result is the compiled graph with its whole interface (`getState`,
+ * `getGraph`, `batch`, `withConfig`…). Each call of `invoke`, `stream` or
+ * `streamEvents` is one run, with the derived `recursionLimit`. A run ends
+ * `done` when the graph finishes (for a stream: when its last chunk is read),
+ * `capped` on `GraphRecursionError` (rethrown), `failed`, `aborted` (the
+ * host's `signal`, or a stream the host stopped reading: a `break`, a
+ * `return()` or a `cancel()`, which also stops the graph) or `deadline`.
+ * Every chunk a stream yields counts as activity.
  *
  * @param ac The library instance.
  * @param init `maxTurns`, and optionally `sessionId` (else the invocation's `thread_id`), `timeSeconds`, `placement`, `deadline`.
  * @param params `createReactAgent`'s parameters.
- * @returns The graph, its `recursionLimit`, and `invoke()`.
- * @throws {TypeError} At the call, when a cap, the placement or the session id is unusable.
+ * @returns The compiled graph, checkpointed, with `graph` and `recursionLimit` added.
+ * @throws {TypeError} At the call, when a cap, the placement or the session id is unusable;
+ *   at an invocation, when its config gives another `recursionLimit`.
  *
- * @example
+ * @example Invoke it, or stream it as any LangGraph agent
  * ```ts
  * import { createAgentCheckpoint } from "../mod.ts";
  * import { checkpointedReactAgent } from "./langchain.ts";
@@ -523,12 +539,19 @@ const REACT_KEY = "__agent_checkpoint_run";
  * import { join } from "node:path";
  *
  * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
- * const model = new FakeListChatModel({ responses: ["done"] });
+ * const model = new FakeListChatModel({ responses: ["done", "streamed"] });
  * model.bindTools = () => model;
  * const agent = checkpointedReactAgent(ac, { maxTurns: 12 }, { llm: model, tools: [] });
  * assert.equal(agent.recursionLimit, 24);
  * const state = await agent.invoke({ messages: [{ role: "user", content: "Hi" }] });
  * assert.equal(state.messages.at(-1)?.content, "done");
+ * const updates = [];
+ * for await (
+ *   const chunk of await agent.stream({ messages: [{ role: "user", content: "Hi" }] }, {
+ *     streamMode: "updates",
+ *   })
+ * ) updates.push(Object.keys(chunk));
+ * assert.deepEqual(updates, [["agent"]]);
  * await ac.close();
  * ```
  */
@@ -571,7 +594,9 @@ export function checkpointedReactAgent(
   const { stateModifier: _s, ...rest } = p;
   const graph = createReactAgent({ ...rest, prompt, tools });
 
-  const invoke = async (input: unknown, config: Record<string, unknown> = {}) => {
+  /** Start an invocation's run; throws the TypeError for a recursionLimit of the host's. */
+  const begin = (given: unknown): Invocation => {
+    const config = (given ?? {}) as Record<string, unknown>;
     if (config.recursionLimit !== undefined && config.recursionLimit !== recursionLimit) {
       throw new TypeError(
         `recursionLimit is derived from maxTurns (${recursionLimit} for ${init.maxTurns}): do not pass it, got ${
@@ -590,31 +615,140 @@ export function checkpointedReactAgent(
     runs.set(key, { run, pending: new PendingPrologue() });
     const userSignal = config.signal as AbortSignal | undefined;
     const signal = runSignal(run, init.deadline, userSignal);
-    try {
-      const out = await graph.invoke(input as never, {
+    let ending: Promise<void> | undefined;
+    const end = (outcome: EndOutcome): Promise<void> => {
+      if (ending === undefined) {
+        runs.delete(key);
+        ending = run.end(outcome).catch((error: unknown) =>
+          logFault(run, "langgraph: ending the run", error)
+        );
+      }
+      return ending;
+    };
+    return {
+      config: {
         ...config,
         recursionLimit,
         configurable: { ...configurable, [REACT_KEY]: key },
         ...(signal ? { signal } : {}),
-      });
-      await run.end({ status: "done" });
+      },
+      activity: () => run.activity(),
+      done: () => end({ status: "done" }),
+      failed: (error) =>
+        end({
+          status: (error as Error)?.name === "GraphRecursionError"
+            ? "capped"
+            : thrownStatus(run, init.deadline, userSignal),
+          summary: errorLine(error),
+        }),
+      abandoned: () =>
+        end({ status: "aborted", summary: "the host stopped reading the stream before its end" }),
+    };
+  };
+
+  const invoke = async (input: unknown, config?: unknown) => {
+    const call = begin(config);
+    try {
+      const out = await graph.invoke(input as never, call.config as never);
+      await call.done();
       return out;
     } catch (error) {
-      const status = (error as Error)?.name === "GraphRecursionError"
-        ? "capped"
-        : thrownStatus(run, init.deadline, userSignal);
-      await run.end({ status, summary: errorLine(error) });
+      await call.failed(error);
       throw error;
-    } finally {
-      runs.delete(key);
     }
   };
 
-  return {
+  const stream = async (input: unknown, config?: unknown) => {
+    const call = begin(config);
+    let source: ReadableStream<unknown>;
+    try {
+      source = await graph.stream(input as never, call.config as never);
+    } catch (error) {
+      await call.failed(error);
+      throw error;
+    }
+    return observeStream(source, call);
+  };
+
+  // Sync for versions "v1" and "v2" (a stream), a promise for "v3" (a run stream with `output`).
+  const streamEvents = (input: unknown, options?: unknown, streamOptions?: unknown) => {
+    const call = begin(options);
+    let out: unknown;
+    try {
+      out = (graph.streamEvents as (...args: unknown[]) => unknown)(
+        input,
+        call.config,
+        streamOptions,
+      );
+    } catch (error) {
+      void call.failed(error);
+      throw error;
+    }
+    if (out instanceof Promise) {
+      return out.then((value) => observeEvents(value, call), async (error) => {
+        await call.failed(error);
+        throw error;
+      });
+    }
+    return observeEvents(out, call);
+  };
+
+  const own: Record<PropertyKey, unknown> = {
     graph,
     recursionLimit,
-    invoke: invoke as CheckpointedReactAgent["invoke"],
+    invoke,
+    stream,
+    streamEvents,
   };
+  // The graph's own methods see the proxy as `this`, so `batch`, `withConfig`
+  // and `pipe` reach the checkpointed `invoke` and `stream`.
+  return new Proxy(graph, {
+    get: (target, prop, receiver) =>
+      Object.hasOwn(own, prop) ? own[prop] : Reflect.get(target, prop, receiver),
+    has: (target, prop) => Object.hasOwn(own, prop) || Reflect.has(target, prop),
+  }) as CheckpointedReactAgent;
+}
+
+/**
+ * The graph's stream as a stream of the same kind that ends the invocation's
+ * run when it ends, fails or is cancelled (a `break`, `return()` or `cancel()`);
+ * cancelling it cancels the graph's stream, which stops the graph.
+ */
+function observeStream<T>(source: ReadableStream<T>, call: Invocation): IterableReadableStream<T> {
+  const reader = source.getReader();
+  return new IterableReadableStream<T>({
+    async pull(controller) {
+      let step: ReadableStreamReadResult<T>;
+      try {
+        step = await reader.read();
+      } catch (error) {
+        await call.failed(error);
+        controller.error(error);
+        return;
+      }
+      if (step.done) {
+        await call.done();
+        controller.close();
+        return;
+      }
+      call.activity();
+      controller.enqueue(step.value);
+    },
+    async cancel(reason) {
+      await call.abandoned();
+      await reader.cancel(reason);
+    },
+  });
+}
+
+/** What `streamEvents` returned, observed: a stream (v1, v2), or a run stream whose `output` settles (v3). */
+function observeEvents(out: unknown, call: Invocation): unknown {
+  if (out instanceof ReadableStream) return observeStream(out, call);
+  const output = (out as { output?: unknown } | null)?.output;
+  // A v3 run stream runs the graph to its end whether or not it is read.
+  if (output instanceof Promise) output.then(() => call.done(), (error) => call.failed(error));
+  else void call.done();
+  return out;
 }
 
 /** The messages the host's own prompt makes of the state, as createReactAgent would. */
@@ -637,44 +771,38 @@ async function promptMessages(
     : out as BaseMessage[];
 }
 
-/** A tool that reports each call to its invocation's run, then runs the host's tool. */
+/**
+ * The host's tool, whose `invoke` reports each call to its invocation's run.
+ * It stays the same tool (a proxy, not a tool around it), so callbacks and
+ * `streamEvents` see one tool run per call, as without the adapter.
+ */
 function wrapTool(
   original: unknown,
   liveOf: (config: unknown) => { run: Run } | undefined,
 ): unknown {
-  const t = original as {
-    name?: string;
-    description?: string;
-    schema?: unknown;
-    returnDirect?: boolean;
-    invoke?: (input: unknown, config?: unknown) => Promise<unknown>;
-  };
+  const t = original as { name?: unknown; invoke?: unknown };
   if (typeof t?.invoke !== "function" || typeof t.name !== "string") return original;
   const name = t.name;
-  const invoke = t.invoke.bind(t);
-  return makeTool(
-    async (args: unknown, config: unknown) => {
-      const call = (config as { toolCall?: { id?: string; args?: unknown } } | undefined)?.toolCall;
-      const live = liveOf(config);
-      if (!live) return invoke(call ?? args, config);
-      const callId = typeof call?.id === "string" ? call.id : undefined;
-      const post = reportTool(live.run, name, callId, args);
-      try {
-        const out = await invoke(call ?? args, config);
-        const outcome = toolOutcome(out);
-        post(outcome.ok, outcome.error);
-        return out;
-      } catch (error) {
-        post(false, errorLine(error));
-        throw error;
-      }
-    },
-    {
-      name,
-      description: t.description ?? name,
-      // deno-lint-ignore no-explicit-any
-      schema: (t.schema ?? { type: "object", properties: {} }) as any,
-      ...(t.returnDirect ? { returnDirect: true } : {}),
-    },
-  );
+  const invoke = t.invoke as (input: unknown, config?: unknown) => Promise<unknown>;
+  const reported = async function (this: unknown, input: unknown, config?: unknown) {
+    const live = liveOf(config);
+    if (!live) return invoke.call(original, input, config);
+    const call = input as { id?: unknown; args?: unknown; type?: unknown } | undefined;
+    const isCall = call?.type === "tool_call";
+    const callId = isCall && typeof call.id === "string" ? call.id : undefined;
+    const post = reportTool(live.run, name, callId, isCall ? call.args : input);
+    try {
+      const out = await invoke.call(original, input, config);
+      const outcome = toolOutcome(out);
+      post(outcome.ok, outcome.error);
+      return out;
+    } catch (error) {
+      post(false, errorLine(error));
+      throw error;
+    }
+  };
+  return new Proxy(original as object, {
+    get: (target, prop, receiver) =>
+      prop === "invoke" ? reported : Reflect.get(target, prop, receiver),
+  });
 }
