@@ -56,6 +56,7 @@ import {
   type Placement,
   runSignal,
   startAdapterRun,
+  tellOnce,
   thrownStatus,
 } from "./_shared.ts";
 
@@ -106,6 +107,9 @@ interface Live {
   pending: PendingPrologue;
   signal: AbortSignal | undefined;
 }
+
+/** LangGraph's `recursionLimit` when the caller gives none (LangChain fills it into every config). */
+export const DEFAULT_RECURSION_LIMIT = 25;
 
 /**
  * Graph steps one `createAgent` invocation with this middleware takes for a
@@ -226,10 +230,12 @@ function toolOutcome(out: unknown): { ok: boolean; error?: string } {
  * It enforces `maxTurns` itself: once the agent has made `maxTurns` model
  * calls and asks for another, the middleware answers in the model's place
  * with a short AI message that stops the agent, and the run ends `capped`.
- * Each invocation takes `2 × maxTurns + 4` graph steps at most; when the
- * invocation's `recursionLimit` (LangGraph's default is 25) allows fewer, a
- * log line says so and the cap drops to what it allows, so the run still ends
- * `capped` instead of dying with `GraphRecursionError`.
+ * Each invocation takes `2 × maxTurns + 4` graph steps at most: invoke the
+ * agent with `middleware.withRecursionLimit(config)` (or that many as
+ * `recursionLimit`). When the invocation's `recursionLimit` (LangGraph's
+ * default is 25) allows fewer, the cap drops to what it allows, so the run
+ * still ends `capped` instead of dying with `GraphRecursionError`; each such
+ * run logs it, and the first in the process also says it on stderr.
  *
  * A tool that throws gives the model an error `ToolMessage`, as `createAgent`
  * does without middleware (a `wrapToolCall` middleware would otherwise make
@@ -274,7 +280,10 @@ function toolOutcome(out: unknown): { ok: boolean; error?: string } {
  * await ac.close();
  * ```
  */
-export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): AgentMiddleware {
+export function checkpointMiddleware(
+  ac: AgentCheckpoint,
+  init: LangChainInit,
+): CheckpointMiddleware {
   checkInit(init);
   const placement = init.placement ?? "user";
   const runs = new Map<string, Live>();
@@ -329,12 +338,18 @@ export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): 
         const limit = getConfig()?.recursionLimit;
         if (typeof limit === "number" && stepsForCreateAgent(cap) > limit) {
           const reachable = Math.max(1, Math.floor((limit - 4) / 2));
-          warning = `recursionLimit ${limit} cannot reach maxTurns ${cap} (it needs ${
-            stepsForCreateAgent(cap)
-          } graph steps); this invocation stops at ${reachable} model calls. Pass recursionLimit: ${
-            stepsForCreateAgent(cap)
-          } or more to invoke()`;
+          const needed = stepsForCreateAgent(cap);
+          warning =
+            `recursionLimit ${limit} cannot reach maxTurns ${cap} (it needs ${needed} graph steps); this invocation stops at ${reachable} model calls. Pass recursionLimit: ${needed} or more to invoke(), or the config from withRecursionLimit() of this middleware`;
           cap = reachable;
+          tellOnce(
+            `langchain-recursion-limit`,
+            `${
+              limit === DEFAULT_RECURSION_LIMIT
+                ? `LangGraph's default recursionLimit of ${limit}`
+                : `recursionLimit ${limit}`
+            } lets createAgent make only ${reachable} of the ${init.maxTurns} model calls of maxTurns: each such run is capped at ${reachable} turns. Fix: invoke the agent with checkpoint.withRecursionLimit(config), checkpoint being what checkpointMiddleware() returned, or pass recursionLimit: ${needed}. Said once per process; every such run logs it.`,
+          );
         }
       } catch { /* no config: nothing to check */ }
       await endStale(sessionId);
@@ -424,9 +439,36 @@ export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): 
       }
       return undefined;
     },
+
+    withRecursionLimit: <C extends object>(config?: C) => withRecursionLimit(init.maxTurns, config),
   };
-  return middleware as unknown as AgentMiddleware;
+  return middleware as unknown as CheckpointMiddleware;
 }
+
+/**
+ * The invocation config with a `recursionLimit` that lets `createAgent` reach
+ * `maxTurns` model calls through this middleware ({@linkcode stepsForCreateAgent}).
+ * A larger limit of the caller's is kept; every other key of the config is kept.
+ */
+function withRecursionLimit<C extends object>(
+  maxTurns: number,
+  config?: C,
+): C & { recursionLimit: number } {
+  const given = (config as { recursionLimit?: unknown } | undefined)?.recursionLimit;
+  const needed = stepsForCreateAgent(maxTurns);
+  const recursionLimit = typeof given === "number" && given > needed ? given : needed;
+  return { ...(config ?? {}) as C, recursionLimit };
+}
+
+/** What {@linkcode checkpointMiddleware} returns: the middleware, and the config its invocations need. */
+export type CheckpointMiddleware = AgentMiddleware & {
+  /**
+   * The invocation config (`configurable`, `signal`… kept) with a
+   * `recursionLimit` high enough for `maxTurns` model calls (`2 × maxTurns +
+   * 4`, or the config's own when larger). LangGraph's default of 25 allows 10.
+   */
+  withRecursionLimit<C extends object>(config?: C): C & { recursionLimit: number };
+};
 
 type EndOutcome = {
   status: "done" | "capped" | "failed" | "aborted" | "deadline";
@@ -592,22 +634,30 @@ export function checkpointedReactAgent(
 
   const tools = Array.isArray(p.tools) ? p.tools.map((t: unknown) => wrapTool(t, liveOf)) : p.tools;
   const { stateModifier: _s, ...rest } = p;
-  const graph = createReactAgent({ ...rest, prompt, tools });
 
   /** Start an invocation's run; throws the TypeError for a recursionLimit of the host's. */
-  const begin = (given: unknown): Invocation => {
+  const begin = (graph: ReactAgentGraph, given: unknown): Invocation => {
     const config = (given ?? {}) as Record<string, unknown>;
-    if (config.recursionLimit !== undefined && config.recursionLimit !== recursionLimit) {
+    const bound = (graph.config ?? {}) as Record<string, unknown>; // from withConfig()
+    // LangChain's own batch() and withConfig() fill in the default: that is not the host's.
+    const limit = config.recursionLimit ?? bound.recursionLimit;
+    if (limit !== undefined && limit !== DEFAULT_RECURSION_LIMIT && limit !== recursionLimit) {
       throw new TypeError(
         `recursionLimit is derived from maxTurns (${recursionLimit} for ${init.maxTurns}): do not pass it, got ${
-          String(config.recursionLimit)
+          String(limit)
         }`,
       );
     }
     const configurable = (config.configurable ?? {}) as Record<string, unknown>;
     const run = startAdapterRun(
       ac,
-      { ...init, sessionId: sessionOf(init, configurable) },
+      {
+        ...init,
+        sessionId: sessionOf(init, {
+          ...(bound.configurable as Record<string, unknown> | undefined),
+          ...configurable,
+        }),
+      },
       "maxTurns",
       init.maxTurns,
     );
@@ -646,67 +696,75 @@ export function checkpointedReactAgent(
     };
   };
 
-  const invoke = async (input: unknown, config?: unknown) => {
-    const call = begin(config);
-    try {
-      const out = await graph.invoke(input as never, call.config as never);
-      await call.done();
-      return out;
-    } catch (error) {
-      await call.failed(error);
-      throw error;
-    }
-  };
-
-  const stream = async (input: unknown, config?: unknown) => {
-    const call = begin(config);
-    let source: ReadableStream<unknown>;
-    try {
-      source = await graph.stream(input as never, call.config as never);
-    } catch (error) {
-      await call.failed(error);
-      throw error;
-    }
-    return observeStream(source, call);
-  };
-
-  // Sync for versions "v1" and "v2" (a stream), a promise for "v3" (a run stream with `output`).
-  const streamEvents = (input: unknown, options?: unknown, streamOptions?: unknown) => {
-    const call = begin(options);
-    let out: unknown;
-    try {
-      out = (graph.streamEvents as (...args: unknown[]) => unknown)(
-        input,
-        call.config,
-        streamOptions,
-      );
-    } catch (error) {
-      void call.failed(error);
-      throw error;
-    }
-    if (out instanceof Promise) {
-      return out.then((value) => observeEvents(value, call), async (error) => {
+  /** The graph as a checkpointed agent: its whole interface, three entry points checkpointed. */
+  function checkpointed(graph: ReactAgentGraph): CheckpointedReactAgent {
+    const invoke = async (input: unknown, config?: unknown) => {
+      const call = begin(graph, config);
+      try {
+        const out = await graph.invoke(input as never, call.config as never);
+        await call.done();
+        return out;
+      } catch (error) {
         await call.failed(error);
         throw error;
-      });
-    }
-    return observeEvents(out, call);
-  };
+      }
+    };
 
-  const own: Record<PropertyKey, unknown> = {
-    graph,
-    recursionLimit,
-    invoke,
-    stream,
-    streamEvents,
-  };
-  // The graph's own methods see the proxy as `this`, so `batch`, `withConfig`
-  // and `pipe` reach the checkpointed `invoke` and `stream`.
-  return new Proxy(graph, {
-    get: (target, prop, receiver) =>
-      Object.hasOwn(own, prop) ? own[prop] : Reflect.get(target, prop, receiver),
-    has: (target, prop) => Object.hasOwn(own, prop) || Reflect.has(target, prop),
-  }) as CheckpointedReactAgent;
+    const stream = async (input: unknown, config?: unknown) => {
+      const call = begin(graph, config);
+      let source: ReadableStream<unknown>;
+      try {
+        source = await graph.stream(input as never, call.config as never);
+      } catch (error) {
+        await call.failed(error);
+        throw error;
+      }
+      return observeStream(source, call);
+    };
+
+    // Sync for versions "v1" and "v2" (a stream), a promise for "v3" (a run stream with `output`).
+    const streamEvents = (input: unknown, options?: unknown, streamOptions?: unknown) => {
+      const call = begin(graph, options);
+      let out: unknown;
+      try {
+        out = (graph.streamEvents as (...args: unknown[]) => unknown)(
+          input,
+          call.config,
+          streamOptions,
+        );
+      } catch (error) {
+        void call.failed(error);
+        throw error;
+      }
+      if (out instanceof Promise) {
+        return out.then((value) => observeEvents(value, call), async (error) => {
+          await call.failed(error);
+          throw error;
+        });
+      }
+      return observeEvents(out, call);
+    };
+
+    const own: Record<PropertyKey, unknown> = {
+      graph,
+      recursionLimit,
+      invoke,
+      stream,
+      streamEvents,
+      // The graph's withConfig() makes a new graph: checkpointed in turn.
+      withConfig: (config: Parameters<ReactAgentGraph["withConfig"]>[0]) =>
+        checkpointed(graph.withConfig(config) as ReactAgentGraph),
+    };
+    // The graph's own methods see the proxy as `this`, so `batch` and `pipe`
+    // reach the checkpointed `invoke` and `stream`.
+    return new Proxy(graph, {
+      get: (target, prop, receiver) =>
+        Object.hasOwn(own, prop) ? own[prop] : Reflect.get(target, prop, receiver),
+      has: (target, prop) => Object.hasOwn(own, prop) || Reflect.has(target, prop),
+    }) as CheckpointedReactAgent;
+  }
+
+  return checkpointed(createReactAgent({ ...rest, prompt, tools }));
 }
 
 /**
