@@ -108,7 +108,19 @@ interface Live {
   signal: AbortSignal | undefined;
 }
 
-/** LangGraph's `recursionLimit` when the caller gives none (LangChain fills it into every config). */
+/**
+ * LangGraph's `recursionLimit` when the caller gives none (LangChain fills it
+ * into every config): enough for 10 turns through {@linkcode checkpointMiddleware}.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_RECURSION_LIMIT, stepsForCreateAgent } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.ok(stepsForCreateAgent(10) <= DEFAULT_RECURSION_LIMIT);
+ * assert.ok(stepsForCreateAgent(11) > DEFAULT_RECURSION_LIMIT);
+ * ```
+ */
 export const DEFAULT_RECURSION_LIMIT = 25;
 
 /**
@@ -460,7 +472,27 @@ function withRecursionLimit<C extends object>(
   return { ...(config ?? {}) as C, recursionLimit };
 }
 
-/** What {@linkcode checkpointMiddleware} returns: the middleware, and the config its invocations need. */
+/**
+ * What {@linkcode checkpointMiddleware} returns: the middleware, and the config
+ * its invocations need.
+ *
+ * @example Invoke with enough graph steps for the cap
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { checkpointMiddleware } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const checkpoint = checkpointMiddleware(ac, { maxTurns: 12 });
+ * const config = checkpoint.withRecursionLimit({ configurable: { thread_id: "job-7" } });
+ * assert.deepEqual(config, { configurable: { thread_id: "job-7" }, recursionLimit: 28 });
+ * // then: await agent.invoke(input, config)
+ * await ac.close();
+ * ```
+ */
 export type CheckpointMiddleware = AgentMiddleware & {
   /**
    * The invocation config (`configurable`, `signal`… kept) with a
@@ -522,13 +554,33 @@ function withDeadline<T>(call: Promise<T>, signal: AbortSignal | undefined): Pro
 /** `createReactAgent`'s parameters, as this adapter reads them. */
 export type ReactAgentParams = Parameters<typeof createReactAgent>[0];
 
-/** The compiled graph `createReactAgent` returns. */
+/**
+ * The compiled graph `createReactAgent` returns.
+ *
+ * @example
+ * ```ts
+ * import type { CheckpointedReactAgent, ReactAgentGraph } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const graphOf = (agent: CheckpointedReactAgent): ReactAgentGraph => agent.graph;
+ * assert.equal(typeof graphOf, "function");
+ * ```
+ */
 export type ReactAgentGraph = ReturnType<typeof createReactAgent>;
 
 /**
  * What {@linkcode checkpointedReactAgent} returns: the compiled graph itself,
  * its whole interface, with `invoke`, `stream` and `streamEvents` each running
  * one checkpointed invocation, plus the graph as built and its `recursionLimit`.
+ *
+ * @example
+ * ```ts
+ * import type { CheckpointedReactAgent } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const limitOf = (agent: CheckpointedReactAgent): number => agent.recursionLimit;
+ * assert.equal(typeof limitOf, "function");
+ * ```
  */
 export type CheckpointedReactAgent = ReactAgentGraph & {
   /** The compiled graph, as `createReactAgent` built it (with the prompt and tools wrapped). */
