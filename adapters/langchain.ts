@@ -771,7 +771,7 @@ export function checkpointedReactAgent(
         await call.failed(error);
         throw error;
       }
-      return observeStream(source, call);
+      return new ObservedStream(source, call);
     };
 
     // Sync for versions "v1" and "v2" (a stream), a promise for "v3" (a run stream with `output`).
@@ -821,39 +821,51 @@ export function checkpointedReactAgent(
 
 /**
  * The graph's stream as a stream of the same kind that ends the invocation's
- * run when it ends, fails or is cancelled (a `break`, `return()` or `cancel()`);
- * cancelling it cancels the graph's stream, which stops the graph.
+ * run when it ends, fails or is abandoned (a `break`, `return()` or `cancel()`,
+ * the last also while it is being read, as LangGraph's own stream allows);
+ * abandoning it cancels the graph's stream, which stops the graph.
  */
-function observeStream<T>(source: ReadableStream<T>, call: Invocation): IterableReadableStream<T> {
-  const reader = source.getReader();
-  return new IterableReadableStream<T>({
-    async pull(controller) {
-      let step: ReadableStreamReadResult<T>;
-      try {
-        step = await reader.read();
-      } catch (error) {
-        await call.failed(error);
-        controller.error(error);
-        return;
-      }
-      if (step.done) {
-        await call.done();
-        controller.close();
-        return;
-      }
-      call.activity();
-      controller.enqueue(step.value);
-    },
-    async cancel(reason) {
+class ObservedStream<T> extends IterableReadableStream<T> {
+  readonly #abandon: (reason: unknown) => Promise<void>;
+
+  constructor(source: ReadableStream<T>, call: Invocation) {
+    const reader = source.getReader();
+    const abandon = async (reason: unknown) => {
       await call.abandoned();
-      await reader.cancel(reason);
-    },
-  });
+      // The graph's stream may reject its cancel with the abort it caused: the host asked for that.
+      await reader.cancel(reason).catch(() => {});
+    };
+    super({
+      async pull(controller) {
+        let step: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          step = await reader.read();
+        } catch (error) {
+          await call.failed(error);
+          controller.error(error);
+          return;
+        }
+        if (step.done) {
+          await call.done();
+          controller.close();
+          return;
+        }
+        call.activity();
+        controller.enqueue(step.value);
+      },
+      cancel: abandon,
+    });
+    this.#abandon = abandon;
+  }
+
+  override cancel(reason?: unknown): Promise<void> {
+    return this.locked ? this.#abandon(reason) : super.cancel(reason);
+  }
 }
 
 /** What `streamEvents` returned, observed: a stream (v1, v2), or a run stream whose `output` settles (v3). */
 function observeEvents(out: unknown, call: Invocation): unknown {
-  if (out instanceof ReadableStream) return observeStream(out, call);
+  if (out instanceof ReadableStream) return new ObservedStream(out, call);
   const output = (out as { output?: unknown } | null)?.output;
   // A v3 run stream runs the graph to its end whether or not it is read.
   if (output instanceof Promise) output.then(() => call.done(), (error) => call.failed(error));

@@ -444,17 +444,17 @@ test("checkpointedReactAgent: a stream past the cap ends capped, and a model err
 
 test("checkpointedReactAgent: a stream the host stops reading ends the run aborted and stops the graph", async () => {
   const { ac, recordOf } = make();
-  let stopped = false;
-  const wait = tool((_args: { q: string }, config) =>
+  const stopped: string[] = [];
+  const wait = tool((args: { q: string }, config) =>
     new Promise<string>((resolve) => {
       const signal = (config as { signal?: AbortSignal }).signal;
       signal?.addEventListener("abort", () => {
-        stopped = true;
+        stopped.push(args.q);
         resolve("stopped");
       }, { once: true });
     }), { name: "wait", description: "Wait until stopped.", schema });
   const agent = checkpointedReactAgent(ac, { maxTurns: 2 }, { // tier 2 at the first call: a file
-    llm: new ScriptedChatModel(toolsThenAnswer(1, "wait")),
+    llm: new ScriptedChatModel(toolsThenAnswer(1, "wait", () => ({ q: "break" }))),
     tools: [wait],
   });
   const stream = await agent.stream(userInput, {
@@ -468,7 +468,24 @@ test("checkpointedReactAgent: a stream the host stops reading ends the run abort
   const r = recordOf("react-s-break");
   assert.equal(r?.end?.status, "aborted");
   assert.match(r?.end?.summary ?? "", /stopped reading the stream/);
-  assert.ok(await waitFor(() => stopped, 30_000), "the tool in flight saw the graph's abort");
+  assert.ok(await waitFor(() => stopped.includes("break"), 30_000), "the tool saw the abort");
+
+  // cancel() while the stream is being read, as LangGraph's own stream allows.
+  const other = checkpointedReactAgent(ac, { maxTurns: 2 }, {
+    llm: new ScriptedChatModel(toolsThenAnswer(1, "wait", () => ({ q: "cancel" }))),
+    tools: [wait],
+  });
+  const events = other.streamEvents(userInput, {
+    version: "v2",
+    configurable: { thread_id: "react-s-cancel" },
+  });
+  for await (const event of events) {
+    if (event.event !== "on_tool_start") continue;
+    await events.cancel("enough");
+    break;
+  }
+  assert.equal(recordOf("react-s-cancel")?.end?.status, "aborted");
+  assert.ok(await waitFor(() => stopped.includes("cancel"), 30_000), "the tool saw the abort");
   await ac.close();
 });
 
