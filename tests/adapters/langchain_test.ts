@@ -489,6 +489,36 @@ test("checkpointedReactAgent: a stream the host stops reading ends the run abort
   await ac.close();
 });
 
+test("checkpointedReactAgent: a tool that blocks the main thread during stream() still gets the watchdog's file", async () => {
+  const { ac, recordOf } = make({ watchdog_poll_seconds: 0.05 });
+  const warm = ac.startRun({ sessionId: "react-warm-up", caps: { timeSeconds: 0.2 } });
+  warm.activity(); // wait until the watchdog runs (under deno test it is type-checked as it starts)
+  assert.ok(await waitFor(() => recordOf("react-warm-up")?.source === "watchdog", 60_000));
+  await warm.end();
+  let blockedAt = 0;
+  let during: ReturnType<typeof record>;
+  const compile = tool(() => {
+    blockedAt = Date.now();
+    blockFor(3000); // tier 1 at 2 s of a 4 s cap crosses during the block
+    during = recordOf("react-blocked");
+    return "built";
+  }, { name: "compile", description: "Compile.", schema });
+  const agent = checkpointedReactAgent(ac, { maxTurns: 12, timeSeconds: 4 }, {
+    llm: new ScriptedChatModel(toolsThenAnswer(1, "compile")),
+    tools: [compile],
+  });
+  const stream = await agent.stream(userInput, { configurable: { thread_id: "react-blocked" } });
+  for await (const _ of stream) { /* drain */ }
+  assert.ok(during, "the file existed when the block ended");
+  assert.equal(during.source, "watchdog");
+  assert.ok(Date.parse(during.persistedAt) >= blockedAt, "persisted during the block");
+  assert.deepEqual(during.tools.map((t) => [t.tool, t.callId, t.status]), [
+    ["compile", "call_0", "in flight"],
+  ]);
+  assert.equal(recordOf("react-blocked")?.end?.status, "done");
+  await ac.close();
+});
+
 test("checkpointedReactAgent: streamEvents() is one checkpointed run, with one tool event per call", async () => {
   const { ac, recordOf } = make();
   const model = new ScriptedChatModel(toolsThenAnswer(11));
