@@ -445,6 +445,7 @@ test("checkpointedReactAgent: a stream past the cap ends capped, and a model err
 test("checkpointedReactAgent: a stream the host stops reading ends the run aborted and stops the graph", async () => {
   const { ac, recordOf } = make();
   const stopped: string[] = [];
+  const started: string[] = [];
   const wait = tool((args: { q: string }, config) =>
     new Promise<string>((resolve) => {
       const signal = (config as { signal?: AbortSignal }).signal;
@@ -452,6 +453,7 @@ test("checkpointedReactAgent: a stream the host stops reading ends the run abort
         stopped.push(args.q);
         resolve("stopped");
       }, { once: true });
+      started.push(args.q);
     }), { name: "wait", description: "Wait until stopped.", schema });
   const agent = checkpointedReactAgent(ac, { maxTurns: 2 }, { // tier 2 at the first call: a file
     llm: new ScriptedChatModel(toolsThenAnswer(1, "wait", () => ({ q: "break" }))),
@@ -462,7 +464,8 @@ test("checkpointedReactAgent: a stream the host stops reading ends the run abort
     configurable: { thread_id: "react-s-break" },
   });
   for await (const chunk of stream) {
-    assert.deepEqual(Object.keys(chunk), ["agent"]); // the model asked for the tool: stop reading
+    assert.deepEqual(Object.keys(chunk), ["agent"]); // the model asked for the tool
+    assert.ok(await waitFor(() => started.includes("break"), 30_000)); // it runs: stop reading
     break;
   }
   const r = recordOf("react-s-break");
@@ -481,6 +484,7 @@ test("checkpointedReactAgent: a stream the host stops reading ends the run abort
   });
   for await (const event of events) {
     if (event.event !== "on_tool_start") continue;
+    assert.ok(await waitFor(() => started.includes("cancel"), 30_000));
     await events.cancel("enough");
     break;
   }
