@@ -197,7 +197,14 @@ function denoFlags(home: string): string {
   const lib = libraryDir();
   if (lib !== undefined && deniedBy(() => fs.statSync(lib))) reads.push(lib);
   const env = deniedBy(() => process.env.HOME) ? " --allow-env" : "";
-  return `--allow-read=${reads.join(",")} --allow-write=${home}${env}`;
+  return `${shellWord(`--allow-read=${reads.join(",")}`)} ${
+    shellWord(`--allow-write=${home}`)
+  }${env}`;
+}
+
+/** A word as a POSIX shell reads it back: quoted when it holds anything but safe characters. */
+function shellWord(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }
 
 /** Say on stderr, once per thread, that Deno denies what checkpoints need, and the flags. */

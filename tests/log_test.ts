@@ -1,4 +1,7 @@
 import { test } from "node:test";
+// deno-lint-ignore no-import-prefix -- the same pinned tokenizer the workspace snapshots use
+// @ts-types="npm:@types/shell-quote@1.7.5"
+import { parse as parseShell } from "npm:shell-quote@1.8.3";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
@@ -128,7 +131,8 @@ test(
     assert.equal(lines.length, 1, stderr);
     const line = lines[0]!;
     assert.match(line, /^agent-checkpoint: .*no checkpoint file can be written/);
-    const flags = line.match(/Fix: run with (.*)\.$/)?.[1]?.split(" ") ?? [];
+    // The flags as a shell reads them: a path with a space comes quoted.
+    const flags = parseShell(line.match(/Fix: run with (.*)\.$/)?.[1] ?? "") as string[];
     const reads = flags.find((f) => f.startsWith("--allow-read="))?.slice(13).split(",") ?? [];
     assert.ok(reads.includes(home), line);
     assert.ok(flags.includes(`--allow-write=${home}`), line);
