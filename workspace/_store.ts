@@ -16,6 +16,7 @@ import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
 import { spawnSync } from "node:child_process";
 import { deflateSync } from "node:zlib";
+import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
 
 /** Settings the workspace snapshots read (all optional until read). */
 export interface WorkspaceSettings {
@@ -278,10 +279,14 @@ export interface ProjectState {
   head?: string;
   /** The tree the index held when last written. */
   indexTree?: string;
-  /** The ref's value when `ids` was read, and the snapshot ids it lists. */
+  /** The ref's value when `ids` was read, the snapshot ids it lists, and their kinds. */
   list?: string;
   ids?: string[];
+  kinds?: SnapshotKind[];
 }
+
+/** Whose snapshot: taken for the agent, or by a rollback just before it restored files. */
+export type SnapshotKind = "agent" | "rollback";
 
 /** One snapshot of a project. */
 export interface SnapshotInfo {
@@ -293,10 +298,69 @@ export interface SnapshotInfo {
   reason: string;
   /** Its tree's id. */
   tree: string;
+  /** Taken for the agent (numbered), or by a rollback (reached by id). */
+  kind: SnapshotKind;
+  /** The tool it was taken before, if one. */
+  tool?: string;
+  /** The run's turn, if known. */
+  turn?: number;
+  /** The run's id, if known. */
+  runId?: string;
+}
+
+/** What a snapshot's commit message says besides its reason. */
+export interface SnapshotMeta {
+  kind?: SnapshotKind;
+  tool?: string;
+  turn?: number;
+  runId?: string;
+}
+
+/** A snapshot's commit message: the reason, then one `key: value` line per fact. */
+export function snapshotMessage(reason: string, root: string, meta: SnapshotMeta = {}): string {
+  const lines = [`project: ${root}`, `kind: ${meta.kind ?? "agent"}`];
+  if (meta.tool !== undefined) lines.push(`tool: ${oneLine(meta.tool)}`);
+  if (meta.turn !== undefined) lines.push(`turn: ${meta.turn}`);
+  if (meta.runId !== undefined) lines.push(`run: ${oneLine(meta.runId)}`);
+  return `${oneLine(reason)}\n\n${lines.join("\n")}\n`;
+}
+
+const oneLine = (s: string) => s.replace(/[\r\n]+/g, " ");
+
+/** Read a snapshot's commit message back. */
+export function parseMessage(body: string): { reason: string } & SnapshotMeta {
+  const [reason = "", ...rest] = body.split("\n");
+  const out: { reason: string } & SnapshotMeta = { reason };
+  for (const line of rest) {
+    const i = line.indexOf(": ");
+    if (i < 0) continue;
+    const key = line.slice(0, i);
+    const value = line.slice(i + 2);
+    if (key === "kind" && (value === "agent" || value === "rollback")) out.kind = value;
+    else if (key === "tool") out.tool = value;
+    else if (key === "turn" && /^\d+$/.test(value)) out.turn = Number(value);
+    else if (key === "run") out.runId = value;
+  }
+  // Snapshots from before kinds were written: a rollback's says so in its reason.
+  out.kind ??= reason.startsWith("before rollback") ? "rollback" : "agent";
+  return out;
+}
+
+/**
+ * The snapshots kept under `max`: the newest `max` of the agent's, and the
+ * newest `max` taken by rollbacks (which never push out the agent's, so a
+ * snapshot's number does not move when a rollback is made).
+ */
+export function keptIds(snapshots: { id: string; kind: SnapshotKind }[], max: number): string[] {
+  const seen = { agent: 0, rollback: 0 };
+  return snapshots.filter((s) => ++seen[s.kind] <= max).map((s) => s.id);
 }
 
 /** The ledger: what the agent last wrote to each path (null: deleted it). */
 export type Ledger = Record<string, string | null>;
+
+/** The project locks this process holds (taking one again is a no-op). */
+const HELD = new Set<string>();
 
 /** One project in the store. */
 export class Project {
@@ -334,18 +398,96 @@ export class Project {
     writeAtomic(path.join(this.dir, "project.json"), JSON.stringify(s) + "\n");
   }
 
+  /**
+   * The ledger: `ledger.json`, then the writes appended to `ledger.jsonl`
+   * since (appends need no lock, so a write is recorded even when its
+   * snapshot could not be taken).
+   */
   ledger(): Ledger {
+    let files: Ledger = {};
     try {
       const l = JSON.parse(fs.readFileSync(path.join(this.dir, "ledger.json"), "utf8"));
       if (l && typeof l === "object" && l.files && typeof l.files === "object") {
-        return l.files as Ledger;
+        files = l.files as Ledger;
       }
     } catch { /* none yet */ }
-    return {};
+    let journal = "";
+    try {
+      journal = fs.readFileSync(path.join(this.dir, "ledger.jsonl"), "utf8");
+    } catch { /* no writes since */ }
+    for (const line of journal.split("\n")) {
+      if (line === "") continue;
+      try {
+        const entries = JSON.parse(line);
+        if (entries && typeof entries === "object") Object.assign(files, entries);
+      } catch { /* a line torn by a kill */ }
+    }
+    return files;
   }
 
+  /** Record writes of the agent (content hash, or null: deleted) by appending one line. */
+  recordWrites(entries: Ledger): void {
+    if (Object.keys(entries).length === 0) return;
+    fs.mkdirSync(this.dir, { recursive: true });
+    // One write(2) to a file opened for appending: lines from several processes never interleave.
+    fs.appendFileSync(path.join(this.dir, "ledger.jsonl"), JSON.stringify(entries) + "\n");
+  }
+
+  /** Replace the ledger as a whole (under the project's lock). */
   saveLedger(files: Ledger): void {
     writeAtomic(path.join(this.dir, "ledger.json"), JSON.stringify({ v: 1, files }) + "\n");
+    fs.rmSync(path.join(this.dir, "ledger.jsonl"), { force: true });
+  }
+
+  /** Fold the appended writes into `ledger.json` once they grow (under the project's lock). */
+  compactLedger(): void {
+    try {
+      if (fs.statSync(path.join(this.dir, "ledger.jsonl")).size < 256 * 1024) return;
+    } catch {
+      return;
+    }
+    this.saveLedger(this.ledger());
+  }
+
+  /**
+   * Run `body` holding the project's lock (waiting up to `waitMs` while
+   * another process snapshots this project). Git's own lock files of this
+   * project can only be left over from a process killed while holding the
+   * project's lock, so they are cleared first, with a log line.
+   */
+  locked<T>(body: () => T, waitMs = this.store.lockWaitMs): T {
+    const file = path.join(this.dir, "lock");
+    if (HELD.has(file)) return body();
+    fs.mkdirSync(this.dir, { recursive: true });
+    const lock = new FileLock(file, this.store.log);
+    lock.acquire(waitMs);
+    HELD.add(file);
+    try {
+      this.clearGitLocks();
+      return body();
+    } finally {
+      HELD.delete(file);
+      lock.release();
+    }
+  }
+
+  /** Remove git lock files of this project left by a killed process (the project lock is held). */
+  clearGitLocks(): void {
+    const locks = [
+      `${this.index}.lock`,
+      path.join(this.dir, "nested-index.lock"),
+      path.join(this.store.gitDir, `${this.ref}.lock`),
+    ];
+    for (const name of fs.readdirSync(this.dir)) {
+      if (/^(rollback|diff)-index-\d+(\.lock)?$/.test(name)) locks.push(path.join(this.dir, name));
+    }
+    for (const file of locks) {
+      if (!fs.existsSync(file)) continue;
+      fs.rmSync(file, { force: true });
+      this.store.log(
+        `cleared ${file}, left by a snapshot that was interrupted (its process is gone)`,
+      );
+    }
   }
 
   /** The snapshot ids, newest first. */
@@ -377,19 +519,39 @@ export class Project {
       .toString("utf8");
     return out.split("\0").filter((s) => s !== "").map((rec) => {
       const [id = "", tree = "", at = "", body = ""] = rec.split("\x01");
-      return { id, tree, at, reason: body.split("\n")[0] ?? "" };
+      return { id, tree, at, ...parseMessage(body) } as SnapshotInfo;
     });
   }
 
+  /** The snapshot ids with their kinds, newest first (from the state file when it is current). */
+  snapshotKinds(): { id: string; kind: SnapshotKind }[] {
+    const head = this.refHead();
+    if (head === undefined) return [];
+    const state = this.state();
+    if (
+      state.list === head && Array.isArray(state.ids) && Array.isArray(state.kinds) &&
+      state.kinds.length === state.ids.length
+    ) {
+      return state.ids.map((id, i) => ({ id, kind: (state.kinds as SnapshotKind[])[i]! }));
+    }
+    return this.snapshots().map((s) => ({ id: s.id, kind: s.kind }));
+  }
+
   /** Point the ref at a list commit whose parents are `ids` (newest first). */
-  setSnapshots(ids: string[], tree: string, old: string | undefined): void {
+  setSnapshots(
+    ids: string[],
+    tree: string,
+    old: string | undefined,
+    kinds?: SnapshotKind[],
+  ): void {
     if (ids.length === 0) {
       this.git(["update-ref", "-d", this.ref]);
       return;
     }
     const list = this.store.writeCommit(tree, ids, "agent-checkpoint snapshot list\n");
     this.store.updateRef(this.ref, list, old);
-    this.saveState({ ...this.state(), list, ids });
+    const { kinds: _, ...state } = this.state();
+    this.saveState({ ...state, list, ids, ...(kinds ? { kinds } : {}) });
   }
 
   refHead(): string | undefined {
@@ -593,35 +755,119 @@ export function writeAtomic(file: string, text: string): void {
   fs.renameSync(tmp, file);
 }
 
+/** How long a snapshot waits for another process's snapshot of the same project. */
+export const LOCK_WAIT_MS = 30_000;
+
+/**
+ * How old an unreachable object must be before a prune that runs while other
+ * processes are writing may delete it: far longer than any snapshot takes,
+ * and git refreshes the time of an object it is asked to write again.
+ */
+export const PRUNE_GRACE = "1.hour.ago";
+
 /** The shared store under `<home>/checkpoints/`. */
 export class Store {
   readonly base: string;
   readonly gitDir: string;
   readonly projectsDir: string;
-  constructor(home: string, readonly git: Git) {
+  readonly locksDir: string;
+  /**
+   * @param home The home directory.
+   * @param git The git runner.
+   * @param log Told about stale locks cleared.
+   * @param lockWaitMs How long to wait for a project another process snapshots.
+   */
+  constructor(
+    home: string,
+    readonly git: Git,
+    readonly log: (message: string) => void = () => {},
+    readonly lockWaitMs = LOCK_WAIT_MS,
+  ) {
     this.base = path.join(home, "checkpoints");
     this.gitDir = path.join(this.base, "store");
     this.projectsDir = path.join(this.base, "projects");
+    this.locksDir = path.join(this.base, "locks");
+  }
+
+  /**
+   * Mark this process as writing objects until the returned function is
+   * called; waits (bounded) while a prune runs. Together with {@link prune}
+   * this is Dekker's handshake on files: a writer marks itself then looks for
+   * a pruner, a pruner locks then looks for writers, so at least one of them
+   * sees the other.
+   */
+  beginWrite(): () => void {
+    const dir = path.join(this.locksDir, "writers");
+    fs.mkdirSync(dir, { recursive: true });
+    const mark = path.join(dir, `${process.pid}-${Math.random().toString(36).slice(2)}`);
+    const pruneLock = path.join(this.locksDir, "prune.lock");
+    const end = Date.now() + this.lockWaitMs;
+    for (let delay = 2;; delay = Math.min(delay * 2, 50)) {
+      fs.writeFileSync(mark, JSON.stringify(me()));
+      if (!isHeld(pruneLock) || Date.now() >= end) break;
+      fs.rmSync(mark, { force: true });
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, delay);
+    }
+    return () => fs.rmSync(mark, { force: true });
+  }
+
+  /** Whether a live process other than the caller's own marks is writing objects. */
+  #othersWriting(): boolean {
+    const dir = path.join(this.locksDir, "writers");
+    let names: string[];
+    try {
+      names = fs.readdirSync(dir);
+    } catch {
+      return false;
+    }
+    let busy = false;
+    for (const name of names) {
+      const file = path.join(dir, name);
+      const owner = readOwner(file);
+      if (owner === null) continue;
+      if (owner !== undefined && !ownerAlive(owner)) {
+        fs.rmSync(file, { force: true });
+        continue;
+      }
+      busy = true;
+    }
+    return busy;
   }
 
   exists(): boolean {
     return fs.existsSync(path.join(this.gitDir, "HEAD"));
   }
 
-  /** Create the bare repository (no templates, so no hooks) if missing. */
+  /**
+   * Create the bare repository (no templates, so no hooks) if missing: made
+   * beside it and renamed into place, so processes that start together never
+   * see it half made.
+   */
   ensure(): void {
-    if (!this.exists()) {
-      fs.mkdirSync(this.gitDir, { recursive: true });
-      this.git.run(["init", "-q", "--bare", "--template=", this.gitDir], {
-        gitDir: this.gitDir,
-        cwd: this.base,
-      });
-    }
-    const info = path.join(this.gitDir, "info");
-    if (!fs.existsSync(path.join(info, "attributes"))) {
+    if (this.exists()) return;
+    fs.mkdirSync(this.base, { recursive: true });
+    const tmp = path.join(this.base, `store.${process.pid}.${Math.random().toString(36).slice(2)}`);
+    try {
+      this.git.run(["init", "-q", "--bare", "--template=", tmp], { gitDir: tmp, cwd: this.base });
+      const info = path.join(tmp, "info");
       fs.mkdirSync(info, { recursive: true });
       fs.writeFileSync(path.join(info, "exclude"), EXCLUDES);
       fs.writeFileSync(path.join(info, "attributes"), ATTRIBUTES);
+      try {
+        fs.renameSync(tmp, this.gitDir);
+      } catch (error) {
+        // Another process made it first, or a directory left without a repository.
+        if (!this.exists()) {
+          if (!fs.existsSync(this.gitDir)) throw error;
+          this.git.run(["init", "-q", "--bare", "--template=", this.gitDir], {
+            gitDir: this.gitDir,
+            cwd: this.base,
+          });
+          fs.cpSync(path.join(tmp, "info"), path.join(this.gitDir, "info"), { recursive: true });
+        }
+      }
+    } finally {
+      fs.rmSync(tmp, { recursive: true, force: true });
     }
   }
 
@@ -655,11 +901,27 @@ export class Store {
     const id = createHash("sha1").update(raw).digest("hex");
     const dir = path.join(this.gitDir, "objects", id.slice(0, 2));
     const file = path.join(dir, id.slice(2));
-    if (!fs.existsSync(file)) {
-      fs.mkdirSync(dir, { recursive: true });
-      const tmp = path.join(dir, `tmp_obj_${process.pid}_${Math.random().toString(36).slice(2)}`);
-      fs.writeFileSync(tmp, deflateSync(raw), { mode: 0o444 });
-      fs.renameSync(tmp, file);
+    if (fs.existsSync(file)) {
+      // As git does: a fresh time keeps a concurrent prune's grace window off it.
+      try {
+        const now = new Date();
+        fs.utimesSync(file, now, now);
+      } catch { /* not ours to touch: it is reachable, or will be written again */ }
+    } else {
+      const data = deflateSync(raw);
+      // A prune removes empty fan-out directories, also between our mkdir and write: retry.
+      for (let attempt = 0;; attempt++) {
+        fs.mkdirSync(dir, { recursive: true });
+        const tmp = path.join(dir, `tmp_obj_${process.pid}_${Math.random().toString(36).slice(2)}`);
+        try {
+          fs.writeFileSync(tmp, data, { mode: 0o444 });
+          fs.renameSync(tmp, file);
+          break;
+        } catch (error) {
+          fs.rmSync(tmp, { force: true });
+          if ((error as NodeJS.ErrnoException).code !== "ENOENT" || attempt >= 5) throw error;
+        }
+      }
     }
     return id;
   }
@@ -764,12 +1026,25 @@ export class Store {
     return kib * 1024;
   }
 
-  /** Drop objects no snapshot reaches. */
-  prune(repack = false): void {
-    if (repack) {
-      this.git.run(["repack", "-a", "-d", "-q"], { gitDir: this.gitDir });
+  /**
+   * Drop objects no snapshot reaches. When no other process is writing, at
+   * once; while one is, only objects older than {@link PRUNE_GRACE}, so an
+   * object written for a snapshot whose ref is not yet updated is never lost
+   * (and a repack waits for a quiet moment). One prune at a time.
+   *
+   * @returns Whether the prune ran at once (false: deferred in part).
+   */
+  prune(repack = false): boolean {
+    const lock = new FileLock(path.join(this.locksDir, "prune.lock"), this.log);
+    if (!lock.tryAcquire()) return false;
+    try {
+      const quiet = !this.#othersWriting();
+      if (quiet && repack) this.git.run(["repack", "-a", "-d", "-q"], { gitDir: this.gitDir });
+      this.git.run(["prune", `--expire=${quiet ? "now" : PRUNE_GRACE}`], { gitDir: this.gitDir });
+      return quiet;
+    } finally {
+      lock.release();
     }
-    this.git.run(["prune", "--expire=now"], { gitDir: this.gitDir });
   }
 
   /**
@@ -778,14 +1053,25 @@ export class Store {
    */
   enforce(limits: Limits, only?: Project): number {
     let dropped = 0;
-    for (const p of only ? [only] : this.projects()) {
-      const ids = p.snapshotIds();
-      if (ids.length > limits.maxSnapshots) {
-        const head = p.refHead();
-        const keep = ids.slice(0, limits.maxSnapshots);
-        p.setSnapshots(keep, this.treeOf(keep[0] as string), head);
-        dropped += ids.length - keep.length;
+    // Another project's ref is rewritten only under its lock, and not at all
+    // while another process snapshots it (its next snapshot enforces the limit).
+    const each = (p: Project, body: () => void) => {
+      try {
+        p.locked(body, p === only ? undefined : 0);
+      } catch (error) {
+        if (!(error instanceof LockTimeout)) throw error;
       }
+    };
+    for (const p of only ? [only] : this.projects()) {
+      each(p, () => {
+        const all = p.snapshotKinds();
+        const keep = keptIds(all, limits.maxSnapshots);
+        if (keep.length < all.length) {
+          const kinds = all.filter((s) => keep.includes(s.id)).map((s) => s.kind);
+          p.setSnapshots(keep, this.treeOf(keep[0] as string), p.refHead(), kinds);
+          dropped += all.length - keep.length;
+        }
+      });
     }
     if (dropped) this.prune();
     let size = this.measure();
@@ -794,11 +1080,13 @@ export class Store {
     for (;;) {
       let progress = false;
       for (const p of this.projects()) {
-        const ids = p.snapshotIds();
-        if (ids.length <= 1) continue;
-        p.setSnapshots(ids.slice(0, -1), this.treeOf(ids[0] as string), p.refHead());
-        dropped++;
-        progress = true;
+        each(p, () => {
+          const ids = p.snapshotIds();
+          if (ids.length <= 1) return;
+          p.setSnapshots(ids.slice(0, -1), this.treeOf(ids[0] as string), p.refHead());
+          dropped++;
+          progress = true;
+        });
       }
       this.prune(!packed && fs.readdirSync(path.join(this.gitDir, "objects", "pack")).length > 0);
       packed = true;

@@ -18,12 +18,16 @@ import {
   diskHash,
   Git,
   GuardError,
+  keptIds,
+  type Ledger,
   ledgerKey,
   limitsOf,
   MAX_TREE_FILES,
   type Project,
   projectRootOf,
   type SnapshotInfo,
+  snapshotMessage,
+  type SnapshotMeta,
   Store,
   type WorkspaceSettings,
 } from "./_store.ts";
@@ -68,6 +72,8 @@ export interface WorkspacesOptions {
   userHome?: string;
   /** Trees with more files than this are not snapshotted. @default {50000} */
   maxFiles?: number;
+  /** How long a snapshot waits while another process snapshots the same project. @default {30000} */
+  lockWaitMs?: number;
 }
 
 /** A snapshot as a checkpoint record names it. */
@@ -175,17 +181,31 @@ export class Workspaces {
       }
       const root = this.#root(dir);
       if (root === undefined) return undefined;
-      const id = this.#turnSnapshot(root, turn, options.runId, `before ${tool}`);
       const key = pendingKey(tool, options.callId, options.runId);
-      if (shell) {
-        // The tree before the command, to see afterwards what it changed.
-        const store = this.#store() as Store;
-        const base = store.project(root).writeTree(this.#limits()).tree;
-        this.#remember(key, { root, base, paths: [], shell });
-      } else {
+      // Remembered before the snapshot: the tool runs whether or not the
+      // snapshot could be taken, and what it writes is the agent's all the same.
+      if (!shell) {
         const paths = filePathsOf(input).map((p) => path.resolve(dir, p));
         this.#remember(key, { root, base: "", paths, shell });
       }
+      let failure: unknown;
+      let id: string | undefined;
+      try {
+        id = this.#turnSnapshot(root, turn, options.runId, `before ${tool}`, tool);
+      } catch (error) {
+        failure = error;
+      }
+      if (shell) {
+        try {
+          // The tree before the command, to see afterwards what it changed.
+          const project = (this.#store() as Store).project(root);
+          const base = project.locked(() => project.writeTree(this.#limits()).tree);
+          this.#remember(key, { root, base, paths: [], shell });
+        } catch (error) {
+          failure ??= error;
+        }
+      }
+      if (failure !== undefined) throw failure;
       return id;
     });
   }
@@ -211,15 +231,17 @@ export class Workspaces {
       }
       const store = this.#store() as Store;
       const project = store.project(pending.root);
-      const after = project.writeTree(this.#limits()).tree;
-      if (after === pending.base) return;
-      const ledger = project.ledger();
-      for (const c of treeChanges(project, pending.base, after)) {
+      const changes = project.locked(() => {
+        const after = project.writeTree(this.#limits()).tree;
+        return after === pending.base ? [] : treeChanges(project, pending.base, after);
+      });
+      const entries: Ledger = {};
+      for (const c of changes) {
         const abs = Buffer.concat([Buffer.from(pending.root + "/"), c.rel]);
         const now = c.status === "D" ? diskHash(abs) : c.dstBlob;
-        if (now !== undefined) ledger[ledgerKey(c.rel)] = now;
+        if (now !== undefined) entries[ledgerKey(c.rel)] = now;
       }
-      project.saveLedger(ledger);
+      project.recordWrites(entries);
     });
   }
 
@@ -230,17 +252,15 @@ export class Workspaces {
       const root = this.#root(dir);
       if (root === undefined) return;
       const project = (this.#store() as Store).project(root);
-      const ledger = project.ledger();
-      let changed = false;
+      const entries: Ledger = {};
       for (const p of paths) {
         const rel = relativeToRoot(root, dir, p);
         if (rel === undefined || rel.length === 0) continue;
         const hash = diskHash(Buffer.concat([Buffer.from(root + "/"), rel]));
         if (hash === undefined) continue;
-        ledger[ledgerKey(rel)] = hash;
-        changed = true;
+        entries[ledgerKey(rel)] = hash;
       }
-      if (changed) project.saveLedger(ledger);
+      project.recordWrites(entries);
     });
   }
 
@@ -254,7 +274,13 @@ export class Workspaces {
     return this.#guarded(runId, () => {
       const root = this.#root(dir);
       if (root === undefined) return undefined;
-      const taken = takeSnapshot(this.#store() as Store, root, this.#limits(), reason, runId);
+      const taken = takeSnapshot(
+        this.#store() as Store,
+        root,
+        this.#limits(),
+        reason,
+        runId === undefined ? {} : { runId },
+      );
       return taken ? { snapshot: taken.id, project: root } : undefined;
     });
   }
@@ -301,7 +327,14 @@ export class Workspaces {
         this.#say("warn", `workspace snapshots are off: git was not found on PATH (${problem})`);
       } else this.#git = git;
     }
-    return this.#git ? new Store(this.#options.home, this.#git) : undefined;
+    return this.#git
+      ? new Store(
+        this.#options.home,
+        this.#git,
+        (m) => this.#say("info", m),
+        this.#options.lockWaitMs,
+      )
+      : undefined;
   }
 
   #limits() {
@@ -327,7 +360,13 @@ export class Workspaces {
     return root;
   }
 
-  #turnSnapshot(root: string, turn: number, runId: string | undefined, reason: string) {
+  #turnSnapshot(
+    root: string,
+    turn: number,
+    runId: string | undefined,
+    reason: string,
+    tool?: string,
+  ) {
     const key = `${runId ?? ""}\0${root}`;
     if (this.#turns.get(key) === turn) return undefined;
     this.#turns.set(key, turn);
@@ -336,7 +375,11 @@ export class Workspaces {
       root,
       this.#limits(),
       `${reason} (turn ${turn})`,
-      runId,
+      {
+        turn,
+        ...(runId === undefined ? {} : { runId }),
+        ...(tool === undefined ? {} : { tool }),
+      },
     );
     return taken?.created ? taken.id : undefined;
   }
@@ -357,41 +400,63 @@ function guardOf(root: string, userHome: string): string | undefined {
   return undefined;
 }
 
-/** Snapshot `root` into the store unless its tree is unchanged since the newest snapshot. */
+/**
+ * Snapshot `root` into the store unless its tree is unchanged since the
+ * newest snapshot; holds the project's lock (waiting for another process's
+ * snapshot of it) and marks the store as being written until the ref names
+ * the new objects.
+ */
 function takeSnapshot(
   store: Store,
   root: string,
   limits: ReturnType<typeof limitsOf>,
   reason: string,
-  runId?: string,
+  meta: SnapshotMeta = {},
 ): { id: string; created: boolean } | undefined {
   store.ensure();
   const project = store.project(root);
-  const { tree } = project.writeTree(limits);
-  const head = project.refHead();
-  const ids = head ? project.snapshotIds() : [];
-  const state = project.state();
-  const newest = ids[0];
-  if (newest !== undefined) {
-    const newestTree = newest === state.head && state.lastTree
-      ? state.lastTree
-      : store.treeOf(newest);
-    if (newestTree === tree) {
-      if (newest !== state.head) project.saveState({ ...state, lastTree: tree, head: newest });
-      return { id: newest, created: false };
+  return project.locked(() => {
+    let dropped = false;
+    let taken: { id: string; created: boolean };
+    const done = store.beginWrite();
+    try {
+      const { tree } = project.writeTree(limits);
+      const head = project.refHead();
+      const all = head ? project.snapshotKinds() : [];
+      const state = project.state();
+      const newest = all[0]?.id;
+      let unchanged = false;
+      if (newest !== undefined) {
+        const newestTree = newest === state.head && state.lastTree
+          ? state.lastTree
+          : store.treeOf(newest);
+        if (newestTree === tree) {
+          if (newest !== state.head) project.saveState({ ...state, lastTree: tree, head: newest });
+          unchanged = true;
+        }
+      }
+      if (unchanged) taken = { id: newest as string, created: false };
+      else {
+        const id = store.writeCommit(tree, [], snapshotMessage(reason, root, meta));
+        const next = [{ id, kind: meta.kind ?? "agent" as const }, ...all];
+        const keep = keptIds(next, limits.maxSnapshots);
+        const kinds = next.filter((s) => keep.includes(s.id)).map((s) => s.kind);
+        project.setSnapshots(keep, tree, head, kinds);
+        project.saveState({ ...project.state(), lastTree: tree, head: id });
+        dropped = keep.length < next.length;
+        taken = { id, created: true };
+      }
+    } finally {
+      done();
     }
-  }
-  const message = `${reason}\n\nproject: ${root}\n${runId ? `run: ${runId}\n` : ""}`;
-  const id = store.writeCommit(tree, [], message);
-  const keep = [id, ...ids].slice(0, limits.maxSnapshots);
-  project.setSnapshots(keep, tree, head);
-  project.saveState({ ...project.state(), lastTree: tree, head: id });
-  if (ids.length + 1 > keep.length) store.prune();
-  const estimate = store.estimate();
-  if (estimate === undefined || estimate > limits.maxTotalBytes) {
-    if (store.measure() > limits.maxTotalBytes) store.enforce(limits);
-  }
-  return { id, created: true };
+    if (dropped) store.prune();
+    const estimate = store.estimate();
+    if (estimate === undefined || estimate > limits.maxTotalBytes) {
+      if (store.measure() > limits.maxTotalBytes) store.enforce(limits, undefined);
+    }
+    project.compactLedger();
+    return taken;
+  });
 }
 
 /** How {@link rollback} and {@link rollbackDiff} find the store and the project. */
@@ -414,6 +479,8 @@ export interface RollbackOptions {
   env?: Record<string, string | undefined>;
   /** Limits for the safety snapshot taken before restoring. */
   settings?: WorkspaceSettings;
+  /** Told about a stale lock cleared (left by a killed process). */
+  log?: (message: string) => void;
 }
 
 /** What a rollback did (or, with `dryRun`, would do). */
@@ -464,37 +531,43 @@ export interface RollbackResult {
  * ```
  */
 export function rollback(options: RollbackOptions): RollbackResult {
+  if (options.dryRun) {
+    const d = rollbackDiff(options);
+    return {
+      project: d.project,
+      snapshot: d.snapshot,
+      dryRun: true,
+      restored: d.restored,
+      removed: d.removed,
+      skipped: d.skipped,
+    };
+  }
   const { project, target } = openProject(options);
-  const ledger = project.ledger();
   const limits = limitsOf(options.settings ?? {});
-  let current: string;
-  let before: string | undefined;
-  if (options.dryRun) current = project.writeTree(limits).tree;
-  else {
+  const only = onlyPath(project.root, options);
+  const { before, done } = project.locked(() => {
     const taken = takeSnapshot(
       project.store,
       project.root,
       limits,
       `before rollback to ${target.id.slice(0, 12)}`,
+      { kind: "rollback" },
     );
-    before = taken?.id;
-    current = project.state().lastTree ?? project.writeTree(limits).tree;
-  }
-  const only = onlyPath(project.root, options);
-  const plan = planRollback(project, current, target.tree, ledger, {
-    all: options.all === true,
-    ...(only === undefined ? {} : { only }),
+    const current = project.state().lastTree ?? project.writeTree(limits).tree;
+    const ledger = project.ledger();
+    const plan = planRollback(project, current, target.tree, ledger, {
+      all: options.all === true,
+      ...(only === undefined ? {} : { only }),
+    });
+    const done = applyPlan(project, plan, ledger, { current, target: target.tree });
+    project.saveLedger(ledger);
+    return { before: taken?.id, done };
   });
-  const done = options.dryRun ? plan : applyPlan(project, plan, ledger, {
-    current,
-    target: target.tree,
-  });
-  if (!options.dryRun) project.saveLedger(ledger);
   return {
     project: project.root,
     snapshot: target,
     ...(before === undefined ? {} : { before }),
-    dryRun: options.dryRun === true,
+    dryRun: false,
     ...summarize(done),
   };
 }
@@ -572,15 +645,19 @@ function summarize(done: PlanEntry[]) {
   };
 }
 
-function openStore(home: string, env?: Record<string, string | undefined>): Store {
+function openStore(
+  home: string,
+  env?: Record<string, string | undefined>,
+  log?: (message: string) => void,
+): Store {
   const git = new Git("git", env ?? process.env);
   const problem = git.probe();
   if (problem) throw new Error(`git was not found on PATH (${problem})`);
-  return new Store(home, git);
+  return new Store(home, git, log);
 }
 
 function openProject(options: RollbackOptions): { project: Project; target: SnapshotInfo } {
-  const store = openStore(options.home, options.env);
+  const store = openStore(options.home, options.env, options.log);
   const root = projectRootOf(options.project ?? process.cwd());
   const project = store.project(root);
   const snapshots = store.exists() ? project.snapshots() : [];
