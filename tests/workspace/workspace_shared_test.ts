@@ -9,6 +9,8 @@ import { execFileSync, spawn } from "node:child_process";
 import { listProjects, rollback, rollbackDiff, Workspaces } from "../../workspace/mod.ts";
 import { processStart } from "../../workspace/_lock.ts";
 import { fixture, scriptCommand, tempHome } from "../_helpers.ts";
+import { rollbackCommand } from "../../cli/_workspace.ts";
+import { memoryIo } from "../../cli/_common.ts";
 
 const GIT_ENV = { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: os.devNull };
 
@@ -122,4 +124,51 @@ test("a snapshot waits for another process's, and a write is recorded even when 
   } finally {
     holder.kill("SIGKILL");
   }
+});
+
+test("a process group killed mid-snapshot leaves nothing that blocks a snapshot or rollback 1", async () => {
+  const home = tempHome();
+  const dir = project({ "a.txt": "as the user left it\n" });
+  const key = () => listProjects({ home }).projects[0]?.key;
+  const [cmd, argv] = scriptCommand(fixture("workspace_snapshot_loop"), [
+    home,
+    "0",
+    "20",
+    "k",
+    dir,
+  ]);
+  let landed = 0;
+  for (let round = 0; round < 40 && landed === 0; round++) {
+    const child = spawn(cmd, argv, { stdio: ["ignore", "pipe", "inherit"], detached: true });
+    await new Promise<void>((resolve) => child.stdout.once("data", () => resolve()));
+    const projectDir = path.join(home, "checkpoints", "projects", key() ?? "");
+    const indexLock = path.join(projectDir, "index.lock");
+    // Wait (bounded) for git to be at work on the project's index, then kill
+    // the whole group at once, as the supervisor does at the end of its grace.
+    const end = Date.now() + 5000;
+    while (!fs.existsSync(indexLock) && Date.now() < end) await new Promise((r) => setImmediate(r));
+    process.kill(-child.pid!, "SIGKILL");
+    await new Promise((resolve) => child.once("close", resolve));
+    if (fs.existsSync(indexLock)) landed++;
+  }
+  assert.ok(landed > 0, "no kill landed while git held the index lock; the test proved nothing");
+  const logs: string[] = [];
+  const ws = new Workspaces({
+    home,
+    log: (level, message) => logs.push(`${level}: ${message}`),
+    settings: () => ({ workspace_snapshots: true }),
+  });
+  fs.writeFileSync(path.join(dir, "a.txt"), "before the agent\n");
+  assert.ok(ws.beforeWrite(dir, 1), `a snapshot is taken: ${logs.join("\n")}`);
+  assert.match(
+    logs.join("\n"),
+    /info: cleared .*index\.lock, left by a snapshot that was interrupted/,
+  );
+  assert.equal(logs.filter((l) => l.startsWith("warn")).length, 0, logs.join("\n"));
+  fs.writeFileSync(path.join(dir, "a.txt"), "the agent's\n");
+  ws.afterWrite(dir, ["a.txt"]);
+  const m = memoryIo({ cwd: dir });
+  assert.equal(await rollbackCommand.run(["1", "--home", home], m.io), 0, m.stderr());
+  assert.equal(fs.readFileSync(path.join(dir, "a.txt"), "utf8"), "before the agent\n");
+  storeGit(home, "fsck", "--strict", "--no-dangling");
 });
