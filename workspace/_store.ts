@@ -188,7 +188,7 @@ export function blobId(content: Buffer): string {
 
 /**
  * The content hash of what is at `file` now (a symlink: its target text), or
- * null when nothing is there; undefined for a directory or something unreadable.
+ * null when no file is there (nothing, or a directory); undefined when unreadable.
  */
 export function diskHash(file: string | Buffer): string | null | undefined {
   let st: fs.Stats;
@@ -200,6 +200,7 @@ export function diskHash(file: string | Buffer): string | null | undefined {
   try {
     if (st.isSymbolicLink()) return blobId(fs.readlinkSync(file, { encoding: "buffer" }));
     if (st.isFile()) return blobId(fs.readFileSync(file));
+    if (st.isDirectory()) return null;
   } catch { /* unreadable */ }
   return undefined;
 }
@@ -643,6 +644,11 @@ export class Project {
         // cannot pass to the file system (Deno's node:fs is lossy for
         // non-UTF-8 bytes): git, given the bytes, knows which.
         add.push(p);
+        continue;
+      }
+      if (st.isDirectory()) {
+        // A directory where the index has a file: its files are listed on their own.
+        drop.push(p);
         continue;
       }
       if (st.isFile() && st.size > limits.maxFileBytes) {

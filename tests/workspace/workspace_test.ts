@@ -408,10 +408,13 @@ test("a restore never follows a symbolic link out of the tree", () => {
   const r = rollback({ home, project: dir, all: true });
   assert.equal(read(outside, "victim.txt"), "outside\n");
   assert.equal(read(outside, "d/file.txt"), "outside d\n");
-  // The link itself is replaced by the file; what is behind a linked directory is skipped.
+  // The links themselves are replaced: by the file, and by the directory with its file.
   assert.equal(fs.lstatSync(path.join(dir, "a.txt")).isFile(), true);
   assert.equal(read(dir, "a.txt"), "a1\n");
-  assert.ok(r.skipped.some((s) => s.path === "d/file.txt" && /symbolic link/.test(s.reason)));
+  assert.equal(fs.lstatSync(path.join(dir, "d")).isDirectory(), true);
+  assert.equal(read(dir, "d/file.txt"), "d1\n");
+  assert.deepEqual(r.removed, ["d"]);
+  assert.deepEqual(r.skipped, []);
 });
 
 /** Run `script` in sh; the only way to name non-UTF-8 files under Deno, whose node:fs is lossy. */
@@ -601,4 +604,23 @@ test("a staged tree pruned from the store is rebuilt, never committed broken", (
   assert.equal(snapshotFiles(home, id).size, 1);
   const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
   execFileSync("git", ["fsck", "--strict", "--no-dangling"], { env: storeEnv, stdio: "pipe" });
+});
+
+test("one rollback restores a directory the agent replaced by a file, a link, or the reverse", () => {
+  for (const replace of ["echo oops > docs", "ln -s /tmp docs"]) {
+    const dir = project({ "docs/guide.md": "the guide\n", "docs/api/ref.md": "ref\n", "x": "x\n" });
+    const { home, ws } = setup();
+    const command = `rm -rf docs && ${replace} && rm x && mkdir x && echo in > x/inside`;
+    assert.ok(ws.beforeTool(dir, 1, "bash", { command }, { callId: "c" }));
+    sh(dir, command);
+    ws.afterTool(dir, "bash", { callId: "c", ok: true });
+    const r = rollback({ home, project: dir });
+    assert.deepEqual(r.skipped, [], replace);
+    assert.deepEqual(r.restored.sort(), ["docs/api/ref.md", "docs/guide.md", "x"], replace);
+    assert.deepEqual(r.removed.sort(), ["docs", "x/inside"], replace);
+    assert.equal(fs.lstatSync(path.join(dir, "docs")).isDirectory(), true, replace);
+    assert.equal(read(dir, "docs/guide.md"), "the guide\n");
+    assert.equal(read(dir, "docs/api/ref.md"), "ref\n");
+    assert.equal(read(dir, "x"), "x\n");
+  }
 });
