@@ -244,11 +244,12 @@ export function applyPlan(
 
 /** The tree a plan would leave: the current tree with the plan applied. */
 export function resultTree(project: Project, current: string, plan: PlanEntry[]): string {
-  const tmp = path.join(project.dir, `diff-index-${process.pid}`);
+  const tmp = path.join(project.workDir, `diff-index-${process.pid}`);
   const gitDir = project.store.gitDir;
+  const env = project.gitEnv();
   fs.rmSync(tmp, { force: true });
   try {
-    project.store.git.run(["read-tree", current], { gitDir, index: tmp });
+    project.store.git.run(["read-tree", current], { gitDir, index: tmp, env });
     const lines: Buffer[] = [];
     for (const e of plan) {
       if (e.action === "skip") continue;
@@ -259,10 +260,11 @@ export function resultTree(project: Project, current: string, plan: PlanEntry[])
       project.store.git.run(["update-index", "-z", "--index-info"], {
         gitDir,
         index: tmp,
+        env,
         input: Buffer.concat(lines),
       });
     }
-    return project.store.git.run(["write-tree"], { gitDir, index: tmp }).toString().trim();
+    return project.store.git.run(["write-tree"], { gitDir, index: tmp, env }).toString().trim();
   } finally {
     fs.rmSync(tmp, { force: true });
   }

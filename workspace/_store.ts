@@ -369,11 +369,51 @@ export class Project {
   readonly dir: string;
   readonly ref: string;
   readonly index: string;
-  constructor(readonly store: Store, readonly root: string) {
+  /**
+   * @param store The store.
+   * @param root The project root.
+   * @param scratch For a read-only view: a directory outside the store that
+   *   holds its index and the objects it writes (the store's are read as
+   *   alternates), so that dry runs and diffs leave the store as it was.
+   */
+  constructor(readonly store: Store, readonly root: string, readonly scratch?: string) {
     this.key = projectKey(root);
     this.dir = path.join(store.projectsDir, this.key);
     this.ref = `refs/agent-checkpoint/${this.key}`;
-    this.index = path.join(this.dir, "index");
+    this.index = path.join(scratch ?? this.dir, "index");
+  }
+
+  /** Where temporary indexes go: the project's directory, or a view's scratch directory. */
+  get workDir(): string {
+    return this.scratch ?? this.dir;
+  }
+
+  /** What git's environment needs for this view (objects written to the scratch directory). */
+  gitEnv(): Record<string, string> {
+    if (this.scratch === undefined) return {};
+    return {
+      GIT_OBJECT_DIRECTORY: path.join(this.scratch, "objects"),
+      GIT_ALTERNATE_OBJECT_DIRECTORIES: path.join(this.store.gitDir, "objects"),
+    };
+  }
+
+  /** Run `body` on a view of this project that writes nothing to the store. */
+  readOnlyView<T>(body: (view: Project) => T): T {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ws-view-"));
+    try {
+      fs.mkdirSync(path.join(dir, "objects"));
+      try {
+        const copy = path.join(dir, "index");
+        fs.copyFileSync(this.index, copy);
+        // Git tells a file changed within the index's own second by the index's
+        // time ("racily clean"): the copy must keep it.
+        const st = fs.statSync(this.index);
+        fs.utimesSync(copy, st.atime, st.mtime);
+      } catch { /* no index yet: staged from scratch */ }
+      return body(new Project(this.store, this.root, dir));
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   }
 
   git(args: string[], o: { input?: Buffer | string; cwd?: string; maxBuffer?: number } = {}) {
@@ -382,6 +422,7 @@ export class Project {
       index: this.index,
       workTree: this.root,
       cwd: o.cwd ?? this.root,
+      env: this.gitEnv(),
       ...(o.input === undefined ? {} : { input: o.input }),
       ...(o.maxBuffer === undefined ? {} : { maxBuffer: o.maxBuffer }),
     });
@@ -396,6 +437,7 @@ export class Project {
   }
 
   saveState(s: ProjectState): void {
+    if (this.scratch !== undefined) return;
     writeAtomic(path.join(this.dir, "project.json"), JSON.stringify(s) + "\n");
   }
 
@@ -589,7 +631,7 @@ export class Project {
    * store's excludes and the size limits); returns whether anything changed.
    */
   stage(limits: Limits): { changed: boolean; tooBig: Buffer[]; bytes: number } {
-    fs.mkdirSync(this.dir, { recursive: true });
+    fs.mkdirSync(this.workDir, { recursive: true });
     // Nested repositories are listed as "dir/" until their files are in the
     // index; list their files with their own work tree and an empty index.
     const budget = limits.maxFiles * 512;
@@ -667,7 +709,7 @@ export class Project {
         input: joinZ(add),
       });
     }
-    this.store.grew(bytes);
+    if (this.scratch === undefined) this.store.grew(bytes);
     return { changed: true, tooBig, bytes };
   }
 
@@ -680,13 +722,14 @@ export class Project {
 
   listNested(sub: Buffer, budget: number): Buffer[] {
     const dir = Buffer.concat([Buffer.from(this.root + path.sep), sub]).toString("utf8");
-    const tmpIndex = path.join(this.dir, "nested-index");
+    const tmpIndex = path.join(this.workDir, "nested-index");
     fs.rmSync(tmpIndex, { force: true });
     const out = this.store.git.run(["ls-files", "-z", "-o", "--exclude-standard"], {
       gitDir: this.store.gitDir,
       index: tmpIndex,
       workTree: dir,
       cwd: dir,
+      env: this.gitEnv(),
       maxBuffer: budget,
     });
     return splitZ(out).map((p) => Buffer.concat([sub, p]));

@@ -531,17 +531,7 @@ export interface RollbackResult {
  * ```
  */
 export function rollback(options: RollbackOptions): RollbackResult {
-  if (options.dryRun) {
-    const d = rollbackDiff(options);
-    return {
-      project: d.project,
-      snapshot: d.snapshot,
-      dryRun: true,
-      restored: d.restored,
-      removed: d.removed,
-      skipped: d.skipped,
-    };
-  }
+  if (options.dryRun) return preview(options, false);
   const { project, target } = openProject(options);
   const limits = limitsOf(options.settings ?? {});
   const only = onlyPath(project.root, options);
@@ -606,23 +596,36 @@ export interface RollbackDiff extends RollbackResult {
  * ```
  */
 export function rollbackDiff(options: RollbackOptions): RollbackDiff {
+  return preview(options, true) as RollbackDiff;
+}
+
+/** A rollback's plan, and with `withPatch` its diff, worked out on a view that writes nothing. */
+function preview(
+  options: RollbackOptions,
+  withPatch: boolean,
+): RollbackResult & { patch?: string } {
   const { project, target } = openProject(options);
   const limits = limitsOf(options.settings ?? {});
-  const current = project.writeTree(limits).tree;
   const only = onlyPath(project.root, options);
-  const plan = planRollback(project, current, target.tree, project.ledger(), {
-    all: options.all === true,
-    ...(only === undefined ? {} : { only }),
+  return project.readOnlyView((view) => {
+    const current = view.writeTree(limits).tree;
+    const plan = planRollback(view, current, target.tree, view.ledger(), {
+      all: options.all === true,
+      ...(only === undefined ? {} : { only }),
+    });
+    const result: RollbackResult & { patch?: string } = {
+      project: project.root,
+      snapshot: target,
+      dryRun: true,
+      ...summarize(plan),
+    };
+    if (withPatch) {
+      const after = resultTree(view, current, plan);
+      const args = ["diff-tree", "-p", "-r", "--no-renames", "--no-color", current, after];
+      result.patch = view.git(args).toString("utf8");
+    }
+    return result;
   });
-  const after = resultTree(project, current, plan);
-  const args = ["diff-tree", "-p", "-r", "--no-renames", "--no-color", current, after];
-  return {
-    project: project.root,
-    snapshot: target,
-    dryRun: true,
-    ...summarize(plan),
-    patch: project.git(args).toString("utf8"),
-  };
 }
 
 function onlyPath(root: string, options: RollbackOptions): Buffer | undefined {

@@ -624,3 +624,67 @@ test("one rollback restores a directory the agent replaced by a file, a link, or
     assert.equal(read(dir, "x"), "x\n");
   }
 });
+
+/**
+ * Every entry under `dir` (directories too) with its content hash and mode.
+ * Not modification times: git refreshes the time of an object it is asked to
+ * write again, also in a read-only view's alternate store (where it may).
+ */
+function fullState(dir: string): Map<string, string> {
+  const out = new Map<string, string>();
+  const walk = (d: string) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name);
+      const st = fs.lstatSync(p);
+      if (e.isDirectory()) {
+        out.set(p, `dir:${st.mode}`);
+        walk(p);
+      } else if (e.isSymbolicLink()) out.set(p, `link:${fs.readlinkSync(p)}`);
+      else {
+        const hash = createHash("sha256").update(fs.readFileSync(p)).digest("hex");
+        out.set(p, `${hash}:${st.mode}`);
+      }
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+test("--dry-run and diff write nothing to the store, and work on a read-only store", async () => {
+  const dir = project({ "a.txt": "a1\n", "b.txt": "b1\n" });
+  const { home, ws } = setup();
+  ws.beforeWrite(dir, 1);
+  write(dir, "a.txt", "a2\n");
+  ws.afterWrite(dir, ["a.txt"]);
+  ws.beforeWrite(dir, 2);
+  // Changes since the newest snapshot, so a preview must stage the tree to see them.
+  write(dir, "a.txt", "a3\n");
+  write(dir, "new.txt", "n\n");
+  ws.afterWrite(dir, ["a.txt", "new.txt"]);
+  const checkpoints = path.join(home, "checkpoints");
+  const before = fullState(checkpoints);
+  const tree = fullState(dir);
+  const run = async (args: string[]) => {
+    const m = memoryIo({ cwd: dir });
+    assert.equal(await rollbackCommand.run([...args, "--home", home], m.io), 0, m.stderr());
+    return m.stdout();
+  };
+  const check = async (expected: Map<string, string>) => {
+    assert.match(await run(["2", "--dry-run"]), /would restore +a\.txt\n.*would remove +new\.txt/s);
+    assert.match(await run(["diff", "2"]), /-a3\n\+a1/);
+    const one = await run(["diff", "1", "--all", "a.txt"]);
+    assert.match(one, /-a3\n\+a2/);
+    assert.match(await run(["2", "--dry-run", "--json"]), /"dryRun": true/);
+    assert.deepEqual(fullState(checkpoints), expected, "the store is as it was");
+    assert.deepEqual(fullState(dir), tree, "the tree is as it was");
+  };
+  await check(before);
+  // Read-only: tests may run as root, who writes anyway, so the check above
+  // (nothing changed) is what proves it; this proves nothing needs writing.
+  execFileSync("chmod", ["-R", "a-w", checkpoints]);
+  try {
+    await check(fullState(checkpoints));
+  } finally {
+    execFileSync("chmod", ["-R", "u+w", checkpoints]);
+  }
+});
