@@ -25,9 +25,11 @@ import {
   MAX_TREE_FILES,
   type Project,
   projectRootOf,
+  showPath,
   type SnapshotInfo,
   snapshotMessage,
   type SnapshotMeta,
+  splitZ,
   Store,
   type WorkspaceSettings,
 } from "./_store.ts";
@@ -665,27 +667,91 @@ function openProject(options: RollbackOptions): { project: Project; target: Snap
   const project = store.project(root);
   const snapshots = store.exists() ? project.snapshots() : [];
   if (snapshots.length === 0) throw new RangeError(`No snapshots of ${root}`);
-  const wanted = String(options.target ?? 1);
-  let target: SnapshotInfo | undefined;
+  return { project, target: findSnapshot(root, snapshots, String(options.target ?? 1)) };
+}
+
+/**
+ * A snapshot by number (counting the agent's snapshots only, 1 = newest) or
+ * by id or unique id prefix (any snapshot, a rollback's included).
+ */
+function findSnapshot(root: string, snapshots: SnapshotInfo[], wanted: string): SnapshotInfo {
   if (/^\d{1,3}$/.test(wanted) && !/^0[0-9]/.test(wanted)) {
-    target = snapshots[Number(wanted) - 1];
+    const numbered = snapshots.filter((s) => s.kind === "agent");
+    const target = numbered[Number(wanted) - 1];
     if (target === undefined || Number(wanted) < 1) {
       throw new RangeError(
-        `No snapshot ${wanted} of ${root}: it has ${snapshots.length} (1 is the newest)`,
+        `No snapshot ${wanted} of ${root}: it has ${numbered.length} (1 is the newest)`,
       );
     }
-  } else {
-    const matches = snapshots.filter((s) => s.id.startsWith(wanted.toLowerCase()));
-    if (matches.length !== 1 || wanted.length < 4) {
-      throw new RangeError(
-        matches.length > 1
-          ? `Snapshot id "${wanted}" is ambiguous`
-          : `No snapshot "${wanted}" of ${root}`,
-      );
-    }
-    target = matches[0] as SnapshotInfo;
+    return target;
   }
-  return { project, target };
+  const matches = snapshots.filter((s) => s.id.startsWith(wanted.toLowerCase()));
+  if (matches.length !== 1 || wanted.length < 4) {
+    throw new RangeError(
+      matches.length > 1
+        ? `Snapshot id "${wanted}" is ambiguous`
+        : `No snapshot "${wanted}" of ${root}`,
+    );
+  }
+  return matches[0] as SnapshotInfo;
+}
+
+/** One snapshot as `snapshots list` shows it. */
+export interface SnapshotEntry extends SnapshotInfo {
+  /** Its number for `rollback N` (the agent's snapshots only; a rollback's has none). */
+  number?: number;
+  /** The first 12 hex digits of its id. */
+  short: string;
+  /** The files it differs in from the next older snapshot (all of its files for the oldest). */
+  files: string[];
+}
+
+/**
+ * A project's snapshots, newest first: number, id, time, reason, and the
+ * files each differs in from the one before it. A rollback's snapshots are
+ * listed with `kind: "rollback"` and no number.
+ *
+ * @throws {RangeError} When the project has no snapshots.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { listSnapshots, Workspaces } from "./mod.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-list-doc-"));
+ * const project = fs.mkdtempSync(path.join(os.tmpdir(), "ac-list-proj-"));
+ * fs.writeFileSync(path.join(project, "a.txt"), "one");
+ * const ws = new Workspaces({ home, log: () => {}, settings: () => ({ workspace_snapshots: true }) });
+ * ws.beforeTool(project, 1, "write_file", { path: "a.txt" }, { runId: "r1" });
+ * const [newest] = listSnapshots({ home, project }).snapshots;
+ * assert.equal(newest?.number, 1);
+ * assert.equal(newest?.tool, "write_file");
+ * assert.deepEqual(newest?.files, ["a.txt"]);
+ * ```
+ */
+export function listSnapshots(
+  options: { home: string; project?: string; env?: Record<string, string | undefined> },
+): { project: string; snapshots: SnapshotEntry[] } {
+  const store = openStore(options.home, options.env);
+  const root = projectRootOf(options.project ?? process.cwd());
+  const project = store.project(root);
+  const snapshots = store.exists() ? project.snapshots() : [];
+  if (snapshots.length === 0) throw new RangeError(`No snapshots of ${root}`);
+  let n = 0;
+  const entries = snapshots.map((s, i) => {
+    const older = snapshots[i + 1];
+    const args = older
+      ? ["diff-tree", "-r", "-z", "--name-only", "--no-renames", older.tree, s.tree]
+      : ["ls-tree", "-r", "-z", "--name-only", s.tree];
+    const files = splitZ(project.git(args)).map((p) => showPath(p));
+    const entry: SnapshotEntry = { ...s, short: s.id.slice(0, 12), files };
+    if (s.kind === "agent") entry.number = ++n;
+    return entry;
+  });
+  return { project: root, snapshots: entries };
 }
 
 /** One project in the store, for `snapshots`. */

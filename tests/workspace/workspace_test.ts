@@ -121,8 +121,9 @@ test("snapshots and rollbacks never change the project's own .git", () => {
   const r = rollback({ home, project: dir, target: 2 });
   assert.deepEqual(r.restored.sort(), ["a.txt", "src/b.ts"]);
   assert.equal(read(dir, "a.txt"), "uncommitted\n");
-  // Snapshot 1 is now the one taken just before that rollback: undo it.
-  rollback({ home, project: dir, target: 1 });
+  // The snapshot taken just before that rollback undoes it (reached by id).
+  assert.ok(r.before);
+  rollback({ home, project: dir, target: r.before });
   pruneStore({ home });
   assert.deepEqual(hashTree(path.join(dir, ".git")), before);
   assert.equal(read(dir, "a.txt"), "agent\n");
@@ -192,7 +193,7 @@ test("hand edits are kept and listed; the agent's writes are restored", async ()
   assert.equal(read(dir, "mine.txt"), "my edit\n");
   // The text output lists what was kept, and --all restores everything.
   const t = memoryIo({ cwd: dir });
-  assert.equal(await rollbackCommand.run(["2", "--home", home, "--all"], t.io), 0);
+  assert.equal(await rollbackCommand.run(["1", "--home", home, "--all"], t.io), 0);
   assert.match(t.stdout(), /restored +both\.txt/);
   assert.equal(read(dir, "mine.txt"), "v1\n");
   assert.equal(read(dir, "both.txt"), "v1\n");
@@ -260,8 +261,8 @@ test("a single path restores that file alone", async () => {
   assert.equal(await rollbackCommand.run(["1", "b.txt", "--home", home], m.io), 0, m.stderr());
   assert.equal(read(dir, "a.txt"), "a2\n");
   assert.equal(read(dir, "b.txt"), "b1\n");
-  // A path alone (no N) means the newest snapshot: now the one taken just
-  // before that rollback, with a2 and b2.
+  // A path alone (no N) means the newest of the agent's snapshots.
+  assert.ok(ws.beforeWrite(dir, 2));
   write(dir, "a.txt", "a3\n");
   write(dir, "b.txt", "b3\n");
   ws.afterWrite(dir, ["a.txt", "b.txt"]);
@@ -687,4 +688,57 @@ test("--dry-run and diff write nothing to the store, and work on a read-only sto
   } finally {
     execFileSync("chmod", ["-R", "u+w", checkpoints]);
   }
+});
+
+test("snapshots list numbers the agent's snapshots; a rollback's are marked and reached by id", async () => {
+  const dir = project({ "a.txt": "a1\n", "b.txt": "b1\n" });
+  const { home, ws } = setup();
+  for (let turn = 1; turn <= 4; turn++) {
+    ws.beforeTool(dir, turn, "write_file", { path: "a.txt" }, { callId: `c${turn}`, runId: "r1" });
+    write(dir, "a.txt", `a${turn + 1}\n`);
+    if (turn === 2) write(dir, "b.txt", "b2\n");
+    ws.afterTool(dir, "write_file", { callId: `c${turn}`, runId: "r1", ok: true });
+  }
+  ws.afterWrite(dir, ["b.txt"]);
+  const list = async () => {
+    const m = memoryIo({ cwd: dir });
+    assert.equal(await snapshotsCommand.run(["list", "--home", home, "--json"], m.io), 0);
+    return JSON.parse(m.stdout()).snapshots as Record<string, unknown>[];
+  };
+  const four = await list();
+  assert.deepEqual(four.map((s) => s.number), [1, 2, 3, 4]);
+  assert.deepEqual(four.map((s) => s.turn), [4, 3, 2, 1]);
+  assert.equal(four[0]!.tool, "write_file");
+  assert.equal(four[0]!.runId, "r1");
+  assert.match(four[0]!.short as string, /^[0-9a-f]{12}$/);
+  assert.deepEqual(four[1]!.files, ["a.txt", "b.txt"], "differs from the one before in both");
+  assert.deepEqual(four[0]!.files, ["a.txt"]);
+  // rollback 4, twice: the second finds the same snapshot and nothing to undo.
+  const first = memoryIo({ cwd: dir });
+  assert.equal(await rollbackCommand.run(["4", "--home", home], first.io), 0, first.stderr());
+  const restoredId = (four[3]!.id as string).slice(0, 12);
+  assert.match(first.stdout(), new RegExp(`rolled back to snapshot ${restoredId}`));
+  const took = first.stdout().match(/snapshot taken first: ([0-9a-f]{12})/)?.[1];
+  assert.ok(took, first.stdout());
+  assert.equal(read(dir, "a.txt"), "a1\n");
+  assert.equal(read(dir, "b.txt"), "b1\n");
+  const after = await list();
+  assert.deepEqual(after.map((s) => s.number), [undefined, 1, 2, 3, 4]);
+  assert.equal(after[0]!.kind, "rollback");
+  assert.equal(after[0]!.short, took);
+  const text = memoryIo({ cwd: dir });
+  assert.equal(await snapshotsCommand.run(["list", "--home", home], text.io), 0);
+  assert.match(text.stdout(), new RegExp(`^rollback +${took} `, "m"));
+  assert.match(text.stdout(), new RegExp(`^4 +${restoredId} `, "m"));
+  // The user keeps a file the rollback restored, by hand, then runs rollback 4 again.
+  write(dir, "b.txt", "b1, then mine\n");
+  const second = memoryIo({ cwd: dir });
+  assert.equal(await rollbackCommand.run(["4", "--home", home], second.io), 0);
+  assert.match(second.stdout(), new RegExp(`rolled back to snapshot ${restoredId}`));
+  assert.equal(read(dir, "a.txt"), "a1\n", "the user's rollback is not undone");
+  assert.equal(read(dir, "b.txt"), "b1, then mine\n");
+  // The rollback's snapshot is reached by id: undo the first rollback.
+  const undo = memoryIo({ cwd: dir });
+  assert.equal(await rollbackCommand.run([took, "a.txt", "--home", home], undo.io), 0);
+  assert.equal(read(dir, "a.txt"), "a5\n");
 });
