@@ -16,6 +16,7 @@ import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
 import { spawnSync } from "node:child_process";
 import { deflateSync } from "node:zlib";
+import { SETTINGS } from "../settings.ts";
 import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
 
 /** Settings the workspace snapshots read (all optional until read). */
@@ -30,6 +31,12 @@ export interface WorkspaceSettings {
   max_total_size_mb?: number;
   /** Snapshots kept per project. @default {20} */
   max_snapshots?: number;
+  /** Trees with more files than this are not snapshotted. @default {200000} */
+  max_tree_files?: number;
+  /** File tools: their names, and the input keys naming the files they write. */
+  workspace_file_tools?: { names?: string[]; path_keys?: string[] };
+  /** Shell tools: their names, and the input keys holding the command. */
+  workspace_shell_tools?: { names?: string[]; command_keys?: string[] };
 }
 
 /** The limits in force, resolved from settings and options. */
@@ -40,18 +47,46 @@ export interface Limits {
   maxFiles: number;
 }
 
-/** The most files a tree may hold to be snapshotted. */
-export const MAX_TREE_FILES = 50_000;
+/** The most files a tree may hold to be snapshotted, unless `max_tree_files` says otherwise. */
+export const MAX_TREE_FILES: number = SETTINGS.max_tree_files.default;
 
-/** Resolve the limits, taking each setting's default when missing or invalid. */
-export function limitsOf(settings: WorkspaceSettings, maxFiles = MAX_TREE_FILES): Limits {
+/**
+ * Resolve the limits, taking each setting's default when missing or invalid;
+ * `maxFiles`, when given, wins over `max_tree_files`.
+ */
+export function limitsOf(settings: WorkspaceSettings, maxFiles?: number): Limits {
   const positive = (v: unknown, d: number) =>
     typeof v === "number" && Number.isFinite(v) && v > 0 ? v : d;
   return {
-    maxFileBytes: positive(settings.max_file_size_mb, 10) * 1024 * 1024,
-    maxTotalBytes: positive(settings.max_total_size_mb, 500) * 1024 * 1024,
-    maxSnapshots: Math.max(1, Math.floor(positive(settings.max_snapshots, 20))),
-    maxFiles,
+    maxFileBytes: positive(settings.max_file_size_mb, SETTINGS.max_file_size_mb.default) * 1024 *
+      1024,
+    maxTotalBytes: positive(settings.max_total_size_mb, SETTINGS.max_total_size_mb.default) *
+      1024 * 1024,
+    maxSnapshots: Math.max(
+      1,
+      Math.floor(positive(settings.max_snapshots, SETTINGS.max_snapshots.default)),
+    ),
+    maxFiles: Math.max(
+      1,
+      Math.floor(maxFiles ?? positive(settings.max_tree_files, MAX_TREE_FILES)),
+    ),
+  };
+}
+
+/** The tool names and input keys in force: the settings', each part defaulting. */
+export function toolsOf(settings: WorkspaceSettings): {
+  file: ReadonlySet<string>;
+  pathKeys: readonly string[];
+  shell: ReadonlySet<string>;
+  commandKeys: readonly string[];
+} {
+  const file = { ...SETTINGS.workspace_file_tools.default, ...settings.workspace_file_tools };
+  const shell = { ...SETTINGS.workspace_shell_tools.default, ...settings.workspace_shell_tools };
+  return {
+    file: new Set(file.names),
+    pathKeys: file.path_keys,
+    shell: new Set(shell.names),
+    commandKeys: shell.command_keys,
   };
 }
 

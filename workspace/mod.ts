@@ -22,7 +22,6 @@ import {
   type Ledger,
   ledgerKey,
   limitsOf,
-  MAX_TREE_FILES,
   type Project,
   projectRootOf,
   showPath,
@@ -31,6 +30,7 @@ import {
   type SnapshotMeta,
   splitZ,
   Store,
+  toolsOf,
   type WorkspaceSettings,
 } from "./_store.ts";
 import {
@@ -42,13 +42,7 @@ import {
   resultTree,
   treeChanges,
 } from "./_restore.ts";
-import {
-  commandOf,
-  FILE_TOOLS,
-  filePathsOf,
-  isDestructiveCommand,
-  SHELL_TOOLS,
-} from "./_shell_words.ts";
+import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts";
 
 export type { SnapshotInfo, WorkspaceSettings };
 export { isDestructiveCommand };
@@ -72,7 +66,7 @@ export interface WorkspacesOptions {
   env?: Record<string, string | undefined>;
   /** The user's home directory, which is never snapshotted. @default {os.homedir()} */
   userHome?: string;
-  /** Trees with more files than this are not snapshotted. @default {50000} */
+  /** Trees with more files than this are not snapshotted (wins over `max_tree_files`). */
   maxFiles?: number;
   /** How long a snapshot waits while another process snapshots the same project. @default {30000} */
   lockWaitMs?: number;
@@ -130,6 +124,7 @@ export class Workspaces {
   readonly #pending = new Map<string, Pending>();
   readonly #said = new Set<string>();
   readonly #skip = new Map<string, string>();
+  readonly #unknownTools = new Set<string>();
 
   /**
    * Set up the snapshots of one library instance; nothing is read or run yet.
@@ -157,11 +152,11 @@ export class Workspaces {
   }
 
   /**
-   * For a tool about to run: when it is a file tool (`write_file`, `patch`,
-   * `Write`, `Edit`, `MultiEdit`, `NotebookEdit`) or a shell tool whose
-   * `command` is destructive, snapshot the project (once per turn) and
+   * For a tool about to run: when it is a file tool (setting
+   * `workspace_file_tools`) or a shell tool (`workspace_shell_tools`) whose
+   * command is destructive, snapshot the project (once per turn) and
    * remember the call so {@link Workspaces.afterTool} can record what it
-   * wrote.
+   * wrote. Any other tool gets one log line per name.
    *
    * @returns The new snapshot's commit id, or undefined (none taken).
    */
@@ -173,11 +168,24 @@ export class Workspaces {
     options: { callId?: string; runId?: string } = {},
   ): string | undefined {
     return this.#guarded(options.runId, () => {
-      const file = FILE_TOOLS.has(tool);
+      const tools = toolsOf(this.#options.settings());
+      const file = tools.file.has(tool);
       let shell = false;
       if (!file) {
-        if (!SHELL_TOOLS.has(tool)) return undefined;
-        const command = commandOf(input);
+        if (!tools.shell.has(tool)) {
+          if (!this.#unknownTools.has(tool) && this.#unknownTools.size < 1000) {
+            this.#unknownTools.add(tool);
+            this.#say(
+              "info",
+              `workspace snapshots: tool ${
+                JSON.stringify(tool)
+              } is in neither workspace_file_tools nor workspace_shell_tools, so no snapshot is taken before it`,
+              options.runId,
+            );
+          }
+          return undefined;
+        }
+        const command = commandOf(input, tools.commandKeys);
         if (command === undefined || !isDestructiveCommand(command)) return undefined;
         shell = true;
       }
@@ -187,7 +195,7 @@ export class Workspaces {
       // Remembered before the snapshot: the tool runs whether or not the
       // snapshot could be taken, and what it writes is the agent's all the same.
       if (!shell) {
-        const paths = filePathsOf(input).map((p) => path.resolve(dir, p));
+        const paths = filePathsOf(input, tools.pathKeys).map((p) => path.resolve(dir, p));
         this.#remember(key, { root, base: "", paths, shell });
       }
       let failure: unknown;
@@ -340,7 +348,7 @@ export class Workspaces {
   }
 
   #limits() {
-    return limitsOf(this.#options.settings(), this.#options.maxFiles ?? MAX_TREE_FILES);
+    return limitsOf(this.#options.settings(), this.#options.maxFiles);
   }
 
   /** The project root for `dir`, or undefined (with one log line) when it is guarded. */

@@ -742,3 +742,32 @@ test("snapshots list numbers the agent's snapshots; a rollback's are marked and 
   assert.equal(await rollbackCommand.run([took, "a.txt", "--home", home], undo.io), 0);
   assert.equal(read(dir, "a.txt"), "a5\n");
 });
+
+test("tool names and input keys come from settings; any other tool is logged once per name", () => {
+  const dir = project({ "a.txt": "a1\n", "b.txt": "b1\n" });
+  const { home, ws, logs } = setup({
+    workspace_file_tools: { names: ["edit_file"], path_keys: ["target"] },
+    workspace_shell_tools: { names: ["run_command"], command_keys: ["cmdline"] },
+  });
+  // Built-in names not in the settings' lists are other tools now.
+  assert.equal(ws.beforeTool(dir, 1, "write_file", { path: "a.txt" }), undefined);
+  assert.equal(ws.beforeTool(dir, 2, "write_file", { path: "a.txt" }), undefined);
+  assert.equal(ws.beforeTool(dir, 3, "web_search", { query: "x" }), undefined);
+  assert.deepEqual(logs, [
+    'info: workspace snapshots: tool "write_file" is in neither workspace_file_tools nor workspace_shell_tools, so no snapshot is taken before it',
+    'info: workspace snapshots: tool "web_search" is in neither workspace_file_tools nor workspace_shell_tools, so no snapshot is taken before it',
+  ]);
+  assert.equal(fs.existsSync(path.join(home, "checkpoints")), false);
+  // A file tool of the settings, its path under the settings' key.
+  assert.ok(ws.beforeTool(dir, 4, "edit_file", { target: "a.txt" }, { callId: "e" }));
+  write(dir, "a.txt", "a2\n");
+  ws.afterTool(dir, "edit_file", { callId: "e", ok: true });
+  // A shell tool of the settings, its command under the settings' key.
+  assert.ok(ws.beforeTool(dir, 5, "run_command", { cmdline: "rm b.txt" }, { callId: "r" }));
+  fs.rmSync(path.join(dir, "b.txt"));
+  ws.afterTool(dir, "run_command", { callId: "r", ok: true });
+  assert.equal(ws.beforeTool(dir, 6, "run_command", { cmdline: "ls" }), undefined);
+  const r = rollback({ home, project: dir, target: 2 });
+  assert.deepEqual(r.restored.sort(), ["a.txt", "b.txt"]);
+  assert.equal(logs.length, 2);
+});
