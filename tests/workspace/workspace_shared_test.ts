@@ -172,3 +172,41 @@ test("a process group killed mid-snapshot leaves nothing that blocks a snapshot 
   assert.equal(fs.readFileSync(path.join(dir, "a.txt"), "utf8"), "before the agent\n");
   storeGit(home, "fsck", "--strict", "--no-dangling");
 });
+
+test("rollback diff into a pipe closed early (| head -1) stops quietly", async () => {
+  const home = tempHome();
+  const dir = project({ "big.txt": "original line\n".repeat(100_000) });
+  const ws = new Workspaces({
+    home,
+    log: () => {},
+    settings: () => ({ workspace_snapshots: true }),
+  });
+  ws.beforeWrite(dir, 1);
+  fs.writeFileSync(path.join(dir, "big.txt"), "the agent's line\n".repeat(100_000));
+  ws.afterWrite(dir, ["big.txt"]);
+  const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+  const cli = new URL(`../../scripts/cli${ext}`, import.meta.url).pathname;
+  const [cmd, argv] = scriptCommand(cli, [
+    "rollback",
+    "diff",
+    "1",
+    "--home",
+    home,
+    "--project",
+    dir,
+  ]);
+  const child = spawn(cmd, argv, { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (d) => stderr += d);
+  // Read the first line, then close the pipe as `head -1` does.
+  const first = await new Promise<string>((resolve) => {
+    child.stdout.once("data", (d) => {
+      child.stdout.destroy();
+      resolve(String(d).split("\n")[0] ?? "");
+    });
+  });
+  const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
+  assert.match(first, /^rollback diff: to snapshot [0-9a-f]{12}/);
+  assert.equal(stderr, "", "no stack trace, no error");
+  assert.ok(code === 0 || code === 141, `exit status ${code}`);
+});
