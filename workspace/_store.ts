@@ -142,7 +142,6 @@ const CONFIG = [
   "gc.auto=0",
   "maintenance.auto=false",
   "commit.gpgSign=false",
-  "index.threads=1",
   "advice.detachedHead=false",
 ].flatMap((c) => ["-c", c]);
 
@@ -686,37 +685,43 @@ export class Project {
       }
     }
     const unique = dedupe(candidates);
-    if (unique.length + this.indexEntries() > limits.maxFiles) {
-      // Count only what is really there: deleted entries are in both.
-      let present = 0;
-      const rootBuf = Buffer.from(this.root + path.sep);
-      for (const p of unique) {
-        try {
-          fs.lstatSync(Buffer.concat([rootBuf, p]));
-          present++;
-        } catch { /* deleted */ }
+    if (unique.length === 0) return { changed: false, tooBig: [], bytes: 0 };
+    const rootBuf = Buffer.from(this.root + path.sep);
+    const rootText = this.root + path.sep;
+    // One lstat per changed path (all of them on the first snapshot): by its
+    // name as text where the bytes are UTF-8, which is quicker than a Buffer.
+    const stats = unique.map((p) => {
+      const text = p.toString("utf8");
+      const name = Buffer.byteLength(text) === p.length && !text.includes("\uFFFD")
+        ? rootText + text
+        : Buffer.concat([rootBuf, p]);
+      try {
+        return fs.lstatSync(name, { throwIfNoEntry: false });
+      } catch {
+        return undefined;
       }
-      if (present + this.indexEntries() > limits.maxFiles) {
+    });
+    const entries = this.indexEntries();
+    if (unique.length + entries > limits.maxFiles) {
+      // Count only what is really there: deleted entries are in both.
+      const present = stats.filter((st) => st !== undefined).length;
+      if (present + entries > limits.maxFiles) {
         throw new GuardError(this.root, `the tree has more than ${limits.maxFiles} files`);
       }
     }
-    if (unique.length === 0) return { changed: false, tooBig: [], bytes: 0 };
-    const rootBuf = Buffer.from(this.root + path.sep);
     const add: Buffer[] = [];
     const drop: Buffer[] = [];
     const tooBig: Buffer[] = [];
     const linked = symlinkedParent(rootBuf);
     let bytes = 0;
-    for (const p of unique) {
+    for (const [i, p] of unique.entries()) {
       // git refuses paths beyond a symbolic link: they are gone from the tree.
       if (linked(p)) {
         drop.push(p);
         continue;
       }
-      let st: fs.Stats;
-      try {
-        st = fs.lstatSync(Buffer.concat([rootBuf, p]));
-      } catch {
+      const st = stats[i];
+      if (st === undefined) {
         // Deleted (update-index --remove drops it), or a name this runtime
         // cannot pass to the file system (Deno's node:fs is lossy for
         // non-UTF-8 bytes): git, given the bytes, knows which.

@@ -18,6 +18,7 @@ import {
 import { rollbackCommand, snapshotsCommand } from "../../cli/_workspace.ts";
 import { memoryIo } from "../../cli/_common.ts";
 import { tempHome } from "../_helpers.ts";
+import { SETTINGS } from "../../settings.ts";
 
 const GIT_ENV = {
   ...process.env,
@@ -770,4 +771,18 @@ test("tool names and input keys come from settings; any other tool is logged onc
   const r = rollback({ home, project: dir, target: 2 });
   assert.deepEqual(r.restored.sort(), ["a.txt", "b.txt"]);
   assert.equal(logs.length, 2);
+});
+
+test("max_tree_files sets the file limit (200,000 by default) and the skip is logged once", () => {
+  assert.equal(SETTINGS.max_tree_files.default, 200_000);
+  const many = project(Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`f${i}`, "x"])));
+  const over = setup({ max_tree_files: 7 });
+  assert.equal(over.ws.beforeWrite(many, 1), undefined);
+  assert.equal(over.ws.beforeWrite(many, 2), undefined);
+  assert.deepEqual(over.logs, [
+    `info: workspace snapshots skip ${many}: the tree has more than 7 files`,
+  ]);
+  const fits = setup({ max_tree_files: 8 });
+  assert.ok(fits.ws.beforeWrite(many, 1));
+  assert.deepEqual(fits.logs, []);
 });
