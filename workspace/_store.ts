@@ -554,6 +554,7 @@ export class Project {
       `${this.index}.lock`,
       path.join(this.dir, "nested-index.lock"),
       path.join(this.store.gitDir, `${this.ref}.lock`),
+      path.join(this.store.gitDir, `${this.pendingRef}.lock`),
     ];
     for (const name of fs.readdirSync(this.dir)) {
       if (/^(rollback|diff)-index-\d+(\.lock)?$/.test(name)) locks.push(path.join(this.dir, name));
@@ -639,6 +640,37 @@ export class Project {
     } catch { /* not loose */ }
     try {
       return this.git(["rev-parse", "-q", "--verify", this.ref]).toString().trim() || undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The ref that keeps the tree before a shell tool's command until the tool ends. */
+  get pendingRef(): string {
+    return `refs/agent-checkpoint-pending/${this.key}`;
+  }
+
+  /**
+   * Keep `tree` reachable (so no prune takes it) while a tool runs; returns
+   * the commit that holds it, for {@link Project.release}.
+   */
+  hold(tree: string): string {
+    const id = this.store.writeCommit(tree, [], "agent-checkpoint: the tree before a command\n");
+    this.store.updateRef(this.pendingRef, id, this.readRef(this.pendingRef));
+    return id;
+  }
+
+  /** Let a tree kept by {@link Project.hold} go, unless a later hold replaced it. */
+  release(id: string): void {
+    if (this.readRef(this.pendingRef) === id) {
+      fs.rmSync(path.join(this.store.gitDir, this.pendingRef), { force: true });
+    }
+  }
+
+  readRef(ref: string): string | undefined {
+    try {
+      const id = fs.readFileSync(path.join(this.store.gitDir, ref), "utf8").trim();
+      return /^[0-9a-f]{40,64}$/.test(id) ? id : undefined;
     } catch {
       return undefined;
     }
@@ -898,6 +930,16 @@ export class Store {
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, delay);
     }
     return () => fs.rmSync(mark, { force: true });
+  }
+
+  /** Run `body` marked as writing objects (see {@link beginWrite}). */
+  writing<T>(body: () => T): T {
+    const done = this.beginWrite();
+    try {
+      return body();
+    } finally {
+      done();
+    }
   }
 
   /** Whether a live process other than the caller's own marks is writing objects. */

@@ -83,6 +83,8 @@ export interface WorkspaceRef {
 interface Pending {
   root: string;
   base: string;
+  /** The commit that keeps `base` from being pruned until the tool ends. */
+  hold?: string;
   paths: string[];
   shell: boolean;
 }
@@ -208,9 +210,15 @@ export class Workspaces {
       if (shell) {
         try {
           // The tree before the command, to see afterwards what it changed.
-          const project = (this.#store() as Store).project(root);
-          const base = project.locked(() => project.writeTree(this.#limits()).tree);
-          this.#remember(key, { root, base, paths: [], shell });
+          const store = this.#store() as Store;
+          const project = store.project(root);
+          const { base, hold } = project.locked(() =>
+            store.writing(() => {
+              const base = project.writeTree(this.#limits()).tree;
+              return { base, hold: project.hold(base) };
+            })
+          );
+          this.#remember(key, { root, base, hold, paths: [], shell });
         } catch (error) {
           failure ??= error;
         }
@@ -241,10 +249,16 @@ export class Workspaces {
       }
       const store = this.#store() as Store;
       const project = store.project(pending.root);
-      const changes = project.locked(() => {
-        const after = project.writeTree(this.#limits()).tree;
-        return after === pending.base ? [] : treeChanges(project, pending.base, after);
-      });
+      const changes = project.locked(() =>
+        store.writing(() => {
+          try {
+            const after = project.writeTree(this.#limits()).tree;
+            return after === pending.base ? [] : treeChanges(project, pending.base, after);
+          } finally {
+            if (pending.hold) project.release(pending.hold);
+          }
+        })
+      );
       const entries: Ledger = {};
       for (const c of changes) {
         const abs = Buffer.concat([Buffer.from(pending.root + "/"), c.rel]);
@@ -859,6 +873,7 @@ export function pruneStore(
     if (fs.existsSync(p.root)) continue;
     dropped += p.snapshotIds().length;
     p.setSnapshots([], "", p.refHead());
+    fs.rmSync(path.join(store.gitDir, p.pendingRef), { force: true });
     fs.rmSync(p.dir, { recursive: true, force: true });
     forgotten.push(p.root);
   }

@@ -786,3 +786,34 @@ test("max_tree_files sets the file limit (200,000 by default) and the skip is lo
   assert.ok(fits.ws.beforeWrite(many, 1));
   assert.deepEqual(fits.logs, []);
 });
+
+test("the tree before a shell command outlives a prune by another project until the tool ends", () => {
+  const dir = project({ "a.txt": "1\n" });
+  const other = project({ "b.txt": "1\n" });
+  const { home, ws } = setup({ max_snapshots: 1 });
+  ws.beforeWrite(dir, 1);
+  // A second command in the same turn: no snapshot, but its tree before is staged.
+  write(dir, "a.txt", "2, by a first command\n");
+  assert.equal(
+    ws.beforeTool(dir, 1, "bash", { command: "echo 3 > a.txt" }, { callId: "s" }),
+    undefined,
+  );
+  // Meanwhile another project's snapshots drop old ones and prune at once.
+  write(other, "b.txt", "2\n");
+  ws.beforeWrite(other, 1);
+  write(other, "b.txt", "3\n");
+  ws.beforeWrite(other, 2);
+  write(dir, "a.txt", "3, by the command\n");
+  ws.afterTool(dir, "bash", { callId: "s", ok: true });
+  // The command's write is the agent's: rolling back to the newest snapshot restores a.txt.
+  const r = rollback({ home, project: dir });
+  assert.deepEqual(r.restored, ["a.txt"]);
+  assert.equal(read(dir, "a.txt"), "1\n");
+  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
+  assert.equal(
+    execFileSync("git", ["for-each-ref", "refs/agent-checkpoint-pending/"], { env: storeEnv })
+      .toString(),
+    "",
+    "nothing held once the tool ended",
+  );
+});
