@@ -27,7 +27,7 @@ export interface PlanEntry {
   action: "restore" | "remove" | "skip";
   /** Why it is skipped. */
   reason?: string;
-  /** The snapshot's blob and mode (restore). */
+  /** The blob and mode: the snapshot's (restore), or the current tree's (remove). */
   blob?: string;
   mode?: string;
 }
@@ -172,8 +172,9 @@ export function planRollback(
       }
     }
     if (reason) plan.push({ rel: c.rel, action: "skip", reason });
-    else if (c.status === "D") plan.push({ rel: c.rel, action: "remove" });
-    else plan.push({ rel: c.rel, action: "restore", blob: c.dstBlob, mode: c.dstMode });
+    else if (c.status === "D") {
+      plan.push({ rel: c.rel, action: "remove", blob: c.srcBlob, mode: c.srcMode });
+    } else plan.push({ rel: c.rel, action: "restore", blob: c.dstBlob, mode: c.dstMode });
   }
   return plan;
 }
@@ -181,18 +182,14 @@ export function planRollback(
 /**
  * Carry out a plan; returns the entries done (a write that fails becomes a
  * skip with the error as its reason). Files are written and removed by git
- * itself from temporary indexes of the two trees, so any path git can store
- * (non-UTF-8 bytes included) is restored byte for byte; git replaces a
- * symbolic link in the way and never writes through one. Updates the
- * ledger: what a rollback writes counts as the agent's, so the rollback
+ * itself, from a temporary index holding just the paths concerned (so the
+ * cost follows the files restored, not the size of the tree); any path git
+ * can store (non-UTF-8 bytes included) is restored byte for byte, and git
+ * replaces a symbolic link in the way and never writes through one. Updates
+ * the ledger: what a rollback writes counts as the agent's, so the rollback
  * itself can be rolled back.
  */
-export function applyPlan(
-  project: Project,
-  plan: PlanEntry[],
-  ledger: Ledger,
-  trees: { current: string; target: string },
-): PlanEntry[] {
+export function applyPlan(project: Project, plan: PlanEntry[], ledger: Ledger): PlanEntry[] {
   const done: PlanEntry[] = [];
   for (const e of plan) if (e.action === "skip") done.push(e);
   // Removals first: a file or link the agent put where the snapshot has a
@@ -208,14 +205,19 @@ export function applyPlan(
     return list;
   };
   const tmp = path.join(project.dir, `rollback-index-${process.pid}`);
-  const withIndex = (tree: string, list: PlanEntry[], args: string[], extraEnv = {}) => {
+  const withIndex = (list: PlanEntry[], args: string[], extraEnv = {}) => {
     if (list.length === 0) return;
     fs.rmSync(tmp, { force: true });
+    const o = { gitDir: project.store.gitDir, index: tmp };
     try {
-      project.store.git.run(["read-tree", tree], { gitDir: project.store.gitDir, index: tmp });
+      project.store.git.run(["update-index", "-z", "--index-info"], {
+        ...o,
+        input: Buffer.concat(
+          list.flatMap((e) => [Buffer.from(`${e.mode} ${e.blob}\t`), e.rel, Buffer.from([0])]),
+        ),
+      });
       project.store.git.run(args, {
-        gitDir: project.store.gitDir,
-        index: tmp,
+        ...o,
         workTree: project.root,
         cwd: project.root,
         input: joinZ(list.map((e) => e.rel)),
@@ -233,12 +235,11 @@ export function applyPlan(
     }
   };
   withIndex(
-    trees.current,
     checked("remove"),
     ["rm", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul"],
     { GIT_LITERAL_PATHSPECS: "1" },
   );
-  withIndex(trees.target, checked("restore"), ["checkout-index", "-f", "-q", "-z", "--stdin"]);
+  withIndex(checked("restore"), ["checkout-index", "-f", "-q", "-z", "--stdin"]);
   return done;
 }
 

@@ -573,7 +573,7 @@ export function rollback(options: RollbackOptions): RollbackResult {
       all: options.all === true,
       ...(only === undefined ? {} : { only }),
     });
-    const done = applyPlan(project, plan, ledger, { current, target: target.tree });
+    const done = applyPlan(project, plan, ledger);
     project.saveLedger(ledger);
     return { before: taken?.id, done };
   });
