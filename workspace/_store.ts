@@ -475,10 +475,13 @@ export class Project {
     writeAtomic(path.join(this.dir, "project.json"), JSON.stringify(s) + "\n");
   }
 
+  /** How many bytes of `ledger.jsonl` the last {@link Project.ledger} read. */
+  #journalRead = 0;
+
   /**
    * The ledger: `ledger.json`, then the writes appended to `ledger.jsonl`
    * since (appends need no lock, so a write is recorded even when its
-   * snapshot could not be taken).
+   * snapshot could not be taken), and any journal a killed compaction left.
    */
   ledger(): Ledger {
     let files: Ledger = {};
@@ -488,17 +491,14 @@ export class Project {
         files = l.files as Ledger;
       }
     } catch { /* none yet */ }
-    let journal = "";
+    let names: string[] = [];
     try {
-      journal = fs.readFileSync(path.join(this.dir, "ledger.jsonl"), "utf8");
-    } catch { /* no writes since */ }
-    for (const line of journal.split("\n")) {
-      if (line === "") continue;
-      try {
-        const entries = JSON.parse(line);
-        if (entries && typeof entries === "object") Object.assign(files, entries);
-      } catch { /* a line torn by a kill */ }
-    }
+      names = fs.readdirSync(this.dir).filter((n) => /^ledger\.jsonl\.\d+-\w+\.old$/.test(n));
+    } catch { /* no project yet */ }
+    for (const name of names) applyJournal(files, readText(path.join(this.dir, name)));
+    const journal = readText(path.join(this.dir, "ledger.jsonl"));
+    this.#journalRead = Buffer.byteLength(journal);
+    applyJournal(files, journal);
     return files;
   }
 
@@ -510,10 +510,35 @@ export class Project {
     fs.appendFileSync(path.join(this.dir, "ledger.jsonl"), JSON.stringify(entries) + "\n");
   }
 
-  /** Replace the ledger as a whole (under the project's lock). */
+  /**
+   * Replace the ledger as a whole with `files` (read by {@link Project.ledger}
+   * and changed since), under the project's lock. Writes appended by other
+   * processes since that read are kept: the journal is moved aside first (new
+   * appends start a new one) and what it gained since the read is applied.
+   */
   saveLedger(files: Ledger): void {
-    writeAtomic(path.join(this.dir, "ledger.json"), JSON.stringify({ v: 1, files }) + "\n");
-    fs.rmSync(path.join(this.dir, "ledger.jsonl"), { force: true });
+    const journal = path.join(this.dir, "ledger.jsonl");
+    const aside = `${journal}.${process.pid}-${Math.random().toString(36).slice(2)}.old`;
+    let moved = false;
+    try {
+      fs.renameSync(journal, aside);
+      moved = true;
+    } catch { /* no journal */ }
+    const merged = { ...files };
+    if (moved) {
+      let since = "";
+      try {
+        since = fs.readFileSync(aside).subarray(this.#journalRead).toString("utf8");
+      } catch { /* gone */ }
+      applyJournal(merged, since);
+    }
+    writeAtomic(path.join(this.dir, "ledger.json"), JSON.stringify({ v: 1, files: merged }) + "\n");
+    for (const name of fs.readdirSync(this.dir)) {
+      if (/^ledger\.jsonl\.\d+-\w+\.old$/.test(name)) {
+        fs.rmSync(path.join(this.dir, name), { force: true });
+      }
+    }
+    this.#journalRead = 0;
   }
 
   /** Fold the appended writes into `ledger.json` once they grow (under the project's lock). */
@@ -828,6 +853,25 @@ export class Project {
     }
     this.saveState({ ...this.state(), indexTree: tree });
     return { tree, changed: true };
+  }
+}
+
+function readText(file: string): string {
+  try {
+    return fs.readFileSync(file, "utf8");
+  } catch {
+    return "";
+  }
+}
+
+/** Apply the lines of a ledger journal (a line torn by a kill is skipped). */
+function applyJournal(files: Ledger, text: string): void {
+  for (const line of text.split("\n")) {
+    if (line === "") continue;
+    try {
+      const entries = JSON.parse(line);
+      if (entries && typeof entries === "object") Object.assign(files, entries);
+    } catch { /* torn */ }
   }
 }
 

@@ -19,6 +19,7 @@ import { rollbackCommand, snapshotsCommand } from "../../cli/_workspace.ts";
 import { memoryIo } from "../../cli/_common.ts";
 import { tempHome } from "../_helpers.ts";
 import { SETTINGS } from "../../settings.ts";
+import { Git, Store } from "../../workspace/_store.ts";
 
 const GIT_ENV = {
   ...process.env,
@@ -816,4 +817,26 @@ test("the tree before a shell command outlives a prune by another project until 
     "",
     "nothing held once the tool ended",
   );
+});
+
+test("replacing the ledger keeps writes appended by another process since it was read", () => {
+  const dir = project({ "a.txt": "a\n" });
+  const home = tempHome();
+  const store = new Store(home, new Git("git", process.env));
+  const mine = store.project(dir);
+  const theirs = store.project(dir);
+  theirs.recordWrites({ "a.txt": "1".repeat(40) });
+  const files = mine.ledger();
+  // Another process appends while this one holds what it read.
+  theirs.recordWrites({ "b.txt": "2".repeat(40), "é.txt": null });
+  files["a.txt"] = "3".repeat(40);
+  mine.saveLedger(files);
+  assert.deepEqual(store.project(dir).ledger(), {
+    "a.txt": "3".repeat(40),
+    "b.txt": "2".repeat(40),
+    "é.txt": null,
+  });
+  // And later appends go on top of the new ledger.
+  theirs.recordWrites({ "a.txt": "4".repeat(40) });
+  assert.equal(store.project(dir).ledger()["a.txt"], "4".repeat(40));
 });
