@@ -144,17 +144,21 @@ function plainGit(tree: string, dir: string) {
   return { git, snapshot };
 }
 
+const SETTINGS = {
+  workspace_snapshots: true,
+  max_snapshots: 100,
+  max_total_size_mb: 100_000,
+  max_tree_files: 1_000_000,
+};
+
 function workspaces(home: string, logs: string[]) {
-  return new Workspaces({
-    home,
-    log: (_l, m) => logs.push(m),
-    settings: () => ({
-      workspace_snapshots: true,
-      max_snapshots: 100,
-      max_total_size_mb: 100_000,
-      max_tree_files: 1_000_000,
-    }),
-  });
+  fs.mkdirSync(home, { recursive: true });
+  // The same settings for the command line.
+  fs.writeFileSync(
+    path.join(home, "config.yaml"),
+    `agent_checkpoint:\n${Object.entries(SETTINGS).map(([k, v]) => `  ${k}: ${v}\n`).join("")}`,
+  );
+  return new Workspaces({ home, log: (_l, m) => logs.push(m), settings: () => SETTINGS });
 }
 
 const CLI = new URL("./cli.ts", import.meta.url).pathname;
@@ -224,7 +228,9 @@ for (const { files, mb } of SIZES) {
     ws.afterWrite(tree, list);
   };
   agentWrites([one]);
-  const rbOne = measure(() => rollback({ home, project: tree, target: 1, path: one }));
+  const rbOne = measure(() =>
+    rollback({ home, project: tree, target: 1, path: one, settings: SETTINGS })
+  );
   agentWrites([one]);
   const rbOneCli = measure(() =>
     execFileSync(process.execPath, [
@@ -246,7 +252,7 @@ for (const { files, mb } of SIZES) {
   const gitOne = measure(() => plain.git("checkout", commit, "--", rel));
   const some = names.filter((_, i) => i % 100 === 50);
   agentWrites(some);
-  const rbAll = measure(() => rollback({ home, project: tree, target: 1 }));
+  const rbAll = measure(() => rollback({ home, project: tree, target: 1, settings: SETTINGS }));
   for (const f of some) fs.writeFileSync(f, "changed\n");
   const gitAll = measure(() => plain.git("checkout", "-f", commit, "--", "."));
   say(

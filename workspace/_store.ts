@@ -47,6 +47,9 @@ export interface Limits {
   maxFiles: number;
 }
 
+/** From this many files to add, staging lets `git add -A` walk the tree itself. */
+const BULK = 2000;
+
 /** The most files a tree may hold to be snapshotted, unless `max_tree_files` says otherwise. */
 export const MAX_TREE_FILES: number = SETTINGS.max_tree_files.default;
 
@@ -726,20 +729,42 @@ export class Project {
     // Nested repositories are listed as "dir/" until their files are in the
     // index; list their files with their own work tree and an empty index.
     const budget = limits.maxFiles * 512;
+    // Each path comes tagged: "? " not in the index, "C " changed, "R " deleted.
     const listed = splitZ(
-      this.git(["ls-files", "-z", "-o", "-m", "-d", "--exclude-standard", ...this.excludeStore()], {
-        maxBuffer: budget,
-      }),
+      this.git(
+        ["ls-files", "-z", "-t", "-o", "-m", "-d", "--exclude-standard", ...this.excludeStore()],
+        { maxBuffer: budget },
+      ),
     );
     const candidates: Buffer[] = [];
     const nested: Buffer[] = [];
-    for (const p of listed) (p[p.length - 1] === 0x2f ? nested : candidates).push(p);
+    const others = new Set<string>();
+    const deleted = new Set<string>();
+    for (const rec of listed) {
+      const p = rec.subarray(2);
+      if (p[p.length - 1] === 0x2f) nested.push(p);
+      else {
+        candidates.push(p);
+        if (rec[0] === 0x3f) others.add(p.toString("latin1"));
+        else if (rec[0] === 0x52) deleted.add(p.toString("latin1"));
+      }
+    }
+    const hadNested = nested.length > 0;
     while (nested.length) {
       const sub = nested.pop() as Buffer;
-      if (candidates.length > limits.maxFiles) break;
+      if (others.size > limits.maxFiles) break;
       for (const p of this.listNested(sub, budget)) {
-        (p[p.length - 1] === 0x2f ? nested : candidates).push(p);
+        if (p[p.length - 1] === 0x2f) nested.push(p);
+        else {
+          candidates.push(p);
+          others.add(p.toString("latin1"));
+        }
       }
+    }
+    // The tree's files: the index's, plus those not in it, less those deleted.
+    const total = this.indexEntries() + others.size - deleted.size;
+    if (total > limits.maxFiles) {
+      throw new GuardError(this.root, `the tree has more than ${limits.maxFiles} files`);
     }
     const unique = dedupe(candidates);
     if (unique.length === 0) return { changed: false, tooBig: [], bytes: 0 };
@@ -758,14 +783,6 @@ export class Project {
         return undefined;
       }
     });
-    const entries = this.indexEntries();
-    if (unique.length + entries > limits.maxFiles) {
-      // Count only what is really there: deleted entries are in both.
-      const present = stats.filter((st) => st !== undefined).length;
-      if (present + entries > limits.maxFiles) {
-        throw new GuardError(this.root, `the tree has more than ${limits.maxFiles} files`);
-      }
-    }
     const add: Buffer[] = [];
     const drop: Buffer[] = [];
     const tooBig: Buffer[] = [];
@@ -801,7 +818,16 @@ export class Project {
     if (drop.length) {
       this.git(["update-index", "--force-remove", "-z", "--stdin"], { input: joinZ(drop) });
     }
-    if (add.length) {
+    const excluded = [...tooBig, ...this.storeInside()];
+    if (
+      add.length >= BULK && nested.length === 0 && !hadNested &&
+      excluded.every((p) => Buffer.from(p.toString("utf8")).equals(p))
+    ) {
+      // Many files (a first snapshot): git's own walk and add cost less than
+      // feeding it every path. What the walk above left out stays out.
+      const pathspecs = excluded.map((p) => `:(exclude,literal,top)${p.toString("utf8")}`);
+      this.git(["add", "-A", "--", ":/", ...pathspecs]);
+    } else if (add.length) {
       this.git(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], {
         input: joinZ(add),
       });
@@ -812,9 +838,14 @@ export class Project {
 
   /** A store kept inside the project's tree must not be snapshotted into itself. */
   excludeStore(): string[] {
+    return this.storeInside().map((rel) => `--exclude=/${rel.toString("utf8")}/`);
+  }
+
+  /** The store's directory relative to the root, when it is inside the project's tree. */
+  storeInside(): Buffer[] {
     const rel = path.relative(this.root, this.store.base);
     if (rel === "" || rel.startsWith("..") || path.isAbsolute(rel)) return [];
-    return [`--exclude=/${rel.split(path.sep).join("/")}/`];
+    return [Buffer.from(rel.split(path.sep).join("/"))];
   }
 
   listNested(sub: Buffer, budget: number): Buffer[] {
@@ -1030,6 +1061,8 @@ export class Store {
       fs.writeFileSync(path.join(info, "attributes"), ATTRIBUTES);
       try {
         fs.renameSync(tmp, this.gitDir);
+        // Empty: the estimate grows by the bytes staged, and nothing is measured until it is large.
+        writeAtomic(path.join(this.base, "size.json"), JSON.stringify({ bytes: 0 }));
       } catch (error) {
         // Another process made it first, or a directory left without a repository.
         if (!this.exists()) {

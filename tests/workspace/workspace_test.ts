@@ -785,7 +785,18 @@ test("max_tree_files sets the file limit (200,000 by default) and the skip is lo
   ]);
   const fits = setup({ max_tree_files: 8 });
   assert.ok(fits.ws.beforeWrite(many, 1));
+  // A tree at the limit stays snapshotted as files change, go and come.
+  write(many, "f0", "changed");
+  assert.ok(fits.ws.beforeWrite(many, 2));
+  fs.rmSync(path.join(many, "f1"));
+  write(many, "new", "n");
+  assert.ok(fits.ws.beforeWrite(many, 3));
   assert.deepEqual(fits.logs, []);
+  write(many, "ninth", "n");
+  assert.equal(fits.ws.beforeWrite(many, 4), undefined);
+  assert.deepEqual(fits.logs, [
+    `info: workspace snapshots skip ${many}: the tree has more than 8 files`,
+  ]);
 });
 
 test("the tree before a shell command outlives a prune by another project until the tool ends", () => {
@@ -839,4 +850,35 @@ test("replacing the ledger keeps writes appended by another process since it was
   // And later appends go on top of the new ledger.
   theirs.recordWrites({ "a.txt": "4".repeat(40) });
   assert.equal(store.project(dir).ledger()["a.txt"], "4".repeat(40));
+});
+
+test("a first snapshot of many files leaves out what a small one does", () => {
+  const files: Record<string, string> = { ".gitignore": "*.log\n" };
+  for (let i = 0; i < 2100; i++) files[`src/m${i % 30}/f${i}.ts`] = `export const x${i} = ${i};\n`;
+  files["debug.log"] = "noise\n";
+  files["node_modules/pkg/index.js"] = "m\n";
+  const dir = project(files);
+  fs.writeFileSync(path.join(dir, "big.bin"), Buffer.alloc(2 * 1024 * 1024));
+  fs.symlinkSync("src", path.join(dir, "link"));
+  // The home (and so the store) inside the project's tree.
+  const home = path.join(dir, "home");
+  const ws = new Workspaces({
+    home,
+    log: () => {},
+    settings: () => ({ workspace_snapshots: true, max_file_size_mb: 1 }),
+  });
+  const id = ws.beforeWrite(dir, 1) as string;
+  assert.ok(id);
+  const stored = snapshotFiles(home, id);
+  assert.equal(
+    stored.size,
+    2100 + 2,
+    [...stored.keys()].filter((f) => !f.startsWith("src/")).join(),
+  );
+  assert.ok(stored.has(".gitignore"));
+  assert.equal(stored.get("link"), "120000");
+  for (const left of ["big.bin", "debug.log", "node_modules/pkg/index.js"]) {
+    assert.equal(stored.has(left), false, left);
+  }
+  assert.ok(![...stored.keys()].some((f) => f.startsWith("home/")), "the store is not stored");
 });
