@@ -26,6 +26,7 @@ import {
   projectRootOf,
   showPath,
   type SnapshotInfo,
+  type SnapshotKind,
   snapshotMessage,
   type SnapshotMeta,
   splitZ,
@@ -44,7 +45,7 @@ import {
 } from "./_restore.ts";
 import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts";
 
-export type { SnapshotInfo, WorkspaceSettings };
+export type { SnapshotInfo, SnapshotKind, WorkspaceSettings };
 export { isDestructiveCommand };
 
 /** Writes a log line; never throws. */
