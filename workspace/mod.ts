@@ -44,6 +44,7 @@ import {
   treeChanges,
 } from "./_restore.ts";
 import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts";
+import { LockTimeout } from "./_lock.ts";
 
 export type { SnapshotInfo, SnapshotKind, WorkspaceSettings };
 export { isDestructiveCommand };
@@ -208,7 +209,8 @@ export class Workspaces {
       } catch (error) {
         failure = error;
       }
-      if (shell) {
+      // After waiting out the lock once, the tool is not held up a second time.
+      if (shell && !(failure instanceof LockTimeout)) {
         try {
           // The tree before the command, to see afterwards what it changed.
           const store = this.#store() as Store;
