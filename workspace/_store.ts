@@ -1248,7 +1248,13 @@ export class Store {
     try {
       const quiet = !this.#othersWriting();
       if (quiet && repack) this.git.run(["repack", "-a", "-d", "-q"], { gitDir: this.gitDir });
-      this.git.run(["prune", `--expire=${quiet ? "now" : PRUNE_GRACE}`], { gitDir: this.gitDir });
+      // What each project's index holds is kept too (named by the tree it was
+      // last written as), so the next snapshot need not hash the tree anew.
+      const indexes = this.projects().map((p) => p.state().indexTree)
+        .filter((t): t is string => typeof t === "string" && this.hasObject(t));
+      this.git.run(["prune", `--expire=${quiet ? "now" : PRUNE_GRACE}`, ...indexes], {
+        gitDir: this.gitDir,
+      });
       return quiet;
     } finally {
       lock.release();

@@ -882,3 +882,21 @@ test("a first snapshot of many files leaves out what a small one does", () => {
   }
   assert.ok(![...stored.keys()].some((f) => f.startsWith("home/")), "the store is not stored");
 });
+
+test("a prune keeps what every project's index holds, so it is not hashed anew", () => {
+  const dir = project({ "a.txt": "1\n" });
+  const other = project({ "b.txt": "1\n" });
+  const { home, ws } = setup({ max_snapshots: 1 });
+  ws.beforeWrite(dir, 1);
+  // A command's change is staged after it ends, and in no snapshot.
+  ws.beforeTool(dir, 2, "bash", { command: "echo staged > a.txt" }, { callId: "s" });
+  write(dir, "a.txt", "staged, in no snapshot\n");
+  ws.afterTool(dir, "bash", { callId: "s", ok: true });
+  write(other, "b.txt", "2\n");
+  ws.beforeWrite(other, 1);
+  write(other, "b.txt", "3\n");
+  ws.beforeWrite(other, 2);
+  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
+  const blob = createHash("sha1").update("blob 23\0staged, in no snapshot\n").digest("hex");
+  execFileSync("git", ["cat-file", "-e", blob], { env: storeEnv, stdio: "pipe" });
+});
