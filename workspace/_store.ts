@@ -1093,6 +1093,20 @@ export class Store {
     }
   }
 
+  /** Those of `ids` the store has, asking git once for any that are not loose. */
+  present(ids: string[]): string[] {
+    const loose = (id: string) =>
+      fs.existsSync(path.join(this.gitDir, "objects", id.slice(0, 2), id.slice(2)));
+    const rest = ids.filter((id) => !loose(id));
+    if (rest.length === 0) return ids;
+    const out = this.git.run(["cat-file", "--batch-check=%(objectname)"], {
+      gitDir: this.gitDir,
+      input: rest.join("\n") + "\n",
+    }).toString();
+    const found = new Set(out.split("\n").filter((l) => /^[0-9a-f]+$/.test(l)));
+    return ids.filter((id) => !rest.includes(id) || found.has(id));
+  }
+
   /**
    * Write a commit object directly as a loose object (what `git commit-tree`
    * does, without a process: a snapshot must be quick).
@@ -1250,8 +1264,9 @@ export class Store {
       if (quiet && repack) this.git.run(["repack", "-a", "-d", "-q"], { gitDir: this.gitDir });
       // What each project's index holds is kept too (named by the tree it was
       // last written as), so the next snapshot need not hash the tree anew.
-      const indexes = this.projects().map((p) => p.state().indexTree)
-        .filter((t): t is string => typeof t === "string" && this.hasObject(t));
+      const indexes = this.present(
+        this.projects().map((p) => p.state().indexTree).filter((t) => typeof t === "string"),
+      );
       this.git.run(["prune", `--expire=${quiet ? "now" : PRUNE_GRACE}`, ...indexes], {
         gitDir: this.gitDir,
       });
