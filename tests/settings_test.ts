@@ -259,6 +259,11 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
   max_file_size_mb: [[0.5, 10], [0, -1, true, "10"]],
   max_total_size_mb: [[500], [0, false]],
   max_snapshots: [[1, 20], [0, 1.5, -3, true, "20"]],
+  ledger: [[true, false], ["on", 1]],
+  progress_interval_seconds: [[0.25, 1, 5], [0, -1, true, "1"]],
+  host_timeout_seconds: [[30, 2.5], [0, false, "30"]],
+  ledger_retention_days: [[30, 0.5], [0, -7, "30"]],
+  resume_budget: [["fresh", "remaining"], ["all", true, 1]],
 };
 
 test("settingsSchema and the checks agree on every key's valid and invalid values", () => {
