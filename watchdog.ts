@@ -22,6 +22,8 @@ import { nowMs, RunTable } from "./_run_table.ts";
 import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./_writer.ts";
 import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
 import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
+import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
+import { openStore, thisHost } from "./store/mod.ts";
 
 /** Seconds past the time cap after which a run is no longer watched (S11). */
 export const PAST_CAP_SECONDS = 180;
@@ -219,6 +221,67 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     return run;
   }
 
+  /** The run ledger (S20): opened on first use while the setting is on. */
+  let ledger: { store: LedgerStore; progress: LedgerProgress } | undefined;
+  let ledgerOff = false;
+  let nextProgress = 0;
+
+  function openLedger(settings: Settings, now: number): LedgerProgress | undefined {
+    if (ledger || ledgerOff) return ledger?.progress;
+    const store = openStore({
+      home: data.home,
+      settings,
+      log: (level, message) => log(level, message),
+    });
+    if (!store) {
+      ledgerOff = true;
+      return undefined;
+    }
+    ledger = { store, progress: new LedgerProgress(store, log, thisHost()) };
+    // A bounded batch of ended runs past their retention goes at each process's start.
+    store.prune(now - settings.ledger_retention_days * 86_400_000, PRUNE_AT_START).catch((error) =>
+      log("warn", `pruning the run ledger failed: ${errorText(error)}`)
+    );
+    return ledger.progress;
+  }
+
+  /** The live runs as the main thread described them. */
+  function* liveRuns(): Iterable<RunInfo> {
+    const slots = shared.slots;
+    shared.refresh();
+    for (let slot = 0; slot < slots; slot++) {
+      const run = runIn(slot);
+      if (run) yield run.info;
+      else ledger?.progress.forget(slot);
+    }
+  }
+
+  /** Every interval: the changed runs' records and the heartbeat, in one commit. */
+  async function progress(): Promise<number> {
+    const now = nowMs();
+    const settings = source.at(now);
+    const interval = settings.progress_interval_seconds * 1000;
+    if (!settings.enabled || !settings.ledger) return Infinity;
+    if (now < nextProgress) return nextProgress;
+    nextProgress = now + interval;
+    const writer = openLedger(settings, now);
+    if (!writer) return Infinity;
+    let live = 0;
+    const runs = liveRuns();
+    writer.collect(
+      shared,
+      (function* () {
+        for (const info of runs) {
+          live++;
+          yield info;
+        }
+      })(),
+      now,
+    );
+    await writer.flush(now, settings.progress_interval_seconds, live > 0);
+    return nextProgress;
+  }
+
   let nextPoll = 0;
   let lastVersion = -1;
 
@@ -276,6 +339,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       lastLook = nowMs();
       next = look();
       await flush();
+      next = Math.min(next, await progress());
     } catch (error) {
       log("error", `watchdog poll failed: ${errorText(error)}`);
       next = nowMs() + 10_000;
