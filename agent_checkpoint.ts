@@ -183,10 +183,23 @@ function ledgerAttempt(
 ): Earlier | undefined {
   const r = view.record;
   if (r.status === "done") return undefined;
+  const same = file && file.previous.attempt === r.attempt ? file.previous : undefined;
+  const status = view.state === "ended" ? r.status as EndStatus : view.state;
+  const host = { machine: r.host.machine, pid: r.host.pid };
+  if (same && Date.parse(same.persistedAt) > r.updatedAt) {
+    // The file was written after the ledger's last record (the process died within an interval).
+    return {
+      ...file!,
+      previous: { ...same, status, host },
+      prior: {
+        turns: (r.prior?.turns ?? 0) + same.turnsUsed,
+        seconds: (r.prior?.seconds ?? 0) + same.elapsedSeconds,
+      },
+    };
+  }
   const summary = ledgerSummary(view, now);
   const calls = view.state === "ended" ? [] : unknownCalls(view, now);
   // The file adds the agent's own record, when it is this attempt's.
-  const same = file && file.previous.attempt === r.attempt ? file.previous : undefined;
   const previous: PreviousAttempt = {
     attempt: r.attempt,
     kind: same?.kind ?? "progress",
@@ -200,8 +213,8 @@ function ledgerAttempt(
     summary: same
       ? `${summary}; last checkpoint file write: ${same.kind} at ${same.persistedAt}`
       : summary,
-    status: view.state === "ended" ? r.status as EndStatus : view.state,
-    host: { machine: r.host.machine, pid: r.host.pid },
+    status,
+    host,
   };
   if (r.end) previous.endStatus = r.end.status;
   if (calls.length > 0) previous.inFlight = calls;
@@ -247,6 +260,22 @@ function earlierAttempt(
     attempts,
     prior: { turns: record.turnsUsed, seconds: record.elapsedSeconds },
   };
+}
+
+/** The keepers whose live runs' ledger records are written when the process exits. */
+const exiting = new Set<WeakRef<AgentCheckpoint>>();
+
+/** Write a keeper's live runs' records when the process exits; one listener for them all. */
+let listening = false;
+function atExit(keeper: AgentCheckpoint): void {
+  if (!listening) {
+    listening = true;
+    process.on("exit", () => {
+      for (const ref of exiting) ref.deref()?.ledgerAtExit();
+    });
+  }
+  for (const ref of exiting) if (ref.deref() === undefined) exiting.delete(ref);
+  exiting.add(new WeakRef(keeper));
 }
 
 /**
@@ -549,8 +578,27 @@ export class AgentCheckpoint {
       log: (level, message) => this.#log(level, message),
     });
     if (!store) this.#ledgerRetryAt = nowMs() + LEDGER_REOPEN_MS;
-    else this.#ledger = store;
+    else {
+      this.#ledger = store;
+      atExit(this);
+    }
     return store;
+  }
+
+  /** @internal The process exits: the live runs' records as they stand (an exception, `process.exit`). */
+  ledgerAtExit(): void {
+    if (!this.#ledger || this.#closed) return;
+    try {
+      const now = nowMs();
+      const host = thisHost();
+      const records: RunRecord[] = [];
+      for (const info of this.#runs) {
+        if (info) records.push(recordOf(info, this.#shared, host, now));
+      }
+      this.#ledgerWrite(records, "the live runs at exit");
+    } catch (error) {
+      ledgerFailed(this.#log, "the live runs at exit", error);
+    }
   }
 
   /**
@@ -670,17 +718,7 @@ export class AgentCheckpoint {
   #ledgerClose(): void {
     const store = this.#ledger;
     if (!store) return;
-    try {
-      const now = nowMs();
-      const host = thisHost();
-      const records: RunRecord[] = [];
-      for (const info of this.#runs) {
-        if (info) records.push(recordOf(info, this.#shared, host, now));
-      }
-      this.#ledgerWrite(records, "the live runs at close");
-    } catch (error) {
-      ledgerFailed(this.#log, "the live runs at close", error);
-    }
+    this.ledgerAtExit();
     if (this.#ledgerTimer !== undefined) clearTimeout(this.#ledgerTimer);
     this.#ledger = undefined;
     this.#ledgerRetryAt = Infinity;
