@@ -360,6 +360,9 @@ export class AgentCheckpoint {
         this.#free(info.slot, "ended");
       },
     };
+    // Opened now, not in the first startRun: creating a store costs a few disk flushes.
+    const settings = source.at(nowMs());
+    if (settings.enabled && settings.ledger) this.#ledgerStore(settings);
   }
 
   /** The settings in force now. */
