@@ -10,7 +10,7 @@ import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } fro
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, readCheckpoint } from "./persist.ts";
-import { summaryLine } from "./_record.ts";
+import { MAX_ATTEMPTS, summaryLine } from "./_record.ts";
 import {
   type PreviousAttempt,
   Run,
@@ -149,8 +149,6 @@ const inertRun = (runId: string) =>
     attempt: 1,
   });
 
-/** Earlier attempts' summaries kept in a record. */
-const MAX_ATTEMPTS = 5;
 /** How long the main thread waits before it tries to open a store that failed to open again. */
 const LEDGER_REOPEN_MS = 30_000;
 /** Ledger records the main thread keeps while the store cannot take them. */

@@ -339,6 +339,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       lastLook = nowMs();
       next = look();
       await flush();
+      shared.looked(source.version);
       next = Math.min(next, await progress());
     } catch (error) {
       log("error", `watchdog poll failed: ${errorText(error)}`);

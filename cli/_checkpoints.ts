@@ -19,6 +19,7 @@ import {
   parseDuration,
   size,
   table,
+  terminalSafe,
   UsageError,
   writeJson,
 } from "./_common.ts";
@@ -125,8 +126,30 @@ function described(f: CheckpointFile) {
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
+/** How many cut-off runs the summary line of `ls` names; the rest are counted. */
+export const LS_NAMED_CUT_OFF = 5;
+
+/**
+ * The run ids of `ls`'s summary line: at most {@link LS_NAMED_CUT_OFF}, then
+ * "and N more".
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { namedRuns } from "./_checkpoints.ts";
+ *
+ * assert.equal(namedRuns(["a", "b"]), "a, b");
+ * assert.equal(namedRuns(["1", "2", "3", "4", "5", "6", "7"]), "1, 2, 3, 4, 5 and 2 more");
+ * ```
+ */
+export function namedRuns(ids: string[]): string {
+  const shown = ids.slice(0, LS_NAMED_CUT_OFF).map((id) => terminalSafe(id)).join(", ");
+  const more = ids.length - LS_NAMED_CUT_OFF;
+  return more > 0 ? `${shown} and ${more} more` : shown;
+}
+
 function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): string {
-  if (files.length === 0) return `No checkpoint files in ${dir}.\n`;
+  if (files.length === 0) return `No checkpoint files in ${terminalSafe(dir)}.\n`;
   const yes = (b: boolean) => (b ? "yes" : "-");
   const rows = files.map((f) => [
     f.runId,
@@ -150,14 +173,14 @@ function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): stri
   if (withRecord.length > 0) {
     lines.push(
       `${plural(ended, "run")} ended, ${plural(cutOff.length, "run")} cut off${
-        cutOff.length > 0 ? ` (no end recorded: ${cutOff.map((f) => f.runId).join(", ")})` : ""
+        cutOff.length > 0 ? ` (no end recorded: ${namedRuns(cutOff.map((f) => f.runId))})` : ""
       }`,
     );
   }
   lines.push(
-    `${files.length} checkpoint file${
-      files.length === 1 ? "" : "s"
-    } in ${dir}: ${withRecord.length} with a record, ${
+    `${files.length} checkpoint file${files.length === 1 ? "" : "s"} in ${
+      terminalSafe(dir)
+    }: ${withRecord.length} with a record, ${
       files.filter((f) => f.agentText).length
     } with the agent's own text, ${files.filter((f) => f.incomplete).length} marked INCOMPLETE`,
   );
@@ -216,6 +239,7 @@ const SHOW_HELP = `Usage: ${NAME} show RUN [--home DIR] [--json]
 
 Prints the checkpoint file of run RUN (a kanban task id, a session id, or the
 file's name), headed by whether the run ended (and how) or was cut off.
+Control characters in it are shown escaped. Exits 1 when there is no such run.
 
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
   --json       the file's description as JSON instead of its text`;
@@ -248,12 +272,29 @@ function stateLine(f: CheckpointFile): string | undefined {
   const s = runState(f);
   if (!s.state) return undefined;
   const attempt = s.attempt !== undefined && s.attempt > 1 ? `, attempt ${s.attempt}` : "";
+  const run = terminalSafe(f.runId);
   if (s.state === "cut off") {
-    return `Run ${f.runId}${attempt}: cut off (its run never recorded an end)`;
+    return `Run ${run}${attempt}: cut off (its run never recorded an end)`;
   }
-  return `Run ${f.runId}${attempt}: ended ${s.status}${s.endedAt ? ` at ${s.endedAt}` : ""}${
-    s.summary ? `: ${s.summary.replace(/\s*\n\s*/g, " ")}` : ""
-  }`;
+  const at = s.endedAt ? ` at ${terminalSafe(s.endedAt)}` : "";
+  const summary = s.summary ? `: ${terminalSafe(s.summary.replace(/\s*\n\s*/g, " "))}` : "";
+  return `Run ${run}${attempt}: ended ${s.status}${at}${summary}`;
+}
+
+/**
+ * What a file that is not a regular file is, for `show`: a symbolic link
+ * (and where it points), a FIFO, a directory, a socket or a device.
+ */
+function notRegularText(f: CheckpointFile): string {
+  let target: string | undefined;
+  try {
+    target = fs.readlinkSync(f.file);
+  } catch {
+    // Not a link (or gone): the reader's own words say what it is.
+  }
+  return target === undefined
+    ? `${f.error ?? "not a regular file"}; not opened`
+    : `a symbolic link to ${target}, not a regular file; links are never followed`;
 }
 
 /**
@@ -266,7 +307,7 @@ function stateLine(f: CheckpointFile): string | undefined {
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { showCommand } from "./_checkpoints.ts";
- * import { memoryIo, UsageError } from "./_common.ts";
+ * import { memoryIo } from "./_common.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * fs.mkdirSync(path.join(home, "agent-checkpoints"));
@@ -274,7 +315,7 @@ function stateLine(f: CheckpointFile): string | undefined {
  * const m = memoryIo();
  * assert.equal(await showCommand.run(["r1", "--home", home], m.io), 0);
  * assert.match(m.stdout(), /my notes\n$/);
- * await assert.rejects(showCommand.run(["r2", "--home", home], m.io), UsageError);
+ * assert.equal(await showCommand.run(["r2", "--home", home], m.io), 1); // not found
  * ```
  */
 export const showCommand: Command = {
@@ -287,27 +328,38 @@ export const showCommand: Command = {
     const runId = parsed.positional[0] as string;
     const found = findRun(dir, runId);
     if (!found) {
-      return Promise.reject(
-        new UsageError(`no checkpoint file for run "${runId}" in ${dir}`, "ls"),
+      io.stderr(
+        `${NAME}: no checkpoint file for run "${terminalSafe(runId)}" in ${
+          terminalSafe(dir)
+        } (see ${NAME} ls)\n`,
       );
+      return Promise.resolve(1);
     }
     if (parsed.switches.has("--json")) {
       writeJson(io, described(found));
       return Promise.resolve(0);
     }
     const p = paint(io);
+    const state = stateLine(found);
+    const head = `${state ? `${p.bold(state)}\n` : ""}${p.bold(terminalSafe(found.file))}\n`;
+    if (found.state === "not a regular file") {
+      io.stdout(`${head}${p.dim(terminalSafe(notRegularText(found)))}\n`);
+      return Promise.resolve(0);
+    }
     let text = "";
     try {
       text = new TextDecoder().decode(readCheckpointBytes(found.file));
     } catch (error) {
       text = `(cannot read: ${errorText(error)})`;
     }
-    const at = found.at ? ago(io.now() - found.at) : "never";
-    const state = stateLine(found);
+    const at = `${found.record ? "persisted" : "modified"} ${
+      found.at ? ago(io.now() - found.at) : "never"
+    }`;
+    text = terminalSafe(text, { lines: true });
     io.stdout(
-      `${state ? `${p.bold(state)}\n` : ""}${p.bold(found.file)}\n${
+      `${head}${
         p.dim(
-          `${kindText(found)}, persisted ${at}, ${size(found.size)}${
+          `${terminalSafe(kindText(found))}, ${at}, ${size(found.size)}${
             found.utf8 ? "" : ", not valid UTF-8 (shown with replacement characters)"
           }`,
         )
