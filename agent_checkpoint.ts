@@ -207,10 +207,10 @@ function ledgerAttempt(
     elapsedSeconds: r.elapsedSeconds,
     caps: r.caps,
     persistedAt: new Date(r.updatedAt).toISOString(),
-    incomplete: same?.incomplete ?? false,
-    summary: same
-      ? `${summary}; last checkpoint file write: ${same.kind} at ${same.persistedAt}`
-      : summary,
+    incomplete: file?.previous.incomplete ?? false,
+    summary: summary +
+      (same ? `; last checkpoint file write: ${same.kind} at ${same.persistedAt}` : "") +
+      (file?.previous.incomplete ? "; its file is marked INCOMPLETE" : ""),
     status,
     host,
   };
