@@ -588,7 +588,12 @@ export class AgentCheckpoint {
 
   /** @internal The process exits: the live runs' records as they stand (an exception, `process.exit`). */
   ledgerAtExit(): void {
-    if (!this.#ledger || this.#closed) return;
+    if (!this.#closed) this.#ledgerLive("the live runs at exit");
+  }
+
+  /** The live runs' records as they stand. */
+  #ledgerLive(what: string): void {
+    if (!this.#ledger) return;
     try {
       const now = nowMs();
       const host = thisHost();
@@ -596,9 +601,9 @@ export class AgentCheckpoint {
       for (const info of this.#runs) {
         if (info) records.push(recordOf(info, this.#shared, host, now));
       }
-      this.#ledgerWrite(records, "the live runs at exit");
+      this.#ledgerWrite(records, what);
     } catch (error) {
-      ledgerFailed(this.#log, "the live runs at exit", error);
+      ledgerFailed(this.#log, what, error);
     }
   }
 
@@ -719,7 +724,7 @@ export class AgentCheckpoint {
   #ledgerClose(): void {
     const store = this.#ledger;
     if (!store) return;
-    this.ledgerAtExit();
+    this.#ledgerLive("the live runs at close");
     if (this.#ledgerTimer !== undefined) clearTimeout(this.#ledgerTimer);
     this.#ledger = undefined;
     this.#ledgerRetryAt = Infinity;
