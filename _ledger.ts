@@ -33,6 +33,7 @@ export interface LedgerStore {
     record: RunRecord,
     options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
   ): AttemptStart;
+  latestSync?(runId: string): RunView | undefined;
   prune(before: number, limit: number): Promise<number>;
   close(): Promise<void>;
 }
@@ -43,23 +44,6 @@ export const MAX_BACKLOG = 50_000;
 const MAX_BACKOFF_MS = 60_000;
 /** Ended runs a process prunes at start. */
 export const PRUNE_AT_START = 500;
-
-/**
- * A fingerprint of what a run's record shows, read from shared memory: it
- * changes when a turn, a tool call's start or end, a tier, the deadline or the
- * description (notes) does. The worker compares it each interval, so the
- * hooks do no work of their own for the ledger.
- */
-export function changeStamp(shared: RunTable, slot: number): number {
-  let h = shared.turns(slot) * 31 + shared.toolCount(slot);
-  h = (h * 31 + shared.infoSeq(slot)) | 0;
-  h = (h * 31 + (shared.tierClaimed(slot, 2) ? 2 : shared.tierClaimed(slot, 1) ? 1 : 0)) | 0;
-  h = (h * 31 + shared.gen(slot)) | 0;
-  for (const call of shared.tools(slot)) {
-    h = (h * 31 + (call.status === "in flight" ? 1 : 2)) | 0;
-  }
-  return h;
-}
 
 /** A run's record as it stands now in shared memory. */
 export function recordOf(
@@ -81,6 +65,9 @@ export function recordOf(
       if (call.callId !== undefined) c.callId = call.callId;
       inFlight.push(c);
     } else {
+      // Rounded: a record is rewritten every interval, and its size is what that costs.
+      call.startedAt = Math.round(call.startedAt * 1000) / 1000;
+      if (call.durationMs !== undefined) call.durationMs = Math.round(call.durationMs * 10) / 10;
       const error = info.toolErrors?.[seq];
       recent.push(error === undefined ? call : { ...call, error });
     }
@@ -91,7 +78,7 @@ export function recordOf(
     dialect: info.dialect,
     caps: info.caps,
     turnsUsed: shared.turns(slot),
-    elapsedSeconds: Math.max(0, (now - start) / 1000),
+    elapsedSeconds: Math.max(0, Math.round(now - start) / 1000),
     tier: shared.tierClaimed(slot, 2) ? 2 : shared.tierClaimed(slot, 1) ? 1 : 0,
     inFlight,
     recent,
@@ -163,7 +150,7 @@ export class LedgerProgress {
   ): void {
     for (const info of runs) {
       const slot = info.slot;
-      const stamp = changeStamp(shared, slot);
+      const stamp = shared.changeStamp(slot);
       const known = this.#stamps.get(slot);
       if (known && known.gen === info.gen && known.stamp === stamp) continue;
       const record = recordOf(info, shared, this.#host, now);

@@ -198,7 +198,7 @@ function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): stri
 const LS_HELP =
   `Usage: ${NAME} ls [--status STATE] [--since DURATION] [--files] [--home DIR] [--json]
 
-Lists every run the run ledger holds, the most recently heard of first: live,
+Lists every run the run ledger holds, the most recently started first: live,
 ended (and how) or cut off (its process is gone and it never recorded an
 end), with or without a checkpoint file: its attempt, turns, tier, the tool
 calls in flight, when it was last heard of, and its host (machine:pid). It
@@ -206,7 +206,7 @@ reads the ledger's index, not the checkpoint files.
 
   --status STATE     only runs that are live, ended or cut-off
   --since DURATION   only runs heard of in the last DURATION (90s, 30m, 12h, 7d, 2w)
-  --limit N          the N most recently heard of (default 100; 0 lists every run)
+  --limit N          the N most recently started (default 100; 0 lists every run)
   --files            list the checkpoint files instead (as without a ledger)
 
 Without a run ledger (or with --files), it lists the checkpoint files, newest first: run id, when last persisted, kind,
