@@ -2,7 +2,8 @@
  * A host for the ledger benchmark: N live runs, each crossing a tool boundary
  * (and making a model call) once a second, spread over the second in 100
  * slices. It prints a JSON line per slice with when it ran, and one a second
- * with the watchdog's ledger commits, backlog and thread CPU.
+ * with the watchdog's ledger commits, backlog and thread CPU; then the
+ * watchdog thread's CPU over 5 s with every run idle.
  * Usage: _ledger_host.ts HOME RUNS SECONDS
  */
 import process from "node:process";
@@ -60,6 +61,11 @@ for (let tick = 0; tick < seconds * SLICES; tick++) {
     lastSecond = now;
   }
 }
+// Idle: the runs wait (on their model, say); the worker only looks for changes and beats.
+const idleFrom = Date.now();
+const idleCpu = workerCpu();
+await sleep(5000);
+print({ event: "idle", workerCpuPct: (100 * (workerCpu() - idleCpu)) / (Date.now() - idleFrom) });
 for (const run of handles) await run.end();
 await ac.close();
 print({ event: "done" });

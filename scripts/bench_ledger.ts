@@ -84,6 +84,7 @@ async function freshness(): Promise<void> {
   const ticks = new Map<number, number>();
   const stats: { at: number; commits: number; backlog: number; workerCpuPct: number }[] = [];
   let startedMs = 0;
+  let idleCpu = NaN;
   let done = false;
   let buffer = "";
   child.stdout!.on("data", (d) => {
@@ -94,6 +95,7 @@ async function freshness(): Promise<void> {
       if (line.event === "tick") ticks.set(line.tick, line.at);
       else if (line.event === "stats") stats.push(line);
       else if (line.event === "started") startedMs = line.ms;
+      else if (line.event === "idle") idleCpu = line.workerCpuPct;
       else if (line.event === "done") done = true;
     }
   });
@@ -117,10 +119,12 @@ async function freshness(): Promise<void> {
       seen.set(i, Math.max(before, turns));
     }
   }
-  const bytes = fs.statSync(storeFile(home)).size +
-    (fs.existsSync(`${storeFile(home)}-wal`) ? fs.statSync(`${storeFile(home)}-wal`).size : 0);
   store.closeSync();
   await exited;
+  const bytes = fs.statSync(storeFile(home)).size;
+  const wal = fs.existsSync(`${storeFile(home)}-wal`)
+    ? fs.statSync(`${storeFile(home)}-wal`).size
+    : 0;
   const steady = stats.slice(2);
   const perSecond = steady.length > 1
     ? ((steady.at(-1)!.commits - steady[0]!.commits) * 1000) /
@@ -141,10 +145,14 @@ async function freshness(): Promise<void> {
       perSecond.toFixed(2)
     } (goal: 1); backlog at the end ${steady.at(-1)?.backlog ?? "?"}; watchdog thread CPU median ${
       median(steady.map((s) => s.workerCpuPct)).toFixed(1)
-    } % of a core (goal <= 5 %)`,
+    } % of a core with every run changing each second, ${
+      idleCpu.toFixed(1)
+    } % with every run idle (goal <= 5 %)`,
   );
   console.log(
-    `    store ${fmtBytes(bytes)}: ${Math.round(bytes / liveRuns)} B per run; ${
+    `    store ${fmtBytes(bytes)} (${
+      Math.round(bytes / liveRuns)
+    } B per run; its write-ahead log at the end ${fmtBytes(wal)}); ${
       liveRuns.toLocaleString("en")
     } startRun calls took ${Math.round(startedMs)} ms (${
       (startedMs * 1000 / liveRuns).toFixed(0)
