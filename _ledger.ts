@@ -230,7 +230,18 @@ export class LedgerProgress {
   }
 }
 
-/** Capped values less what earlier attempts used, for `resume_budget: remaining`. */
+/**
+ * Capped values less what earlier attempts used, for `resume_budget: remaining`.
+ *
+ * @example
+ * ```ts
+ * import { remainingCaps } from "./_ledger.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const caps = remainingCaps({ turns: { value: 12, source: "host" } }, { turns: 5, seconds: 40 });
+ * assert.equal(caps.turns?.value, 7);
+ * ```
+ */
 export function remainingCaps(caps: RunCaps, prior: { turns: number; seconds: number }): RunCaps {
   const out: RunCaps = {};
   if (caps.turns) {
@@ -314,7 +325,18 @@ export function ledgerSummary(view: RunView, now: number): string {
     : chars.slice(0, SUMMARY_CHARS - 1).join("") + "…";
 }
 
-/** The sentences a resume text adds for calls whose outcome is unknown, and for a shrunk budget. */
+/**
+ * The sentences a resume text adds for calls whose outcome is unknown, and for a shrunk budget.
+ *
+ * @example
+ * ```ts
+ * import { resumeNote } from "./_ledger.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const note = resumeNote([{ tool: "deploy", callId: "c4", runningSeconds: 12 }], undefined, true);
+ * assert.match(note!, /outcome unknown: deploy \(call id c4, for 12s\)/);
+ * ```
+ */
 export function resumeNote(
   calls: UnknownCall[],
   remaining: RunCaps | undefined,

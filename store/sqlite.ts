@@ -38,7 +38,18 @@ export const SCHEMA_VERSION = 1;
 /** The size the write-ahead log is cut back to after a checkpoint. */
 const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
 
-/** The embedded store's file in a home. */
+/**
+ * The embedded store's file in a home.
+ *
+ * @example
+ * ```ts
+ * import { storeFile } from "./sqlite.ts";
+ * import assert from "node:assert/strict";
+ * import { join } from "node:path";
+ *
+ * assert.equal(storeFile("/h"), join("/h", "checkpoints", "runs.db"));
+ * ```
+ */
 export const storeFile = (home: string): string => path.join(home, "checkpoints", "runs.db");
 
 const SCHEMA = `
@@ -141,6 +152,23 @@ function recordJson(record: RunRecord): string {
 /**
  * The embedded run store over one SQLite file. Open it with
  * {@linkcode openSqliteStore}.
+ *
+ * @example
+ * ```ts
+ * import { openSqliteStore, storeFile } from "./sqlite.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const store = openSqliteStore({
+ *   file: storeFile(mkdtempSync(join(tmpdir(), "ac-"))),
+ *   hostTimeoutSeconds: 30,
+ * });
+ * assert.equal(store.engine, "sqlite");
+ * assert.deepEqual(store.summarySync().byState, { live: 0, ended: 0, "cut-off": 0 });
+ * await store.close();
+ * ```
  */
 export class SqliteRunStore implements RunStore {
   readonly engine = "sqlite";
