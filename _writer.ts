@@ -39,6 +39,8 @@ export interface RunInfo {
   toolErrors?: Record<string, string>;
   /** The newest workspace snapshot of the run's project. */
   workspace?: { snapshot: string; project: string };
+  /** What the earlier attempts used, for the run ledger. */
+  prior?: { turns: number; seconds: number };
 }
 
 /** Characters of a run id kept in the watchdog's records when the id is too long for its slot. */
