@@ -26,13 +26,14 @@ import { listCheckpoints } from "../cli/_inspect.ts";
 import { openStore, type RunRecord, storeFile, thisHost } from "../store/mod.ts";
 import { renderBlock } from "../_record.ts";
 import { flag, fmtBytes, median, pct, runtime, sleep, tempDir } from "./_bench_util.ts";
+import { fileURLToPath } from "node:url";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
 const liveRuns = Number(flag(args, "--runs", quick ? "2000" : "20000"));
 const listed = Number(flag(args, "--listed", quick ? "10000" : "100000"));
 const seconds = quick ? 6 : 12;
-const HOST = new URL("./_ledger_host.ts", import.meta.url).pathname;
+const HOST = fileURLToPath(new URL("./_ledger_host.ts", import.meta.url));
 const ns = (ms: number) => `${Math.round(ms * 1e6)} ns`;
 
 /** ns per round of hooks (a model call, a tool call's start and end) over `runs` live runs. */
