@@ -13,6 +13,7 @@ import { explainCommand } from "./_explain.ts";
 import { errorText } from "../log.ts";
 import { runCommand } from "./_run.ts";
 import { rollbackCommand, snapshotsCommand } from "./_workspace.ts";
+import { serveCommand } from "./_serve.ts";
 
 export type { CliIo, Command } from "./_common.ts";
 export { ago, parseDuration, UsageError } from "./_common.ts";
@@ -36,6 +37,7 @@ export const COMMANDS: readonly Command[] = [
   runCommand,
   rollbackCommand,
   snapshotsCommand,
+  serveCommand,
 ];
 
 function overview(): string {
