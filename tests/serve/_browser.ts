@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-import-prefix -- full npm: specifiers, as the rest of the package has
 /**
  * The real headless browser the web view's tests and benchmark drive:
  * Debian's Chromium, through playwright-core (no browser download).

@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-import-prefix -- full npm: specifiers, as the rest of the package has
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import type { Browser, Page } from "npm:playwright-core@1";
