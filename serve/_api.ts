@@ -279,22 +279,39 @@ export function runsQuery(
   return out;
 }
 
-/** Whether `file` is inside `dir` (both resolved), following no link out of it. */
-function underDir(file: string, dir: string): boolean {
-  let realDir: string;
-  let realParent: string;
+/** The checkpoint directory, as named and with its links resolved (undefined: not there). */
+interface CheckpointDir {
+  dir: string;
+  real: string | undefined;
+}
+
+function checkpointDir(settings: Settings): CheckpointDir {
+  const dir = path.resolve(settings.checkpoint_dir);
   try {
-    realDir = fs.realpathSync(dir);
-    realParent = fs.realpathSync(path.dirname(path.resolve(file)));
+    return { dir, real: fs.realpathSync(dir) };
+  } catch {
+    return { dir, real: undefined };
+  }
+}
+
+/** Whether `file` is inside the checkpoint directory, its own directory's links resolved. */
+function underDir(file: string, dir: CheckpointDir): boolean {
+  if (dir.real === undefined) return false;
+  const parent = path.dirname(path.resolve(file));
+  // The common case, the file right in the directory as named: no link to resolve.
+  if (parent === dir.dir) return true;
+  let real: string;
+  try {
+    real = fs.realpathSync(parent);
   } catch {
     return false;
   }
-  const rel = path.relative(realDir, realParent);
+  const rel = path.relative(dir.real, real);
   return rel === "" || (!rel.startsWith("..") && !path.isAbsolute(rel));
 }
 
 /** The checkpoint file of a record when it is a regular file under the checkpoint directory. */
-function checkpointStat(record: RunRecord, dir: string): fs.Stats | undefined {
+function checkpointStat(record: RunRecord, dir: CheckpointDir): fs.Stats | undefined {
   const file = record.checkpointFile;
   if (file === undefined || !underDir(file, dir)) return undefined;
   try {
@@ -383,13 +400,13 @@ function marks(
 }
 
 /** A run as the list draws it. */
-export function runRow(view: RunView, ctx: Omit<ApiContext, "store">, now: number): RunRow {
+function runRow(view: RunView, settings: Settings, dir: CheckpointDir, now: number): RunRow {
   const r = view.record;
   const seen = lastSeen(view, now);
   const elapsed = view.state === "live"
     ? Math.max(r.elapsedSeconds, (now - r.startedAt) / 1000)
     : Math.max(r.elapsedSeconds, (seen - r.startedAt) / 1000);
-  const file = checkpointStat(r, ctx.settings.checkpoint_dir);
+  const file = checkpointStat(r, dir);
   const row: RunRow = {
     runId: r.runId,
     attempt: r.attempt,
@@ -403,8 +420,8 @@ export function runRow(view: RunView, ctx: Omit<ApiContext, "store">, now: numbe
     turnsUsed: r.turnsUsed,
     elapsedSeconds: elapsed,
     inFlight: r.inFlight.map((c) => ({ ...c })),
-    caps: capUses(r, elapsed, ctx.settings),
-    marks: marks(r, elapsed, ctx.settings, file),
+    caps: capUses(r, elapsed, settings),
+    marks: marks(r, elapsed, settings, file),
     hasFile: file !== undefined,
     earlierAttempts: r.attempts?.length ?? 0,
   };
@@ -441,6 +458,7 @@ function countsOf(summary: StoreSummary): Record<ShownStatus, number> {
 export async function runsPayload(ctx: ApiContext, params: URLSearchParams): Promise<RunsPayload> {
   const now = ctx.now();
   const query = runsQuery(params, now);
+  const dir = checkpointDir(ctx.settings);
   const base: ListQuery = {};
   if (query.since !== undefined) base.since = query.since;
   if (query.host !== undefined) base.machine = query.host;
@@ -467,9 +485,16 @@ export async function runsPayload(ctx: ApiContext, params: URLSearchParams): Pro
   } else {
     const lists = await Promise.all(states.map(async (state) => {
       if (whole(state)) return await ctx.store.list({ ...base, state, limit: query.limit });
-      const scanned = await ctx.store.list({ ...base, state, limit: SCAN_LIMIT });
-      if (scanned.length >= SCAN_LIMIT) scanLimited = SCAN_LIMIT;
-      return scanned.filter((v) => wanted.has(shownStatus(v)));
+      // Read more of the newest ended runs until enough have a wanted end status.
+      for (let scan = Math.min(SCAN_LIMIT, Math.max(1000, query.limit * 4));; scan *= 4) {
+        const scanned = await ctx.store.list({ ...base, state, limit: Math.min(scan, SCAN_LIMIT) });
+        const found = scanned.filter((v) => wanted.has(shownStatus(v)));
+        if (found.length >= query.limit || scanned.length < scan) return found;
+        if (scan >= SCAN_LIMIT) {
+          scanLimited = SCAN_LIMIT;
+          return found;
+        }
+      }
     }));
     views = lists.flat().sort((a, b) => b.record.updatedAt - a.record.updatedAt).slice(
       0,
@@ -483,14 +508,14 @@ export async function runsPayload(ctx: ApiContext, params: URLSearchParams): Pro
     counts,
     total: query.status.reduce((n, s) => n + counts[s], 0),
     hosts,
-    runs: views.map((v) => runRow(v, ctx, now)),
+    runs: views.map((v) => runRow(v, ctx.settings, dir, now)),
   };
   if (scanLimited !== undefined) out.scanLimited = scanLimited;
   return out;
 }
 
 /** A run's checkpoint file: read from disk when it is a regular file under the checkpoint directory, else the store's copy. */
-function fileView(record: RunRecord, dir: string): FileView {
+function fileView(record: RunRecord, dir: CheckpointDir): FileView {
   const out: FileView = { source: "none" };
   const cut = (text: string): FileView => {
     if (text.length <= FILE_CHARS) return { ...out, content: text };
@@ -499,7 +524,7 @@ function fileView(record: RunRecord, dir: string): FileView {
   if (record.checkpointFile !== undefined) {
     out.path = record.checkpointFile;
     if (!underDir(record.checkpointFile, dir)) {
-      out.note = `not under this home's checkpoint directory (${dir}); not read`;
+      out.note = `not under this home's checkpoint directory (${dir.dir}); not read`;
     } else {
       try {
         const text = new TextDecoder().decode(readCheckpointBytes(record.checkpointFile));
@@ -528,14 +553,19 @@ export async function runPayload(
   ctx: ApiContext,
   runId: string,
 ): Promise<RunPayload | undefined> {
-  const view = await ctx.store.latest(runId);
+  // Every attempt in one read; the newest is the run's record (as `latest` gives it).
+  const all = await ctx.store.list({ runId, limit: ATTEMPTS_LIMIT });
+  const view = all.reduce<RunView | undefined>(
+    (a, v) => (a === undefined || v.record.attempt > a.record.attempt ? v : a),
+    undefined,
+  );
   if (!view) return undefined;
   const now = ctx.now();
-  const all = await ctx.store.list({ runId, limit: ATTEMPTS_LIMIT });
+  const dir = checkpointDir(ctx.settings);
   const { fileContent: _content, ...record } = view.record;
   const out: RunPayload = {
     now,
-    run: runRow(view, ctx, now),
+    run: runRow(view, ctx.settings, dir, now),
     stopped: ledgerSummary(view, now),
     record,
     attempts: all.sort((a, b) => b.record.attempt - a.record.attempt).map((v) => ({
@@ -547,7 +577,7 @@ export async function runPayload(
       startedAt: v.record.startedAt,
       updatedAt: v.record.updatedAt,
     })),
-    file: fileView(view.record, ctx.settings.checkpoint_dir),
+    file: fileView(view.record, dir),
   };
   if (view.heartbeat) out.heartbeat = view.heartbeat;
   return out;
