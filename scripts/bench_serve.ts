@@ -11,10 +11,11 @@
  * - the page's first contentful paint and the time it is usable (its runs
  *   drawn), from navigation start, on a fresh page each time.
  *
- * It then saves a screenshot of the page, a cut-off run's detail open, to
- * `docs/serve.png` (`--no-shot` skips it).
+ * With `--shot` it then saves a screenshot of the page, a cut-off run's
+ * detail open, to `docs/serve.png` (the README's). `--quick` (as `deno task
+ * bench --quick` passes it) makes it 10,000 runs.
  *
- * `deno run -A scripts/bench_serve.ts [--runs N] [--no-shot]`
+ * `deno run -A scripts/bench_serve.ts [--runs N] [--quick] [--shot] [--keep]`
  *
  * @module
  */
@@ -33,8 +34,9 @@ import { CHROMIUM, haveBrowser, launchBrowser } from "../tests/serve/_browser.ts
 import { flag, fmtMs, median, pct, tempDir } from "./_bench_util.ts";
 
 const args = process.argv.slice(2);
-const N = Number(flag(args, "--runs", "100000"));
-const shot = !args.includes("--no-shot");
+const N = Number(flag(args, "--runs", args.includes("--quick") ? "10000" : "100000"));
+if (!Number.isInteger(N) || N < 1) throw new RangeError(`--runs takes a whole number > 0`);
+const shot = args.includes("--shot");
 const root = fileURLToPath(new URL("..", import.meta.url));
 if (!haveBrowser) {
   console.log(

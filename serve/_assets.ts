@@ -87,7 +87,7 @@ h1 .sub { font-weight: 400; color: var(--muted); }
 #error { margin: 8px 16px; padding: 8px; border: 1px solid var(--failed); color: var(--failed); background: #fff4f3; }
 main { display: flex; align-items: flex-start; }
 #list { flex: 1; min-width: 0; padding: 4px 16px 16px; }
-.row { display: grid; grid-template-columns: 260px 1fr 230px; gap: 12px; align-items: center; padding: 3px 4px; border-bottom: 1px solid var(--line); cursor: pointer; }
+.row { display: grid; grid-template-columns: 250px 1fr 270px; gap: 12px; align-items: center; padding: 3px 4px; border-bottom: 1px solid var(--line); cursor: pointer; }
 .row.head { cursor: default; color: var(--muted); font-size: 12px; position: sticky; top: 0; background: var(--bg); z-index: 1; }
 .row:not(.head):hover { background: #f0f3f8; }
 .row.selected { background: #e6eefb; }
@@ -107,9 +107,10 @@ main { display: flex; align-items: flex-start; }
 .mark.checkpoint { border-left: 2px solid var(--fg); }
 .mark.end::before { content: ""; position: absolute; left: -1px; top: 2px; width: 2px; height: 14px; background: var(--fg); opacity: .45; }
 .caps { display: flex; flex-direction: column; gap: 2px; }
-.cap { display: grid; grid-template-columns: 42px 1fr 70px; gap: 6px; align-items: center; font-size: 11px; color: var(--muted); }
+.cap { display: grid; grid-template-columns: 38px 1fr 112px; gap: 6px; align-items: center; font-size: 11px; color: var(--muted); }
 .meter { position: relative; height: 7px; background: var(--line); border-radius: 3px; overflow: hidden; }
 .fill { position: absolute; left: 0; top: 0; bottom: 0; }
+.num { white-space: nowrap; }
 .tick { position: absolute; top: 0; bottom: 0; width: 1px; background: var(--fg); opacity: .7; }
 .s-live { background: var(--live); } .s-done { background: var(--done); } .s-capped { background: var(--capped); }
 .s-failed { background: var(--failed); } .s-aborted { background: var(--aborted); } .s-deadline { background: var(--deadline); }
