@@ -64,3 +64,4 @@ export function openStore(
 
 /** A store as the interface sees it. */
 export type { RunStore };
+export { recordSupervisedEnd, type SupervisedEnd } from "./_supervised.ts";
