@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { type RunServer, SECURITY_HEADERS, serveRuns } from "../../serve/mod.ts";
 import type { RunPayload, RunsPayload } from "../../serve/mod.ts";
 import { openStore, thisHost } from "../../store/mod.ts";
+import { createAgentCheckpoint } from "../../mod.ts";
 import { loadSettings } from "../../config.ts";
 import { scriptCommand, tempHome, waitFor } from "../_helpers.ts";
 import { AGENT_TEXT, EVIL_ID, EVIL_TEXT, type Fleet, makeFleet } from "./_fleet.ts";
@@ -143,7 +144,6 @@ test("GET /api/runs/:id gives a cut-off run's record, attempts and checkpoint fi
 
 test("a run's detail lists every attempt the store keeps, newest first", async () => {
   const home = tempHome();
-  const { createAgentCheckpoint } = await import("../../mod.ts");
   const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
   const first = ac.startRun({ sessionId: "again", caps: { turns: 10 } });
   first.preLlmCall();
@@ -271,11 +271,10 @@ test("the server waits for a ledger that is not there yet, and says so", async (
     port: 0,
   });
   try {
-    const before = await fetch(`${own.url}api/runs`);
-    assert.equal(before.status, 503);
-    assert.equal((await before.json()).error, "no run ledger yet");
-    const { createAgentCheckpoint } = await import("../../mod.ts");
-    const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+    const early = await fetch(`${own.url}api/runs`);
+    assert.equal(early.status, 503);
+    assert.equal((await early.json() as { error: string }).error, "no run ledger yet");
+      const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
     await ac.startRun({ sessionId: "first", caps: { turns: 5 } }).end({ status: "done" });
     await ac.close();
     let runs: string[] = [];
