@@ -274,7 +274,7 @@ test("the server waits for a ledger that is not there yet, and says so", async (
     const early = await fetch(`${own.url}api/runs`);
     assert.equal(early.status, 503);
     assert.equal((await early.json() as { error: string }).error, "no run ledger yet");
-      const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+    const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
     await ac.startRun({ sessionId: "first", caps: { turns: 5 } }).end({ status: "done" });
     await ac.close();
     let runs: string[] = [];
