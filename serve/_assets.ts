@@ -118,11 +118,10 @@ main { display: flex; align-items: flex-start; }
 .bar.s-live { animation: pulse 2s ease-in-out infinite; }
 @keyframes pulse { 50% { opacity: .65; } }
 #shown { color: var(--muted); }
-#detail { width: 46%; max-width: 720px; min-width: 360px; position: sticky; top: 0; max-height: 100vh; overflow: auto; background: var(--panel); border-left: 1px solid var(--line); padding: 12px 16px 24px; }
+#detail { width: 40%; max-width: 600px; min-width: 340px; position: sticky; top: 0; max-height: 100vh; overflow: auto; background: var(--panel); border-left: 1px solid var(--line); padding: 12px 16px 24px; }
 #detail h2 { font-size: 15px; margin: 0 28px 6px 0; word-break: break-all; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
 #detail h3 { font-size: 13px; margin: 16px 0 6px; }
 #close { position: absolute; right: 10px; top: 8px; border: 0; background: none; font-size: 20px; cursor: pointer; color: var(--muted); }
-#detail { position: sticky; }
 #d-stopped { font-weight: 600; }
 #d-stopped.cut-off { color: var(--cut-off); }
 #d-caps .cap { grid-template-columns: 48px 1fr 120px; font-size: 12px; margin: 3px 0; }
