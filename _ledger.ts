@@ -147,6 +147,9 @@ export class LedgerProgress {
     this.#host = host;
   }
 
+  /** Commits made so far. */
+  commits = 0;
+
   /** Records waiting for the store. */
   get backlog(): number {
     return this.#backlog.size;
@@ -202,6 +205,7 @@ export class LedgerProgress {
       const write: WriteBatch = { records };
       if (beat) write.heartbeat = { host: this.#host, at: Math.round(now), intervalSeconds };
       await this.#store.write(write);
+      this.commits++;
       if (this.#failures > 0 || this.#dropped > 0) {
         this.#log(
           "info",

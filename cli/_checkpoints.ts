@@ -30,6 +30,7 @@ import {
   ledgerAuditText,
   ledgerLsText,
   ledgerShowText,
+  limitOption,
   openLedger,
   runJson,
   sinceOption,
@@ -205,6 +206,7 @@ reads the ledger's index, not the checkpoint files.
 
   --status STATE     only runs that are live, ended or cut-off
   --since DURATION   only runs heard of in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --limit N          the N most recently heard of (default 100; 0 lists every run)
   --files            list the checkpoint files instead (as without a ledger)
 
 Without a run ledger (or with --files), it lists the checkpoint files, newest first: run id, when last persisted, kind,
@@ -218,7 +220,7 @@ never recorded its end shows its last checkpoint's kind ("tier 2", "stall",
 resumed run adds ", attempt N".
 
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
-  --json       one JSON object: { store, runs } from the ledger (each run with
+  --json       one JSON object: { store, counts, runs } from the ledger (each run with
                state: "live" | "ended" | "cut-off"); { dir, files } for the
                files (each file with run: "ended" | "cut off" | null, ended:
                its end status, and attempt)`;
@@ -249,7 +251,7 @@ export const lsCommand: Command = {
     const parsed = parseArgs(args, {
       command: "ls",
       switches: ["--json", "--files"],
-      values: ["--status", "--since"],
+      values: ["--status", "--since", "--limit"],
     });
     const home = homeDir(parsed, io);
     const settings = homeSettings(home, io);
@@ -258,13 +260,21 @@ export const lsCommand: Command = {
     const ledger = parsed.switches.has("--files") ? undefined : openLedger(home, settings, io);
     if (ledger) {
       try {
-        const query: Parameters<typeof ledger.list>[0] = { limit: Number.MAX_SAFE_INTEGER };
+        const limit = limitOption(parsed.values["--limit"], "ls");
+        const query: Parameters<typeof ledger.list>[0] = {
+          limit: limit === 0 ? Number.MAX_SAFE_INTEGER : limit,
+        };
         if (state !== undefined) query.state = state;
         if (since !== undefined) query.since = since;
         const runs = await ledger.list(query);
+        const counts = await ledger.summary(since === undefined ? {} : { since });
         if (parsed.switches.has("--json")) {
-          writeJson(io, { store: ledger.location, runs: runs.map(runJson) });
-        } else io.stdout(ledgerLsText(runs, ledger.location, io, paint(io)));
+          writeJson(io, {
+            store: ledger.location,
+            counts: counts.byState,
+            runs: runs.map(runJson),
+          });
+        } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io)));
       } finally {
         await ledger.close();
       }

@@ -33,6 +33,9 @@ import {
 /** The schema version this code writes; a newer one in the file is left alone. */
 export const SCHEMA_VERSION = 1;
 
+/** The size the write-ahead log is cut back to after a checkpoint. */
+const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
+
 /** The embedded store's file in a home. */
 export const storeFile = (home: string): string => path.join(home, "checkpoints", "runs.db");
 
@@ -462,6 +465,8 @@ export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
       // The worker's commits reach the disk; the main thread's starts and ends go with them.
       db.exec(`PRAGMA synchronous = ${mode === "durable" ? "FULL" : "NORMAL"}`);
       if (mode === "quick") db.exec("PRAGMA wal_autocheckpoint = 0");
+      // The write-ahead log is cut back to this after each checkpoint, not left at its peak.
+      db.exec(`PRAGMA journal_size_limit = ${WAL_LIMIT_BYTES}`);
       migrate(db, file);
     } else {
       const version = db.get("SELECT value FROM meta WHERE key = 'schema'");
