@@ -22,6 +22,7 @@ import { errorText } from "../log.ts";
 import { runCommand } from "./_run.ts";
 import { rollbackCommand, snapshotsCommand } from "./_workspace.ts";
 import { pruneCommand } from "./_ledger.ts";
+import { serveCommand } from "./_serve.ts";
 
 export type { CliIo, Command } from "./_common.ts";
 export { ago, parseDuration, UsageError } from "./_common.ts";
@@ -46,6 +47,7 @@ export const COMMANDS: readonly Command[] = [
   runCommand,
   rollbackCommand,
   snapshotsCommand,
+  serveCommand,
 ];
 
 function overview(): string {
