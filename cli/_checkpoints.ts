@@ -6,20 +6,10 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import {
-  ago,
-  type CliIo,
-  type Command,
-  homeDir,
-  NAME,
-  type Paint,
-  paint,
-  parseArgs,
-  size,
-  table,
-  terminalSafe,
-  writeJson,
-} from "./_common.ts";
+import { ago, type Paint, paint, size, table, terminalSafe } from "./_format.ts";
+import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";
+import { homeDir } from "./_home.ts";
+import { parseArgs } from "./_args.ts";
 import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
 
 export type { CheckpointFile };
@@ -235,7 +225,7 @@ resumed run adds ", attempt N".
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { lsCommand } from "./_checkpoints.ts";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const m = memoryIo();
@@ -367,7 +357,7 @@ function notRegularText(f: CheckpointFile): string {
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { showCommand } from "./_checkpoints.ts";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * fs.mkdirSync(path.join(home, "agent-checkpoints"));
@@ -567,7 +557,7 @@ many hold the agent's own text; how many are marked INCOMPLETE.
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { auditCommand } from "./_checkpoints.ts";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const m = memoryIo();
