@@ -26,10 +26,7 @@ import {
   sinceOption,
   statusOption,
 } from "./_ledger.ts";
-
-/** How a run ended (the record's `end.status`). */
-export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
-const END_STATUSES: readonly string[] = ["done", "capped", "failed", "aborted", "deadline"];
+import { END_STATUSES, type EndStatus } from "../_record.ts";
 
 /** What a record says about the run's end and attempt, read defensively. */
 export interface RunState {
@@ -73,9 +70,10 @@ export function runState(file: Pick<CheckpointFile, "record">): RunState {
   const end = record.end as { status?: unknown; at?: unknown; summary?: unknown } | undefined;
   if (end && typeof end === "object") {
     out.state = "ended";
-    out.status = typeof end.status === "string" && END_STATUSES.includes(end.status)
-      ? end.status as EndStatus
-      : "done";
+    out.status =
+      typeof end.status === "string" && (END_STATUSES as readonly string[]).includes(end.status)
+        ? end.status as EndStatus
+        : "done";
     if (typeof end.at === "string") out.endedAt = end.at;
     if (typeof end.summary === "string" && end.summary !== "") out.summary = end.summary;
   } else out.state = "cut off";

@@ -72,7 +72,7 @@ function homeOf(parsed: { values: Record<string, string> }, io: CliIo): string {
 
 function settingsOf(home: string, io: CliIo): WorkspaceSettings {
   try {
-    return loadSettings({ home, env: io.env }).settings as unknown as WorkspaceSettings;
+    return loadSettings({ home, env: io.env }).settings;
   } catch {
     return {};
   }

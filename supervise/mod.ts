@@ -22,12 +22,13 @@ import process from "node:process";
 import type { Buffer } from "node:buffer";
 import { randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
-import { loadSettings } from "../config.ts";
+import { type Env, loadSettings } from "../config.ts";
 import { Descendants, groupAlive, signalGroup } from "./_group.ts";
 import { OutputTail } from "./_tail.ts";
 import { checkpointFileName, persistBlock, readCheckpoint } from "../persist.ts";
 import {
   type CheckpointRecord,
+  type EndStatus,
   MAX_ATTEMPTS,
   PLUGIN,
   renderBlock,
@@ -132,8 +133,6 @@ const DEFAULT_GRACE_SECONDS = 10;
 /** The exit status at the deadline, as `timeout(1)` has it. */
 const DEADLINE_EXIT = 124;
 
-type Env = Record<string, string | undefined>;
-type EndStatus = NonNullable<CheckpointRecord["end"]>["status"];
 /** What a record keeps from the file it replaces: the run's figures, not how it was written. */
 type Base = Omit<
   CheckpointRecord,
