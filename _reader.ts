@@ -7,7 +7,7 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { Buffer } from "node:buffer";
+import { Buffer, isUtf8 } from "node:buffer";
 import { BLOCK_BEGIN, findBlock } from "./_block.ts";
 import { type CheckpointRecord, type EndStatus, parseRecord } from "./_record.ts";
 import { codeOf, kindOf, READ_FLAGS, readUpTo, runSync } from "./_file_ops.ts";
@@ -71,17 +71,12 @@ export interface CheckpointFile {
   dropped?: string[];
 }
 
-const strict = new TextDecoder("utf-8", { fatal: true });
 const loose = new TextDecoder();
 const BEGIN_BYTES = Buffer.from(BLOCK_BEGIN);
 
 /** Describe a checkpoint file's bytes. */
 function describe(base: CheckpointFile, bytes: Buffer): CheckpointFile {
-  try {
-    strict.decode(bytes);
-  } catch {
-    base.utf8 = false;
-  }
+  base.utf8 = isUtf8(bytes);
   const block = findBlock(bytes);
   const outside = block
     ? Buffer.concat([bytes.subarray(0, block.start), bytes.subarray(block.end)])

@@ -71,11 +71,7 @@ function homeOf(parsed: { values: Record<string, string> }, io: CliIo): string {
 }
 
 function settingsOf(home: string, io: CliIo): WorkspaceSettings {
-  try {
-    return loadSettings({ home, env: io.env }).settings;
-  } catch {
-    return {};
-  }
+  return loadSettings({ home, env: io.env }).settings; // never throws: problems are warnings
 }
 
 function looksLikeTarget(word: string): boolean {

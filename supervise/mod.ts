@@ -348,16 +348,11 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
     runId = task;
   }
   const home = options.home === undefined ? undefined : path.resolve(options.home);
-  let file: string;
-  try {
-    file = path.join(
-      loadSettings(home === undefined ? { env } : { home, env }).settings.checkpoint_dir,
-      checkpointFileName(runId),
-    );
-  } catch (error) {
-    file = path.join(os.tmpdir(), checkpointFileName(runId));
-    notice(`settings could not be read (${(error as Error).message}); the record goes to ${file}`);
-  }
+  // Never throws: a settings problem is a warning, and the defaults apply.
+  const file = path.join(
+    loadSettings(home === undefined ? { env } : { home, env }).settings.checkpoint_dir,
+    checkpointFileName(runId),
+  );
 
   const deadlineAt = options.deadlineSeconds === undefined
     ? undefined
