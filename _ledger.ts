@@ -13,7 +13,7 @@
 import { errorText, type Log } from "./log.ts";
 import type { EndStatus, RunCaps, ToolCall } from "./_record.ts";
 import type { RunTable } from "./_run_table.ts";
-import type { RunInfo } from "./_writer.ts";
+import type { CheckpointEvent, RunInfo } from "./_writer.ts";
 import { formatDuration } from "./template.ts";
 import type {
   AttemptStart,
@@ -35,6 +35,10 @@ export interface LedgerStore {
   ): AttemptStart;
   prune(before: number, limit: number): Promise<number>;
   close(): Promise<void>;
+  /** A checkpoint file was written (the fleet store keeps its content). */
+  fileWritten?(event: CheckpointEvent): void;
+  /** Wait, bounded, for writes handed to another thread to land (the process exits). */
+  drainSync?(): boolean;
 }
 
 /** The most records the worker keeps while the store cannot take them. */

@@ -9,7 +9,7 @@ import { Worker } from "node:worker_threads";
 import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } from "./config.ts";
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
-import { checkpointFileName, readCheckpoint } from "./persist.ts";
+import { checkpointFileName, ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { summaryLine } from "./_record.ts";
 import {
   type PreviousAttempt,
@@ -272,6 +272,8 @@ function atExit(keeper: AgentCheckpoint): void {
     listening = true;
     process.on("exit", () => {
       for (const ref of exiting) ref.deref()?.ledgerAtExit();
+      // A store that writes from another thread (the fleet store): a bounded wait for it.
+      for (const ref of exiting) ref.deref()?.ledgerDrain();
     });
   }
   for (const ref of exiting) if (ref.deref() === undefined) exiting.delete(ref);
@@ -601,6 +603,13 @@ export class AgentCheckpoint {
     }
   }
 
+  /** @internal The process exits: a bounded wait for a store thread's writes to land. */
+  ledgerDrain(): void {
+    try {
+      if (!this.#closed) this.#ledger?.drainSync?.();
+    } catch { /* exiting: nothing more can be done */ }
+  }
+
   /**
    * Record a run's start in the ledger, which gives its attempt number, and
    * read the newest earlier record of its run id. `recorded` is false when
@@ -631,6 +640,25 @@ export class AgentCheckpoint {
       info.attempt = started.attempt;
       const previous = started.previous;
       if (!previous || settings.resume === false) return { recorded: true };
+      // The earlier attempt ran elsewhere (the fleet store): its file, recreated here first.
+      const content = previous.record.fileContent;
+      if (
+        content !== undefined && previous.record.status !== "done" &&
+        !fileExists(info.checkpointFile)
+      ) {
+        try {
+          ensureDir(path.dirname(info.checkpointFile));
+          writeFileAtomicSync(info.checkpointFile, content);
+          this.#log(
+            "info",
+            `recreated the checkpoint file from the fleet store (attempt ${previous.record.attempt} ran on ${previous.record.host.machine})`,
+            info.runId,
+          );
+          fromFile = earlierAttempt(info.checkpointFile);
+        } catch (error) {
+          ledgerFailed(this.#log, "the earlier attempt's file", error, info.runId);
+        }
+      }
       const seen = { recorded: true, seen: true };
       if (previous.state === "live") {
         this.#log(
@@ -829,6 +857,8 @@ export class AgentCheckpoint {
 
   /** Tell the host's listener of a write; a throwing listener costs a log line. */
   #written(event: CheckpointEvent): void {
+    // The fleet store keeps the file's content, so a retry elsewhere can recreate it.
+    this.#ledger?.fileWritten?.(event);
     const listener = this.#options.onCheckpoint;
     if (!listener) return;
     try {

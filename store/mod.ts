@@ -9,10 +9,14 @@
 import { SQLITE_FIX } from "../_sqlite.ts";
 import { NO_DRIVER, openSqliteStore, type SqliteRunStore, storeFile } from "./sqlite.ts";
 import type { RunStore, StoreOptions } from "./types.ts";
+import { isPostgresUrl, openPgStore, PG_FIX, type PgRunStore } from "./postgres.ts";
+import { openPgBridge, type PgBridge } from "./_pg_bridge.ts";
 
 export * from "./types.ts";
 export { here, processStart, thisHost } from "./_host.ts";
 export { NO_DRIVER, SCHEMA_VERSION, SqliteRunStore, storeFile } from "./sqlite.ts";
+export { isPostgresUrl, openPgStore, PG_SCHEMA_VERSION, PgRunStore, pgTarget } from "./postgres.ts";
+export { PgBridge, START_WAIT_MS } from "./_pg_bridge.ts";
 
 /**
  * Open the store a home's settings name, or undefined when there is none to
@@ -42,7 +46,9 @@ export { NO_DRIVER, SCHEMA_VERSION, SqliteRunStore, storeFile } from "./sqlite.t
  */
 export function openStore(
   options: StoreOptions & { mode?: "durable" | "quick" | "read" },
-): SqliteRunStore | undefined {
+): SqliteRunStore | PgRunStore | PgBridge | undefined {
+  const url = options.settings.store;
+  if (isPostgresUrl(url)) return openFleet(options, url);
   const file = storeFile(options.home);
   try {
     return openSqliteStore({
@@ -57,6 +63,33 @@ export function openStore(
       message.startsWith(NO_DRIVER)
         ? `the run ledger is off: there is no SQLite driver (${SQLITE_FIX})`
         : `the run ledger at ${file} cannot be opened: ${message}`,
+    );
+    return undefined;
+  }
+}
+
+/**
+ * The fleet store a `postgres://` URL names: on the main thread (`quick`),
+ * its side of a thread that owns the connection; elsewhere a connection of
+ * its own, made on first use.
+ */
+function openFleet(
+  options: StoreOptions & { mode?: "durable" | "quick" | "read" },
+  url: string,
+): PgRunStore | PgBridge | undefined {
+  const fileMaxKb = Number(options.settings.store_file_max_kb ?? 256);
+  try {
+    const common = { url, hostTimeoutSeconds: options.settings.host_timeout_seconds, fileMaxKb };
+    if (options.mode === "quick") {
+      const bridge = { ...common };
+      return options.log ? openPgBridge({ ...bridge, log: options.log }) : openPgBridge(bridge);
+    }
+    return openPgStore(common);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    options.log?.(
+      "warn",
+      `the fleet store cannot be opened (${message}); ${PG_FIX} and check the store setting`,
     );
     return undefined;
   }

@@ -1,0 +1,220 @@
+/**
+ * The fleet store's connection thread for the main thread (see
+ * `_pg_bridge.ts`): it answers a run's start (attempt number, previous
+ * record) through a port the main thread reads synchronously, and writes the
+ * main thread's records (ends, records at exit) and checkpoint files' content
+ * in order, batched, kept in memory (bounded) while the database is away.
+ *
+ * @module
+ */
+import { type MessagePort, parentPort, workerData } from "node:worker_threads";
+import { errorText } from "../log.ts";
+import { formatDuration } from "../template.ts";
+import { openPgStore, type PgRunStore, readForStore } from "./postgres.ts";
+import type { Heartbeat, HostId, RunRecord } from "./types.ts";
+import {
+  BRIDGE_MAX_BACKLOG,
+  type BridgeData,
+  type FromBridge,
+  STATE_DOWN,
+  STATE_UP,
+  type ToBridge,
+} from "./_pg_bridge.ts";
+
+/** The longest wait between two tries of an unreachable database, ms. */
+const MAX_BACKOFF_MS = 30_000;
+
+function bridge(parent: MessagePort, data: BridgeData): void {
+  const store: PgRunStore = openPgStore({
+    url: data.url,
+    hostTimeoutSeconds: data.hostTimeoutSeconds,
+    fileMaxKb: data.fileMaxKb,
+  });
+  const flag = new Int32Array(data.flag);
+  const reply = data.reply;
+  const log = (level: "info" | "warn" | "error", message: string) =>
+    parent.postMessage({ type: "log", level, message } satisfies FromBridge);
+
+  /** Records waiting to be written, in order, the newest of each run and attempt. */
+  let records = new Map<string, RunRecord>();
+  /** File contents waiting, by run id. */
+  let files = new Map<string, { host: HostId; content: string }>();
+  let dropped = 0;
+  let down = false;
+  let failures = 0;
+  let retryTimer: ReturnType<typeof setTimeout> | undefined;
+  let flushing: Promise<void> | undefined;
+  let closing = false;
+
+  const answer = (message: FromBridge) => {
+    reply.postMessage(message);
+    Atomics.add(flag, 0, 1);
+    Atomics.notify(flag, 0);
+  };
+
+  const up = () => {
+    Atomics.store(flag, 1, STATE_UP);
+    if (down) {
+      down = false;
+      log(
+        "info",
+        `the fleet store at ${store.location} is reachable again${
+          dropped > 0
+            ? `; ${dropped} record update(s) were dropped meanwhile (at most ${BRIDGE_MAX_BACKLOG} wait in memory)`
+            : ""
+        }`,
+      );
+      dropped = 0;
+    }
+    failures = 0;
+  };
+
+  const fail = (error: unknown, waiting: number) => {
+    Atomics.store(flag, 1, STATE_DOWN);
+    failures++;
+    const wait = Math.min(MAX_BACKOFF_MS, 500 * 2 ** Math.min(10, failures - 1));
+    if (!down) {
+      down = true;
+      log(
+        "warn",
+        `the fleet store at ${store.location} cannot be reached (${
+          errorText(error)
+        }); runs start from their local files, and ${waiting} record(s) wait in memory, tried again every ${
+          formatDuration(wait / 1000)
+        } or less`,
+      );
+    }
+    if (retryTimer === undefined && !closing) {
+      retryTimer = setTimeout(() => {
+        retryTimer = undefined;
+        void flush();
+      }, wait);
+    }
+  };
+
+  const keep = (record: RunRecord) => {
+    const k = `${record.attempt}\u0000${record.runId}`;
+    records.delete(k);
+    records.set(k, record);
+    while (records.size > BRIDGE_MAX_BACKLOG) {
+      records.delete(records.keys().next().value as string);
+      dropped++;
+    }
+  };
+
+  /** Write what waits: the records in one statement, then the files in one. */
+  function flush(): Promise<void> {
+    if (flushing) return flushing.then(() => (records.size + files.size > 0 ? flush() : undefined));
+    if (records.size === 0 && files.size === 0 && !down) return Promise.resolve();
+    flushing = (async () => {
+      const batch = records;
+      const contents = files;
+      records = new Map();
+      files = new Map();
+      try {
+        if (batch.size > 0 || down) await store.write({ records: [...batch.values()] });
+        if (contents.size > 0) {
+          const byHost = new Map<
+            string,
+            { host: HostId; files: { runId: string; content: string }[] }
+          >();
+          for (const [runId, f] of contents) {
+            const k = `${f.host.machine}\u0000${f.host.pid}\u0000${f.host.start}`;
+            const entry = byHost.get(k) ?? { host: f.host, files: [] };
+            entry.files.push({ runId, content: f.content });
+            byHost.set(k, entry);
+          }
+          for (const entry of byHost.values()) await store.writeFiles(entry.host, entry.files);
+        }
+        up();
+      } catch (error) {
+        // Back in, in order, behind nothing: newer ones taken meanwhile come after.
+        const newer = records;
+        records = new Map();
+        for (const r of batch.values()) keep(r);
+        for (const r of newer.values()) keep(r);
+        for (const [k, f] of files) contents.set(k, f);
+        files = contents;
+        fail(error, records.size);
+      }
+    })().finally(() => {
+      flushing = undefined;
+    });
+    return flushing;
+  }
+
+  let scheduled = false;
+  const soon = () => {
+    if (scheduled || down) return;
+    scheduled = true;
+    setTimeout(() => {
+      scheduled = false;
+      void flush();
+    }, 0);
+  };
+
+  parent.on("message", async (message: ToBridge) => {
+    try {
+      switch (message.type) {
+        case "start": {
+          try {
+            // What this thread was told before the start goes first: an end of the same id.
+            if (records.size > 0 && !down) await flush();
+            const started = await store.startAttempt(message.record, message.options);
+            up();
+            answer({ type: "started", id: message.id, started });
+          } catch (error) {
+            answer({ type: "started", id: message.id, error: errorText(error) });
+            fail(error, records.size);
+          }
+          break;
+        }
+        case "write":
+          for (const r of message.records) keep(r);
+          soon();
+          break;
+        case "file": {
+          const content = readForStore(message.file, data.fileMaxKb);
+          if (content !== undefined) {
+            files.set(message.runId, { host: message.host, content });
+            soon();
+          }
+          break;
+        }
+        case "drain": {
+          const deadline = Date.now() + message.ms;
+          while (!down && records.size + files.size > 0 && Date.now() < deadline) await flush();
+          if (flushing) await flushing;
+          answer({ type: "drained", id: message.id, waiting: records.size + files.size });
+          break;
+        }
+        case "close": {
+          closing = true;
+          const deadline = Date.now() + message.ms;
+          while (!down && records.size + files.size > 0 && Date.now() < deadline) await flush();
+          if (flushing) await flushing;
+          if (records.size > 0) {
+            log(
+              "warn",
+              `the fleet store at ${store.location} did not take ${records.size} record(s) before close`,
+            );
+          }
+          if (retryTimer !== undefined) clearTimeout(retryTimer);
+          await store.close().catch(() => {});
+          parent.close();
+          reply.close();
+          break;
+        }
+      }
+    } catch (error) {
+      log("error", `the fleet store's thread failed: ${errorText(error)}`);
+    }
+  });
+}
+
+/** @internal A heartbeat as the worker passes it on. */
+export type BridgeHeartbeat = Heartbeat;
+
+if (parentPort !== null && workerData !== null && (workerData as BridgeData).bridge === true) {
+  bridge(parentPort, workerData as BridgeData);
+}

@@ -1,0 +1,74 @@
+/**
+ * The fleet store's tests run against a real PostgreSQL server: the URL in
+ * `AGENT_CHECKPOINT_TEST_PG`, else `postgres://postgres@127.0.0.1:5432/test`.
+ * Each test works in a schema of its own, dropped at its end. Outside CI,
+ * where no server answers, the tests are skipped with one line saying how to
+ * run them; in CI (`CI=true`) they always run, and fail when it does not answer.
+ */
+import process from "node:process";
+import { randomBytes } from "node:crypto";
+
+/** The server the tests use. */
+export const PG_URL = process.env.AGENT_CHECKPOINT_TEST_PG ??
+  "postgres://postgres@127.0.0.1:5432/test";
+
+const inCi = /^(1|true)$/i.test(process.env.CI ?? "");
+
+interface Sql {
+  unsafe(query: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
+  end(options?: { timeout?: number }): Promise<void>;
+}
+
+/** A connection for the test's own use (schemas, `pg_terminate_backend`). */
+export async function admin(url: string = PG_URL): Promise<Sql> {
+  const mod = await import("npm:postgres@^3.4.9");
+  const postgres = (mod.default ?? mod) as (url: string, options: object) => Sql;
+  return postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 3, fetch_types: false });
+}
+
+async function reachable(): Promise<string | undefined> {
+  try {
+    const sql = await admin();
+    try {
+      await sql.unsafe("SELECT 1");
+      return undefined;
+    } finally {
+      await sql.end({ timeout: 1 });
+    }
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error);
+  }
+}
+
+const unreachable = await reachable();
+const said = globalThis as { acFleetSkipSaid?: boolean };
+if (unreachable !== undefined && !inCi && !said.acFleetSkipSaid) {
+  said.acFleetSkipSaid = true;
+  console.log(
+    `fleet store tests did not run: no PostgreSQL at ${PG_URL} (${unreachable}); start one (pg_ctlcluster --skip-systemctl-redirect 15 main start) or set AGENT_CHECKPOINT_TEST_PG, then run npx -y deno@2.9.6 test -A tests/store/`,
+  );
+}
+
+/** Skip (outside CI) when no server answers; in CI the tests run and fail. */
+export const skipFleet: boolean | string = unreachable !== undefined && !inCi
+  ? "no PostgreSQL server (see the line above)"
+  : false;
+
+/** A schema of the test's own: its store URL, and `drop()` for the end. */
+export async function freshSchema(): Promise<{ url: string; schema: string; drop(): Promise<void> }> {
+  const schema = `ac_test_${randomBytes(6).toString("hex")}`;
+  const url = new URL(PG_URL);
+  url.searchParams.set("schema", schema);
+  return {
+    url: url.href,
+    schema,
+    async drop() {
+      const sql = await admin();
+      try {
+        await sql.unsafe(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      } finally {
+        await sql.end({ timeout: 1 });
+      }
+    },
+  };
+}
