@@ -14,6 +14,7 @@ import { errorText, type Log } from "./log.ts";
 import type { EndStatus, RunCaps, ToolCall } from "./_record.ts";
 import type { RunTable } from "./_run_table.ts";
 import type { CheckpointEvent, RunInfo } from "./_writer.ts";
+import type { MessagePort } from "node:worker_threads";
 import { formatDuration } from "./template.ts";
 import type {
   AttemptStart,
@@ -39,6 +40,8 @@ export interface LedgerStore {
   fileWritten?(event: CheckpointEvent): void;
   /** Wait, bounded, for writes handed to another thread to land (the process exits). */
   drainSync?(): boolean;
+  /** A port the watchdog thread writes through (the fleet store's thread). */
+  watchdogPort?(): MessagePort | undefined;
 }
 
 /** The most records the worker keeps while the store cannot take them. */

@@ -911,7 +911,13 @@ export class AgentCheckpoint {
       if (this.#options.watchdogStatsEveryMs) {
         data.statsEveryMs = this.#options.watchdogStatsEveryMs;
       }
-      const worker = new Worker(workerUrl(), { workerData: data });
+      // The fleet store: the watchdog's batches go through the store's own thread.
+      const storePort = this.#ledger?.watchdogPort?.();
+      if (storePort) data.storePort = storePort;
+      const worker = new Worker(workerUrl(), {
+        workerData: data,
+        transferList: storePort ? [storePort] : [],
+      });
       worker.on("message", (message: FromWorker) => {
         if (message.type === "log") this.#log(message.level, message.message, message.runId);
         else if (message.type === "comment") this.#comment(message.comment);

@@ -232,6 +232,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       home: data.home,
       settings,
       log: (level, message) => log(level, message),
+      ...(data.storePort ? { storePort: data.storePort } : {}),
     });
     if (!store) {
       ledgerOff = true;

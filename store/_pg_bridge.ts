@@ -70,8 +70,15 @@ export type ToBridge =
   }
   | { type: "write"; records: RunRecord[] }
   | { type: "file"; runId: string; file: string; host: HostId }
+  | { type: "late"; id: number }
   | { type: "drain"; id: number; ms: number }
-  | { type: "close"; ms: number };
+  | { type: "close"; ms: number }
+  | { type: "port"; port: MessagePort };
+
+/** @internal The watchdog to the store thread: its batch each interval, or a prune. */
+export type FromWatchdog =
+  | { type: "batch"; batch: WriteBatch }
+  | { type: "prune"; before: number; limit: number };
 
 /** @internal Store thread to main thread. */
 export type FromBridge =
@@ -118,7 +125,6 @@ export class PgBridge implements RunStore {
   readonly #flag: Int32Array;
   #seq = 0;
   #closed = false;
-  #provisional = false;
   #reader: PgRunStore | undefined;
 
   /** @internal Use {@linkcode openPgBridge}. */
@@ -187,38 +193,25 @@ export class PgBridge implements RunStore {
     record: RunRecord,
     options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
   ): AttemptStart {
-    const provisional = (why: string): AttemptStart => {
-      if (!this.#provisional) {
-        this.#provisional = true;
-        this.#options.log?.(
-          "warn",
-          `${why}; runs start from their local files until it answers (attempt numbers are not checked across machines meanwhile)`,
-        );
-      }
-      return { attempt: Math.max(1, Math.floor(options?.minAttempt ?? 1)) };
-    };
+    // The store thread says in the log why, once per outage.
+    const provisional = (): AttemptStart => ({
+      attempt: Math.max(1, Math.floor(options?.minAttempt ?? 1)),
+    });
     if (this.#closed) throw new Error("the fleet store is closed");
-    if (Atomics.load(this.#flag, 1) === STATE_DOWN) {
-      return provisional(`the fleet store at ${this.location} is away`);
-    }
+    if (Atomics.load(this.#flag, 1) === STATE_DOWN) return provisional();
     const id = ++this.#seq;
     const message: ToBridge = { type: "start", id, record };
     if (options) message.options = options;
     this.#worker.postMessage(message);
     const answer = this.#await(id, START_WAIT_MS);
     if (!answer || answer.type !== "started") {
+      // The store thread says it in the log, once: when the start lands, or the database is away.
+      this.#worker.postMessage({ type: "late", id } satisfies ToBridge);
       Atomics.compareExchange(this.#flag, 1, STATE_UP, STATE_DOWN);
       Atomics.compareExchange(this.#flag, 1, STATE_UNKNOWN, STATE_DOWN);
-      return provisional(
-        `the fleet store at ${this.location} did not answer a run's start within ${START_WAIT_MS} ms`,
-      );
+      return provisional();
     }
-    if (answer.error !== undefined || !answer.started) {
-      return provisional(
-        `the fleet store at ${this.location} cannot be reached (${answer.error ?? "no answer"})`,
-      );
-    }
-    this.#provisional = false;
+    if (answer.error !== undefined || !answer.started) return provisional();
     return answer.started;
   }
 
@@ -228,6 +221,18 @@ export class PgBridge implements RunStore {
       this.#worker.postMessage({ type: "write", records: batch.records } satisfies ToBridge);
     }
     return Promise.resolve();
+  }
+
+  /**
+   * A port for the watchdog thread: its batches go to this store's thread,
+   * which writes them with its own in one statement, so a process has one
+   * connection, one backlog and one voice in the log.
+   */
+  watchdogPort(): MessagePort | undefined {
+    if (this.#closed) return undefined;
+    const { port1, port2 } = new MessageChannel();
+    this.#worker.postMessage({ type: "port", port: port2 } satisfies ToBridge, [port2]);
+    return port1;
   }
 
   /** A checkpoint file was written: its content goes to the run's newest record. */
@@ -312,4 +317,54 @@ export class PgBridge implements RunStore {
  */
 export function openPgBridge(options: PgBridgeOptions): PgBridge {
   return new PgBridge(options);
+}
+
+/**
+ * The fleet store as the watchdog thread sees it: each interval's batch is
+ * handed to the store thread of its process, which keeps it (in order,
+ * bounded) until the database takes it; so `write` resolves at once.
+ *
+ * @example
+ * ```ts
+ * import { MessageChannel } from "node:worker_threads";
+ * import { PortStore } from "./_pg_bridge.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const { port1, port2 } = new MessageChannel();
+ * const got = new Promise((resolve) => port2.once("message", resolve));
+ * const store = new PortStore(port1, "postgres://db/fleet");
+ * await store.write({ records: [] , heartbeat: { host: { machine: "m", pid: 1, start: "" }, at: 1, intervalSeconds: 1 } });
+ * assert.equal((await got as { type: string }).type, "batch");
+ * await store.close();
+ * port2.close();
+ * ```
+ */
+export class PortStore {
+  readonly engine = "postgres";
+  readonly location: string;
+  readonly #port: MessagePort;
+
+  /** @param port The port the store thread listens on. @param location Where the store is, to show. */
+  constructor(port: MessagePort, location: string) {
+    this.#port = port;
+    this.location = location;
+  }
+
+  /** Hand a batch to the store thread. */
+  write(batch: WriteBatch): Promise<void> {
+    this.#port.postMessage({ type: "batch", batch } satisfies FromWatchdog);
+    return Promise.resolve();
+  }
+
+  /** Ask the store thread to prune; how many went is not waited for. */
+  prune(before: number, limit: number): Promise<number> {
+    this.#port.postMessage({ type: "prune", before, limit } satisfies FromWatchdog);
+    return Promise.resolve(0);
+  }
+
+  /** Let go of the port. */
+  close(): Promise<void> {
+    this.#port.close();
+    return Promise.resolve();
+  }
 }

@@ -11,11 +11,13 @@ import { type MessagePort, parentPort, workerData } from "node:worker_threads";
 import { errorText } from "../log.ts";
 import { formatDuration } from "../template.ts";
 import { openPgStore, type PgRunStore, readForStore } from "./postgres.ts";
-import type { Heartbeat, HostId, RunRecord } from "./types.ts";
+import type { Heartbeat, HostId, RunRecord, WriteBatch } from "./types.ts";
 import {
   BRIDGE_MAX_BACKLOG,
   type BridgeData,
   type FromBridge,
+  type FromWatchdog,
+  START_WAIT_MS,
   STATE_DOWN,
   STATE_UP,
   type ToBridge,
@@ -37,6 +39,12 @@ function bridge(parent: MessagePort, data: BridgeData): void {
 
   /** Records waiting to be written, in order, the newest of each run and attempt. */
   let records = new Map<string, RunRecord>();
+  /** A prune asked for, run after the next write that lands. */
+  let prune: { before: number; limit: number } | undefined;
+  /** Starts whose waiter gave up, by id: said in the log when they land or fail. */
+  const late = new Set<number>();
+  /** The newest heartbeat not yet written. */
+  let beat: Heartbeat | undefined;
   /** File contents waiting, by run id. */
   let files = new Map<string, { host: HostId; content: string }>();
   let dropped = 0;
@@ -79,9 +87,9 @@ function bridge(parent: MessagePort, data: BridgeData): void {
         "warn",
         `the fleet store at ${store.location} cannot be reached (${
           errorText(error)
-        }); runs start from their local files, and ${waiting} record(s) wait in memory, tried again every ${
-          formatDuration(wait / 1000)
-        } or less`,
+        }); runs start from their local files, and ${waiting} record(s) wait in memory (at most ${BRIDGE_MAX_BACKLOG}); tried again with a growing wait of up to ${
+          formatDuration(MAX_BACKOFF_MS / 1000)
+        }`,
       );
     }
     if (retryTimer === undefined && !closing) {
@@ -105,14 +113,21 @@ function bridge(parent: MessagePort, data: BridgeData): void {
   /** Write what waits: the records in one statement, then the files in one. */
   function flush(): Promise<void> {
     if (flushing) return flushing.then(() => (records.size + files.size > 0 ? flush() : undefined));
-    if (records.size === 0 && files.size === 0 && !down) return Promise.resolve();
+    if (records.size === 0 && files.size === 0 && !beat && !down && !prune) {
+      return Promise.resolve();
+    }
     flushing = (async () => {
       const batch = records;
       const contents = files;
+      const heartbeat = beat;
       records = new Map();
       files = new Map();
+      beat = undefined;
       try {
-        if (batch.size > 0 || down) await store.write({ records: [...batch.values()] });
+        const write: WriteBatch = { records: [...batch.values()] };
+        if (heartbeat) write.heartbeat = heartbeat;
+        if (batch.size > 0 || heartbeat) await store.write(write);
+        else if (down) await store.ping();
         if (contents.size > 0) {
           const byHost = new Map<
             string,
@@ -127,6 +142,13 @@ function bridge(parent: MessagePort, data: BridgeData): void {
           for (const entry of byHost.values()) await store.writeFiles(entry.host, entry.files);
         }
         up();
+        if (prune) {
+          const { before, limit } = prune;
+          prune = undefined;
+          await store.prune(before, limit).catch((error) =>
+            log("warn", `pruning the fleet store failed: ${errorText(error)}`)
+          );
+        }
       } catch (error) {
         // Back in, in order, behind nothing: newer ones taken meanwhile come after.
         const newer = records;
@@ -135,6 +157,7 @@ function bridge(parent: MessagePort, data: BridgeData): void {
         for (const r of newer.values()) keep(r);
         for (const [k, f] of files) contents.set(k, f);
         files = contents;
+        beat ??= heartbeat;
         fail(error, records.size);
       }
     })().finally(() => {
@@ -160,18 +183,47 @@ function bridge(parent: MessagePort, data: BridgeData): void {
           try {
             // What this thread was told before the start goes first: an end of the same id.
             if (records.size > 0 && !down) await flush();
+            const t = Date.now();
             const started = await store.startAttempt(message.record, message.options);
             up();
             answer({ type: "started", id: message.id, started });
+            if (late.delete(message.id)) {
+              log(
+                "warn",
+                `the fleet store at ${store.location} took ${
+                  Date.now() - t
+                } ms to answer a run's start (more than ${START_WAIT_MS} ms); that run started from its local file, and its record is attempt ${started.attempt} in the store`,
+              );
+            }
           } catch (error) {
+            late.delete(message.id);
             answer({ type: "started", id: message.id, error: errorText(error) });
             fail(error, records.size);
           }
           break;
         }
+        case "late":
+          late.add(message.id);
+          break;
         case "write":
           for (const r of message.records) keep(r);
           soon();
+          break;
+        case "port":
+          message.port.on("message", (m: FromWatchdog) => {
+            if (m.type === "batch") {
+              for (const r of m.batch.records) keep(r);
+              if (m.batch.heartbeat && (!beat || beat.at <= m.batch.heartbeat.at)) {
+                beat = m.batch.heartbeat;
+              }
+              soon();
+            } else if (m.type === "prune") {
+              // After the next write that lands: an away database says so once, through it.
+              prune = { before: m.before, limit: m.limit };
+              soon();
+            }
+          });
+          (message.port as { unref?: () => void }).unref?.();
           break;
         case "file": {
           const content = readForStore(message.file, data.fileMaxKb);

@@ -9,8 +9,9 @@
 import { SQLITE_FIX } from "../_sqlite.ts";
 import { NO_DRIVER, openSqliteStore, type SqliteRunStore, storeFile } from "./sqlite.ts";
 import type { RunStore, StoreOptions } from "./types.ts";
-import { isPostgresUrl, openPgStore, PG_FIX, type PgRunStore } from "./postgres.ts";
-import { openPgBridge, type PgBridge } from "./_pg_bridge.ts";
+import { isPostgresUrl, openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
+import { openPgBridge, type PgBridge, PortStore } from "./_pg_bridge.ts";
+import type { MessagePort } from "node:worker_threads";
 
 export * from "./types.ts";
 export { here, processStart, thisHost } from "./_host.ts";
@@ -45,8 +46,8 @@ export { PgBridge, START_WAIT_MS } from "./_pg_bridge.ts";
  * ```
  */
 export function openStore(
-  options: StoreOptions & { mode?: "durable" | "quick" | "read" },
-): SqliteRunStore | PgRunStore | PgBridge | undefined {
+  options: StoreOptions & { mode?: "durable" | "quick" | "read"; storePort?: MessagePort },
+): SqliteRunStore | PgRunStore | PgBridge | PortStore | undefined {
   const url = options.settings.store;
   if (isPostgresUrl(url)) return openFleet(options, url);
   const file = storeFile(options.home);
@@ -74,12 +75,14 @@ export function openStore(
  * its own, made on first use.
  */
 function openFleet(
-  options: StoreOptions & { mode?: "durable" | "quick" | "read" },
+  options: StoreOptions & { mode?: "durable" | "quick" | "read"; storePort?: MessagePort },
   url: string,
-): PgRunStore | PgBridge | undefined {
+): PgRunStore | PgBridge | PortStore | undefined {
   const fileMaxKb = Number(options.settings.store_file_max_kb ?? 256);
   try {
     const common = { url, hostTimeoutSeconds: options.settings.host_timeout_seconds, fileMaxKb };
+    // The watchdog thread: its batches go through its process's store thread.
+    if (options.storePort) return new PortStore(options.storePort, pgTarget(url).location);
     if (options.mode === "quick") {
       const bridge = { ...common };
       return options.log ? openPgBridge({ ...bridge, log: options.log }) : openPgBridge(bridge);
@@ -89,7 +92,7 @@ function openFleet(
     const message = error instanceof Error ? error.message : String(error);
     options.log?.(
       "warn",
-      `the fleet store cannot be opened (${message}); ${PG_FIX} and check the store setting`,
+      `the fleet store cannot be opened (${message}); check the store setting`,
     );
     return undefined;
   }

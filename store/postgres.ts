@@ -267,7 +267,6 @@ function row(record: RunRecord, fileContent: string | undefined): Record<string,
   };
 }
 
-
 /**
  * Cut a checkpoint file's content to at most `maxKb` KiB (UTF-8), at a line
  * end, with a last line saying so.
@@ -356,7 +355,8 @@ export class PgRunStore implements RunStore {
         idle_timeout: 0,
         max_lifetime: null,
         fetch_types: false,
-        connection: { application_name: "agent-checkpoint" },
+        // Named for its schema, so an operator (or a test) can tell whose connection it is.
+        connection: { application_name: `agent-checkpoint ${this.#target.schema}`.slice(0, 63) },
       });
       try {
         await this.#migrate(sql);
@@ -456,6 +456,11 @@ export class PgRunStore implements RunStore {
     );
     const beats = batch.heartbeat ? [heartbeatRow(batch.heartbeat)] : [];
     await this.#query(writeSql(this.#s), [JSON.stringify(rows), JSON.stringify(beats)]);
+  }
+
+  /** One round trip that only tells whether the database answers (connecting when needed). */
+  async ping(): Promise<void> {
+    await this.#query("SELECT 1");
   }
 
   /**

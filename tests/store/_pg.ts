@@ -55,7 +55,9 @@ export const skipFleet: boolean | string = unreachable !== undefined && !inCi
   : false;
 
 /** A schema of the test's own: its store URL, and `drop()` for the end. */
-export async function freshSchema(): Promise<{ url: string; schema: string; drop(): Promise<void> }> {
+export async function freshSchema(): Promise<
+  { url: string; schema: string; drop(): Promise<void> }
+> {
   const schema = `ac_test_${randomBytes(6).toString("hex")}`;
   const url = new URL(PG_URL);
   url.searchParams.set("schema", schema);
