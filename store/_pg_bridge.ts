@@ -84,7 +84,8 @@ export type FromWatchdog =
 export type FromBridge =
   | { type: "log"; level: "info" | "warn" | "error"; message: string }
   | { type: "started"; id: number; started?: AttemptStart; error?: string }
-  | { type: "drained"; id: number; waiting: number };
+  | { type: "drained"; id: number; waiting: number }
+  | { type: "closed" };
 
 /** The store thread's module, next to this one (`.ts` under Deno, `.js` when built). */
 function workerUrl(): URL {
@@ -287,11 +288,16 @@ export class PgBridge implements RunStore {
     this.#closed = true;
     // Kept alive until it has written what waits.
     this.#worker.ref();
-    const gone = new Promise<void>((resolve) => this.#worker.once("exit", () => resolve()));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const done = new Promise<void>((resolve) => {
+      this.#worker.on("message", (m: FromBridge) => m.type === "closed" && resolve());
+      this.#worker.once("exit", () => resolve());
+      timer = setTimeout(resolve, CLOSE_WAIT_MS + 2000);
+    });
     this.#worker.postMessage({ type: "close", ms: CLOSE_WAIT_MS } satisfies ToBridge);
-    const timer = setTimeout(() => void this.#worker.terminate(), CLOSE_WAIT_MS + 2000);
-    await gone;
+    await done;
     clearTimeout(timer);
+    await this.#worker.terminate();
     this.#port.close();
     await this.#reader?.close();
   }

@@ -102,6 +102,9 @@ function bridge(parent: MessagePort, data: BridgeData): void {
 
   const keep = (record: RunRecord) => {
     const k = `${record.attempt}\u0000${record.runId}`;
+    // An end is never undone: the watchdog's live record may come after the main thread's end.
+    const known = records.get(k);
+    if (known && known.status !== "live" && record.status === "live") return;
     records.delete(k);
     records.set(k, record);
     while (records.size > BRIDGE_MAX_BACKLOG) {
@@ -164,6 +167,17 @@ function bridge(parent: MessagePort, data: BridgeData): void {
       flushing = undefined;
     });
     return flushing;
+  }
+
+  /** Write what waits, trying again a little apart, until it is written or `deadline` passes. */
+  async function settle(deadline: number): Promise<void> {
+    for (;;) {
+      await flush();
+      if (records.size + files.size === 0 && !beat) return;
+      const left = deadline - Date.now();
+      if (left <= 0) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(100, left)));
+    }
   }
 
   let scheduled = false;
@@ -234,17 +248,13 @@ function bridge(parent: MessagePort, data: BridgeData): void {
           break;
         }
         case "drain": {
-          const deadline = Date.now() + message.ms;
-          while (!down && records.size + files.size > 0 && Date.now() < deadline) await flush();
-          if (flushing) await flushing;
+          await settle(Date.now() + message.ms);
           answer({ type: "drained", id: message.id, waiting: records.size + files.size });
           break;
         }
         case "close": {
           closing = true;
-          const deadline = Date.now() + message.ms;
-          while (!down && records.size + files.size > 0 && Date.now() < deadline) await flush();
-          if (flushing) await flushing;
+          await settle(Date.now() + message.ms);
           if (records.size > 0) {
             log(
               "warn",
@@ -253,8 +263,8 @@ function bridge(parent: MessagePort, data: BridgeData): void {
           }
           if (retryTimer !== undefined) clearTimeout(retryTimer);
           await store.close().catch(() => {});
-          parent.close();
           reply.close();
+          parent.postMessage({ type: "closed" } satisfies FromBridge);
           break;
         }
       }

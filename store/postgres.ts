@@ -448,6 +448,8 @@ export class PgRunStore implements RunStore {
     const byKey = new Map<string, RunRecord>();
     for (const r of batch.records) {
       const k = `${r.attempt}\u0000${r.runId}`;
+      const known = byKey.get(k);
+      if (known && known.status !== "live" && r.status === "live") continue; // an end stays
       byKey.delete(k);
       byKey.set(k, r);
     }
