@@ -743,14 +743,15 @@ export class AgentCheckpoint {
   }
 
   /** At close: the live runs' records as they stand, the last kept ones, and the store closed. */
-  #ledgerClose(): void {
+  #ledgerClose(): Promise<void> {
     const store = this.#ledger;
-    if (!store) return;
+    if (!store) return Promise.resolve();
     this.ledgerAtExit();
     if (this.#ledgerTimer !== undefined) clearTimeout(this.#ledgerTimer);
     this.#ledger = undefined;
     this.#ledgerRetryAt = Infinity;
-    store.close().catch(() => {});
+    // A store thread (the fleet store) writes what waits first, bounded.
+    return store.close().catch(() => {});
   }
 
   /** The working-tree snapshots, made on first use. */
@@ -800,7 +801,7 @@ export class AgentCheckpoint {
     if (this.#closed) return;
     this.#closed = true;
     this.#shared.beginClose();
-    this.#ledgerClose();
+    const ledgerClosed = this.#ledgerClose();
     for (let slot = 0; slot < this.#runs.length; slot++) {
       if (this.#runs[slot]) this.#free(slot, "closed");
     }
@@ -819,6 +820,7 @@ export class AgentCheckpoint {
         this.#log("warn", `stopping the watchdog failed: ${errorText(error)}`);
       }
     }
+    await ledgerClosed;
   }
 
   #free(slot: number, why: string): void {
