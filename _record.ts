@@ -437,6 +437,20 @@ export function commentBody(r: CheckpointRecord): string {
 const SUMMARY_CHARS = 300;
 
 /**
+ * How many earlier attempts' summaries a record keeps (`attempts`, the
+ * oldest dropped first), by the library and the supervisor alike.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { MAX_ATTEMPTS } from "./_record.ts";
+ *
+ * assert.equal(MAX_ATTEMPTS, 5);
+ * ```
+ */
+export const MAX_ATTEMPTS = 5;
+
+/**
  * A one-line summary of the attempt a record describes, for `{previous}` in
  * the resume text and for a later record's `attempts`: the attempt number,
  * whether it ended (and how) or was cut off, its turns and time against its

@@ -71,6 +71,8 @@ const NAMES_USED = 1; // bytes of the tool-name table in use
 const CLOSING = 2; // 1 once close() began: the watchdog starts no new write
 const WRITING = 3; // the watchdog's writes in flight
 const SLOTS = 4; // slots in the table
+const LOOKS = 5; // the watchdog's completed looks at the table, its writes flushed
+const SETTINGS_SEEN = 6; // the version of the settings the watchdog last looked with
 const HEADER_BYTES = 64;
 
 /** Bytes the tool-name table starts with, and grows by. */
@@ -198,6 +200,26 @@ export class RunTable {
   waitForWake(seen: number, ms: number): Promise<unknown> {
     const result = Atomics.waitAsync(this.#h, WAKE, seen, Math.max(0, ms));
     return result.async ? result.value : Promise.resolve(result.value);
+  }
+
+  /** Count one completed look of the watchdog (its writes flushed), made with settings `version`. */
+  looked(version: number): void {
+    Atomics.store(this.#h, SETTINGS_SEEN, version);
+    Atomics.add(this.#h, LOOKS, 1);
+  }
+
+  /** The version of the settings (a count of their changes) the watchdog last looked with. */
+  settingsSeen(): number {
+    return Atomics.load(this.#h, SETTINGS_SEEN);
+  }
+
+  /**
+   * The watchdog's completed looks so far: a look reloads the settings when a
+   * poll is due and weighs every run whose moment has come, so what it did
+   * not write after a look it will not write without a new reason.
+   */
+  looks(): number {
+    return Atomics.load(this.#h, LOOKS);
   }
 
   /** Tell the watchdog to start no new write: `close()` has begun. */

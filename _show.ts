@@ -126,3 +126,36 @@ export function errorText(error: unknown): string {
   }
   return clip(text, 1000);
 }
+
+/**
+ * Whether a value is a mapping: an object, not null, not an array.
+ *
+ * @example
+ * ```ts
+ * import { isMapping } from "./_show.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(isMapping({ a: 1 }), true);
+ * assert.equal(isMapping([1]), false);
+ * assert.equal(isMapping(null), false);
+ * ```
+ */
+export const isMapping = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * A value that is a non-empty string, else undefined: how an option or an
+ * environment variable counts as given.
+ *
+ * @example
+ * ```ts
+ * import { nonEmptyText } from "./_show.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(nonEmptyText("/srv"), "/srv");
+ * assert.equal(nonEmptyText(""), undefined);
+ * assert.equal(nonEmptyText(42), undefined);
+ * ```
+ */
+export const nonEmptyText = (v: unknown): string | undefined =>
+  typeof v === "string" && v !== "" ? v : undefined;

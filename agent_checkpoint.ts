@@ -10,7 +10,7 @@ import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } fro
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
-import { summaryLine } from "./_record.ts";
+import { MAX_ATTEMPTS, summaryLine } from "./_record.ts";
 import {
   type PreviousAttempt,
   Run,
@@ -41,7 +41,7 @@ import {
   resumeNote,
   unknownCalls,
 } from "./_ledger.ts";
-import { openStore, type RunRecord, type RunView, thisHost } from "./store/mod.ts";
+import { openRunStore, type RunRecord, type RunView, thisHost } from "./store/mod.ts";
 import { existsSync } from "node:fs";
 import type { EndStatus } from "./_record.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
@@ -149,8 +149,6 @@ const inertRun = (runId: string) =>
     attempt: 1,
   });
 
-/** Earlier attempts' summaries kept in a record. */
-const MAX_ATTEMPTS = 5;
 /** How long the main thread waits before it tries to open a store that failed to open again. */
 const LEDGER_REOPEN_MS = 30_000;
 /** Ledger records the main thread keeps while the store cannot take them. */
@@ -209,10 +207,10 @@ function ledgerAttempt(
     elapsedSeconds: r.elapsedSeconds,
     caps: r.caps,
     persistedAt: new Date(r.updatedAt).toISOString(),
-    incomplete: same?.incomplete ?? false,
-    summary: same
-      ? `${summary}; last checkpoint file write: ${same.kind} at ${same.persistedAt}`
-      : summary,
+    incomplete: file?.previous.incomplete ?? false,
+    summary: summary +
+      (same ? `; last checkpoint file write: ${same.kind} at ${same.persistedAt}` : "") +
+      (file?.previous.incomplete ? "; its file is marked INCOMPLETE" : ""),
     status,
     host,
   };
@@ -362,6 +360,9 @@ export class AgentCheckpoint {
         this.#free(info.slot, "ended");
       },
     };
+    // Opened now, not in the first startRun: creating a store costs a few disk flushes.
+    const settings = source.at(nowMs());
+    if (settings.enabled && settings.ledger) this.#ledgerStore(settings);
   }
 
   /** The settings in force now. */
@@ -573,7 +574,7 @@ export class AgentCheckpoint {
   #ledgerStore(settings: Settings): LedgerStore | undefined {
     if (this.#ledger !== undefined) return this.#ledger;
     if (nowMs() < this.#ledgerRetryAt) return undefined;
-    const store = openStore({
+    const store = openRunStore({
       home: this.#home,
       settings,
       mode: "quick",
@@ -589,7 +590,12 @@ export class AgentCheckpoint {
 
   /** @internal The process exits: the live runs' records as they stand (an exception, `process.exit`). */
   ledgerAtExit(): void {
-    if (!this.#ledger || this.#closed) return;
+    if (!this.#closed) this.#ledgerLive("the live runs at exit");
+  }
+
+  /** The live runs' records as they stand. */
+  #ledgerLive(what: string): void {
+    if (!this.#ledger) return;
     try {
       const now = nowMs();
       const host = thisHost();
@@ -597,9 +603,9 @@ export class AgentCheckpoint {
       for (const info of this.#runs) {
         if (info) records.push(recordOf(info, this.#shared, host, now));
       }
-      this.#ledgerWrite(records, "the live runs at exit");
+      this.#ledgerWrite(records, what);
     } catch (error) {
-      ledgerFailed(this.#log, "the live runs at exit", error);
+      ledgerFailed(this.#log, what, error);
     }
   }
 
@@ -746,7 +752,7 @@ export class AgentCheckpoint {
   #ledgerClose(): Promise<void> {
     const store = this.#ledger;
     if (!store) return Promise.resolve();
-    this.ledgerAtExit();
+    this.#ledgerLive("the live runs at close");
     if (this.#ledgerTimer !== undefined) clearTimeout(this.#ledgerTimer);
     this.#ledger = undefined;
     this.#ledgerRetryAt = Infinity;

@@ -18,7 +18,7 @@ import {
   type SettingsLayer,
   type SettingSource,
 } from "./settings.ts";
-import { errorText } from "./_show.ts";
+import { errorText, isMapping, nonEmptyText as text } from "./_show.ts";
 import { parseYaml } from "./_yaml.ts";
 
 /** Environment variables, as `process.env` holds them. */
@@ -64,8 +64,6 @@ export function envOf(env: Env | undefined): Env {
     return {};
   }
 }
-
-const text = (v: unknown): string | undefined => typeof v === "string" && v !== "" ? v : undefined;
 
 const userHome = (env: Env): string => {
   const home = text(env.HOME);
@@ -116,9 +114,6 @@ export interface ConfigFile {
   /** One line per problem; the settings fall back to their defaults. */
   warnings: string[];
 }
-
-const isMapping = (v: unknown): v is Record<string, unknown> =>
-  typeof v === "object" && v !== null && !Array.isArray(v);
 
 /**
  * Follow keys through nested mappings; only a mapping's own keys count, so

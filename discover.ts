@@ -22,7 +22,7 @@ import {
   settingsFrom,
   type SettingsOptions,
 } from "./config.ts";
-import { errorText, show } from "./_show.ts";
+import { errorText, nonEmptyText as text, show } from "./_show.ts";
 
 /** The host's description of a run. */
 export interface RunInit {
@@ -79,7 +79,6 @@ export const RUN_ID_ENV = "AGENT_CHECKPOINT_RUN_ID";
 /** The environment variable holding a supervisor's deadline, in ms since the epoch. */
 export const DEADLINE_ENV = "AGENT_CHECKPOINT_DEADLINE";
 
-const text = (v: unknown): string | undefined => typeof v === "string" && v !== "" ? v : undefined;
 const envText = (env: Env, name: string): string | undefined =>
   Object.hasOwn(env, name) ? text(env[name]) : undefined;
 
@@ -169,12 +168,39 @@ const kanbanRuntime = (
   }
 };
 
+/**
+ * The supervisor's deadline as its environment gives it
+ * (`AGENT_CHECKPOINT_DEADLINE`, ms since the epoch): undefined when unset or
+ * blank, else the value as set (`raw`) and, when it is a time, that time
+ * (`at`). The one reading of the variable, for the library, the supervisor
+ * and `explain`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { supervisorDeadline } from "./discover.ts";
+ *
+ * assert.deepEqual(supervisorDeadline({ AGENT_CHECKPOINT_DEADLINE: "1800000000000" }), {
+ *   raw: "1800000000000",
+ *   at: 1800000000000,
+ * });
+ * assert.deepEqual(supervisorDeadline({ AGENT_CHECKPOINT_DEADLINE: "soon" }), { raw: "soon" });
+ * assert.equal(supervisorDeadline({ AGENT_CHECKPOINT_DEADLINE: " " }), undefined);
+ * ```
+ */
+export function supervisorDeadline(env: Env): { raw: string; at?: number } | undefined {
+  const raw = envText(env, DEADLINE_ENV);
+  if (raw === undefined || raw.trim() === "") return undefined;
+  const at = Number(raw);
+  return /^\s*\d+(\.\d*)?\s*$/.test(raw) && Number.isFinite(at) ? { raw, at } : { raw };
+}
+
 /** The supervisor's deadline as seconds left from `startedAtMs`, when it gives one. */
 function supervisorSeconds(env: Env, startedAtMs: number, problems: string[]): number | undefined {
-  const raw = envText(env, DEADLINE_ENV);
-  if (raw === undefined) return undefined;
-  const deadline = Number(raw);
-  if (!/^\s*\d+(\.\d*)?\s*$/.test(raw) || !Number.isFinite(deadline)) {
+  const given = supervisorDeadline(env);
+  if (given === undefined) return undefined;
+  const { raw, at: deadline } = given;
+  if (deadline === undefined) {
     problems.push(`${DEADLINE_ENV}=${show(raw)} is not a time in ms since the epoch; ignoring it`);
     return undefined;
   }

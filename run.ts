@@ -7,7 +7,7 @@
  * @module
  */
 import { existsSync } from "node:fs";
-import { clearTimeout, setTimeout } from "node:timers";
+import { longTimeout, type LongTimer } from "./_timer.ts";
 import { errorText, type Log } from "./log.ts";
 import {
   END_STATUSES,
@@ -170,7 +170,7 @@ export class Run {
   /** Sequence numbers of the tool calls in flight, by call id. */
   readonly #calls = new Map<string, number>();
   #deadline: AbortController | undefined;
-  #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  #deadlineTimer: LongTimer | undefined;
   #ended = false;
   readonly #workspace: string;
 
@@ -674,10 +674,7 @@ export class Run {
       host.shared.armDeadline(this.#info.slot, at);
       const wait = at - nowMs();
       if (wait <= 0) this.#fireDeadline();
-      else {
-        this.#deadlineTimer = setTimeout(() => this.#fireDeadline(), wait);
-        this.#deadlineTimer.unref?.();
-      }
+      else this.#deadlineTimer = longTimeout(() => this.#fireDeadline(), wait, { unref: true });
       return this.#deadline.signal;
     } catch (error) {
       this.#fail("deadline", error);
@@ -696,7 +693,8 @@ export class Run {
         const settings = host.settingsAt(now);
         const atSeconds = (host.shared.deadlineAt(this.#info.slot) -
           host.shared.start(this.#info.slot)) / 1000;
-        if (settings.enabled) {
+        // mid_run_persist: false promises no file writes from timers.
+        if (settings.enabled && settings.mid_run_persist) {
           host.writer.write(this.#info, settings, { kind: "deadline", atSeconds }, "host", now);
         }
       }
@@ -785,7 +783,7 @@ export class Run {
     if (this.#ended) return Promise.resolve();
     this.#ended = true;
     try {
-      if (this.#deadlineTimer !== undefined) clearTimeout(this.#deadlineTimer);
+      this.#deadlineTimer?.clear();
       const host = this.#live();
       if (!host) return Promise.resolve();
       let status = outcome?.status ?? "done";

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { show } from "./_show.ts";
+import { isMapping, show } from "./_show.ts";
 
 /** A JSON Schema fragment: the keywords the settings' schema uses. */
 export interface JsonSchema {
@@ -520,9 +520,6 @@ export interface ResolvedSettings {
   warnings: string[];
   sources: Record<string, SettingSource>;
 }
-
-const isMapping = (v: unknown): v is Record<string, unknown> =>
-  typeof v === "object" && v !== null && !Array.isArray(v);
 
 /** The own enumerable string keys and values of a mapping, read one by one. */
 function* entriesOf(

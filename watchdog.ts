@@ -23,7 +23,7 @@ import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } 
 import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
 import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
-import { openStore, thisHost } from "./store/mod.ts";
+import { openRunStore, thisHost } from "./store/mod.ts";
 
 /** Seconds past the time cap after which a run is no longer watched (S11). */
 export const PAST_CAP_SECONDS = 180;
@@ -228,7 +228,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
 
   function openLedger(settings: Settings, now: number): LedgerProgress | undefined {
     if (ledger || ledgerOff) return ledger?.progress;
-    const store = openStore({
+    const store = openRunStore({
       home: data.home,
       settings,
       log: (level, message) => log(level, message),
@@ -333,25 +333,34 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
   const WAKE_GAP_MS = 5;
   let lastLook = 0;
 
-  async function loop(): Promise<void> {
+  /** When the watchdog's own look is next due (the ledger's interval may wake the loop sooner). */
+  let nextLook = 0;
+
+  async function loop(woken: boolean): Promise<void> {
     const seen = shared.wakes();
     let next: number;
     try {
-      lastLook = nowMs();
-      next = look();
-      await flush();
-      next = Math.min(next, await progress());
+      if (woken || nowMs() >= nextLook) {
+        lastLook = nowMs();
+        nextLook = look();
+        await flush();
+        shared.looked(source.version);
+      }
+      next = Math.min(nextLook, await progress());
     } catch (error) {
       log("error", `watchdog poll failed: ${errorText(error)}`);
       next = nowMs() + 10_000;
     }
-    shared.waitForWake(seen, Math.ceil(next - nowMs())).then(settle, settle);
+    shared.waitForWake(seen, Math.ceil(next - nowMs())).then(
+      (result) => settle(result !== "timed-out"),
+      () => settle(true),
+    );
   }
 
-  function settle(): void {
+  function settle(woken: boolean): void {
     const gap = WAKE_GAP_MS - (nowMs() - lastLook);
-    if (gap > 0) setTimeout(loop, gap);
-    else loop();
+    if (woken && gap > 0) setTimeout(() => loop(true), gap);
+    else loop(woken);
   }
 
   // A pending Atomics.waitAsync does not keep a worker alive by itself. This
@@ -367,7 +376,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       });
     }, data.statsEveryMs);
   }
-  loop();
+  loop(true);
 }
 
 // Imported outside a worker (by a documentation or type check), it does nothing.

@@ -8,18 +8,16 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import {
   ago,
-  checkpointDir,
   type CliIo,
   type Command,
-  homeOption,
+  homeDir,
   NAME,
   type Paint,
   paint,
   parseArgs,
-  parseDuration,
   size,
   table,
-  UsageError,
+  terminalSafe,
   writeJson,
 } from "./_common.ts";
 import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
@@ -27,6 +25,16 @@ import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
 export type { CheckpointFile };
 import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../persist.ts";
 import { errorText } from "../log.ts";
+import {
+  homeSettings,
+  ledgerAuditText,
+  ledgerLsText,
+  ledgerShowText,
+  openLedger,
+  runJson,
+  sinceOption,
+  statusOption,
+} from "./_ledger.ts";
 
 /** How a run ended (the record's `end.status`). */
 export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
@@ -125,8 +133,30 @@ function described(f: CheckpointFile) {
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
+/** How many cut-off runs the summary line of `ls` names; the rest are counted. */
+export const LS_NAMED_CUT_OFF = 5;
+
+/**
+ * The run ids of `ls`'s summary line: at most {@link LS_NAMED_CUT_OFF}, then
+ * "and N more".
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { namedRuns } from "./_checkpoints.ts";
+ *
+ * assert.equal(namedRuns(["a", "b"]), "a, b");
+ * assert.equal(namedRuns(["1", "2", "3", "4", "5", "6", "7"]), "1, 2, 3, 4, 5 and 2 more");
+ * ```
+ */
+export function namedRuns(ids: string[]): string {
+  const shown = ids.slice(0, LS_NAMED_CUT_OFF).map((id) => terminalSafe(id)).join(", ");
+  const more = ids.length - LS_NAMED_CUT_OFF;
+  return more > 0 ? `${shown} and ${more} more` : shown;
+}
+
 function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): string {
-  if (files.length === 0) return `No checkpoint files in ${dir}.\n`;
+  if (files.length === 0) return `No checkpoint files in ${terminalSafe(dir)}.\n`;
   const yes = (b: boolean) => (b ? "yes" : "-");
   const rows = files.map((f) => [
     f.runId,
@@ -150,23 +180,37 @@ function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): stri
   if (withRecord.length > 0) {
     lines.push(
       `${plural(ended, "run")} ended, ${plural(cutOff.length, "run")} cut off${
-        cutOff.length > 0 ? ` (no end recorded: ${cutOff.map((f) => f.runId).join(", ")})` : ""
+        cutOff.length > 0 ? ` (no end recorded: ${namedRuns(cutOff.map((f) => f.runId))})` : ""
       }`,
     );
   }
   lines.push(
-    `${files.length} checkpoint file${
-      files.length === 1 ? "" : "s"
-    } in ${dir}: ${withRecord.length} with a record, ${
+    `${files.length} checkpoint file${files.length === 1 ? "" : "s"} in ${
+      terminalSafe(dir)
+    }: ${withRecord.length} with a record, ${
       files.filter((f) => f.agentText).length
     } with the agent's own text, ${files.filter((f) => f.incomplete).length} marked INCOMPLETE`,
   );
   return lines.join("\n") + "\n";
 }
 
-const LS_HELP = `Usage: ${NAME} ls [--home DIR] [--json]
+const LS_HELP =
+  `Usage: ${NAME} ls [--status STATE] [--since DURATION] [--store URL] [--host MACHINE] [--files] [--home DIR] [--json]
 
-Lists the checkpoint files, newest first: run id, when last persisted, kind,
+Lists every run the run ledger holds, the most recently heard of first: live,
+ended (and how) or cut off (its process is gone and it never recorded an
+end), with or without a checkpoint file: its attempt, turns, tier, the tool
+calls in flight, when it was last heard of, and its host (machine:pid). It
+reads the ledger's index, not the checkpoint files.
+
+  --status STATE     only runs that are live, ended or cut-off
+  --since DURATION   only runs heard of in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --files            list the checkpoint files instead (as without a ledger)
+  --store URL        read the fleet store at this postgres:// URL (default: the
+                     store setting, or AGENT_CHECKPOINT_STORE)
+  --host MACHINE     only runs of this machine
+
+Without a run ledger (or with --files), it lists the checkpoint files, newest first: run id, when last persisted, kind,
 tier and source, whether the agent wrote its own text there, whether it is
 marked INCOMPLETE, and size. Files without a readable record are listed too.
 
@@ -177,8 +221,10 @@ never recorded its end shows its last checkpoint's kind ("tier 2", "stall",
 resumed run adds ", attempt N".
 
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
-  --json       one JSON object: { dir, files } (each file with run: "ended" |
-               "cut off" | null, ended: its end status, and attempt)`;
+  --json       one JSON object: { store, runs } from the ledger (each run with
+               state: "live" | "ended" | "cut-off"); { dir, files } for the
+               files (each file with run: "ended" | "cut off" | null, ended:
+               its end status, and attempt)`;
 
 /**
  * `agent-checkpoint ls`.
@@ -200,25 +246,62 @@ resumed run adds ", attempt N".
  */
 export const lsCommand: Command = {
   name: "ls",
-  summary: "list the checkpoint files, newest first: ended or cut off",
+  summary: "list every run: live, ended or cut off (the run ledger), or the checkpoint files",
   help: LS_HELP,
-  run(args: string[], io: CliIo): Promise<number> {
-    const parsed = parseArgs(args, { command: "ls", switches: ["--json"] });
-    const dir = checkpointDir(homeOption(parsed, io), io.env);
-    const files = listCheckpoints(dir);
+  async run(args: string[], io: CliIo): Promise<number> {
+    const parsed = parseArgs(args, {
+      command: "ls",
+      switches: ["--json", "--files"],
+      values: ["--status", "--since", "--store", "--host"],
+    });
+    const home = homeDir(parsed, io);
+    const settings = homeSettings(home, io);
+    const state = statusOption(parsed.values["--status"], "ls");
+    const since = sinceOption(parsed.values["--since"], "ls", io.now());
+    const ledger = parsed.switches.has("--files")
+      ? undefined
+      : openLedger(home, settings, io, parsed.values["--store"]);
+    if (ledger) {
+      try {
+        const query: Parameters<typeof ledger.list>[0] = { limit: Number.MAX_SAFE_INTEGER };
+        if (parsed.values["--host"] !== undefined) query.machine = parsed.values["--host"];
+        if (state !== undefined) query.state = state;
+        if (since !== undefined) query.since = since;
+        const runs = await ledger.list(query);
+        if (parsed.switches.has("--json")) {
+          writeJson(io, { store: ledger.location, runs: runs.map(runJson) });
+        } else io.stdout(ledgerLsText(runs, ledger.location, io, paint(io)));
+      } finally {
+        await ledger.close();
+      }
+      return 0;
+    }
+    const dir = settings.checkpoint_dir;
+    let files = listCheckpoints(dir);
+    if (since !== undefined) files = files.filter((f) => f.at >= since);
+    if (state === "ended") files = files.filter((f) => runState(f).state === "ended");
+    else if (state === "cut-off") files = files.filter((f) => runState(f).state === "cut off");
+    else if (state === "live") files = []; // without a ledger, no run can be told live
     if (parsed.switches.has("--json")) writeJson(io, { dir, files: files.map(described) });
     else io.stdout(lsText(files, dir, io, paint(io)));
-    return Promise.resolve(0);
+    return 0;
   },
 };
 
-const SHOW_HELP = `Usage: ${NAME} show RUN [--home DIR] [--json]
+const SHOW_HELP = `Usage: ${NAME} show RUN [--store URL] [--host MACHINE] [--home DIR] [--json]
 
-Prints the checkpoint file of run RUN (a kanban task id, a session id, or the
-file's name), headed by whether the run ended (and how) or was cut off.
+Prints run RUN (a kanban task id, a session id, or the file's name): its
+record in the run ledger (live, ended or cut off; turns, tier, the tool calls
+in flight, its host), then its checkpoint file when it has one, headed by
+whether the run ended (and how) or was cut off. Control characters are shown
+escaped. Exits 1 when there is no such run.
 
+  --store URL  read the fleet store at this postgres:// URL (default: the
+               store setting, or AGENT_CHECKPOINT_STORE)
+  --host NAME  the run's newest attempt on this machine
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
-  --json       the file's description as JSON instead of its text`;
+  --json       the file's description as JSON instead of its text, with the
+               ledger's record under "ledger"`;
 
 /**
  * The file of run `runId` in `dir`: its own file name first (`RUN.md`, or
@@ -248,12 +331,29 @@ function stateLine(f: CheckpointFile): string | undefined {
   const s = runState(f);
   if (!s.state) return undefined;
   const attempt = s.attempt !== undefined && s.attempt > 1 ? `, attempt ${s.attempt}` : "";
+  const run = terminalSafe(f.runId);
   if (s.state === "cut off") {
-    return `Run ${f.runId}${attempt}: cut off (its run never recorded an end)`;
+    return `Run ${run}${attempt}: cut off (its run never recorded an end)`;
   }
-  return `Run ${f.runId}${attempt}: ended ${s.status}${s.endedAt ? ` at ${s.endedAt}` : ""}${
-    s.summary ? `: ${s.summary.replace(/\s*\n\s*/g, " ")}` : ""
-  }`;
+  const at = s.endedAt ? ` at ${terminalSafe(s.endedAt)}` : "";
+  const summary = s.summary ? `: ${terminalSafe(s.summary.replace(/\s*\n\s*/g, " "))}` : "";
+  return `Run ${run}${attempt}: ended ${s.status}${at}${summary}`;
+}
+
+/**
+ * What a file that is not a regular file is, for `show`: a symbolic link
+ * (and where it points), a FIFO, a directory, a socket or a device.
+ */
+function notRegularText(f: CheckpointFile): string {
+  let target: string | undefined;
+  try {
+    target = fs.readlinkSync(f.file);
+  } catch {
+    // Not a link (or gone): the reader's own words say what it is.
+  }
+  return target === undefined
+    ? `${f.error ?? "not a regular file"}; not opened`
+    : `a symbolic link to ${target}, not a regular file; links are never followed`;
 }
 
 /**
@@ -266,7 +366,7 @@ function stateLine(f: CheckpointFile): string | undefined {
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { showCommand } from "./_checkpoints.ts";
- * import { memoryIo, UsageError } from "./_common.ts";
+ * import { memoryIo } from "./_common.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * fs.mkdirSync(path.join(home, "agent-checkpoints"));
@@ -274,46 +374,86 @@ function stateLine(f: CheckpointFile): string | undefined {
  * const m = memoryIo();
  * assert.equal(await showCommand.run(["r1", "--home", home], m.io), 0);
  * assert.match(m.stdout(), /my notes\n$/);
- * await assert.rejects(showCommand.run(["r2", "--home", home], m.io), UsageError);
+ * assert.equal(await showCommand.run(["r2", "--home", home], m.io), 1); // not found
  * ```
  */
 export const showCommand: Command = {
   name: "show",
-  summary: "print one run's checkpoint file",
+  summary: "print one run: its ledger record and its checkpoint file",
   help: SHOW_HELP,
-  run(args: string[], io: CliIo): Promise<number> {
-    const parsed = parseArgs(args, { command: "show", switches: ["--json"], positional: ["RUN"] });
-    const dir = checkpointDir(homeOption(parsed, io), io.env);
+  async run(args: string[], io: CliIo): Promise<number> {
+    const parsed = parseArgs(args, {
+      command: "show",
+      switches: ["--json"],
+      values: ["--store", "--host"],
+      positional: ["RUN"],
+    });
+    const home = homeDir(parsed, io);
+    const settings = homeSettings(home, io);
+    const dir = settings.checkpoint_dir;
     const runId = parsed.positional[0] as string;
+    const ledger = openLedger(home, settings, io, parsed.values["--store"]);
+    const machine = parsed.values["--host"];
+    let view;
+    if (ledger) {
+      try {
+        view = machine === undefined
+          ? await ledger.latest(runId)
+          : (await ledger.list({ runId, machine, limit: 1 }))[0];
+      } finally {
+        await ledger.close();
+      }
+    }
     const found = findRun(dir, runId);
+    if (view && !found) {
+      if (parsed.switches.has("--json")) writeJson(io, { runId, ledger: runJson(view) });
+      else {
+        io.stdout(`${ledgerShowText(view, io)}\n${paint(io).dim("(no checkpoint file yet)")}\n`);
+      }
+      return 0;
+    }
     if (!found) {
-      return Promise.reject(
-        new UsageError(`no checkpoint file for run "${runId}" in ${dir}`, "ls"),
+      io.stderr(
+        `${NAME}: no checkpoint file for run "${terminalSafe(runId)}" in ${
+          terminalSafe(dir)
+        } (see ${NAME} ls)\n`,
       );
+      return 1;
     }
     if (parsed.switches.has("--json")) {
-      writeJson(io, described(found));
-      return Promise.resolve(0);
+      writeJson(io, view ? { ...described(found), ledger: runJson(view) } : described(found));
+      return 0;
     }
     const p = paint(io);
+    // The ledger knows whether a run without an end is live or cut off; the file alone cannot.
+    const state = view ? undefined : stateLine(found);
+    const head = `${view ? `${ledgerShowText(view, io)}\n` : ""}${
+      state ? `${p.bold(state)}\n` : ""
+    }${p.bold(terminalSafe(found.file))}\n`;
+    if (found.state === "not a regular file") {
+      io.stdout(`${head}${p.dim(terminalSafe(notRegularText(found)))}\n`);
+      return 0;
+    }
     let text = "";
     try {
       text = new TextDecoder().decode(readCheckpointBytes(found.file));
     } catch (error) {
       text = `(cannot read: ${errorText(error)})`;
     }
-    const at = found.at ? ago(io.now() - found.at) : "never";
-    const state = stateLine(found);
+    const at = `${found.record ? "persisted" : "modified"} ${
+      found.at ? ago(io.now() - found.at) : "never"
+    }`;
+    text = terminalSafe(text, { lines: true });
     io.stdout(
-      `${state ? `${p.bold(state)}\n` : ""}${p.bold(found.file)}\n${
+      `${head}${
         p.dim(
-          `${kindText(found)}, persisted ${at}, ${size(found.size)}${
+          `${terminalSafe(kindText(found))}, ${at}, ${size(found.size)}${
             found.utf8 ? "" : ", not valid UTF-8 (shown with replacement characters)"
           }`,
         )
       }\n\n${text}${text.endsWith("\n") ? "" : "\n"}`,
     );
-    return Promise.resolve(0);
+    return 0;
   },
 };
 
@@ -407,14 +547,25 @@ function auditText(a: AuditSummary, dir: string, since: string | undefined): str
   ]) + "\n";
 }
 
-const AUDIT_HELP = `Usage: ${NAME} audit [--since DURATION] [--home DIR] [--json]
+const AUDIT_HELP =
+  `Usage: ${NAME} audit [--since DURATION] [--store URL] [--host MACHINE] [--files] [--home DIR] [--json]
 
-Summarizes the checkpoint directory: runs with a record, how many ended (by
+Summarizes the run ledger: every run, how many are live, how many ended (by
+status: done, capped, failed, aborted, deadline) and how many were cut off
+(their process is gone and they never recorded an end), in all and by
+machine. It reads the ledger's index, not the checkpoint files.
+
+Without a run ledger (or with --files), it summarizes the checkpoint directory: runs with a record, how many ended (by
 status: done, capped, failed, aborted, deadline) and how many were cut off
 (no end recorded); by kind, source and tier; resumed runs by attempt; how
 many hold the agent's own text; how many are marked INCOMPLETE.
 
-  --since DURATION   only checkpoints persisted in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --since DURATION   only runs heard of (checkpoints persisted) in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --store URL        read the fleet store at this postgres:// URL (default: the
+                     store setting, or AGENT_CHECKPOINT_STORE); runs are summed
+                     by machine and state
+  --host MACHINE     only runs of this machine
+  --files            summarize the checkpoint files instead (as without a ledger)
   --home DIR         the profile directory (default $HERMES_HOME, else ~/.hermes)
   --json             one JSON object instead of text`;
 
@@ -438,28 +589,47 @@ many hold the agent's own text; how many are marked INCOMPLETE.
  */
 export const auditCommand: Command = {
   name: "audit",
-  summary: "summarize the checkpoint directory: ended, cut off, kinds, sources, tiers",
+  summary: "summarize every run: live, ended, cut off, by machine (or the checkpoint files)",
   help: AUDIT_HELP,
-  run(args: string[], io: CliIo): Promise<number> {
-    const parsed = parseArgs(args, { command: "audit", values: ["--since"], switches: ["--json"] });
-    const dir = checkpointDir(homeOption(parsed, io), io.env);
-    let files = listCheckpoints(dir);
+  async run(args: string[], io: CliIo): Promise<number> {
+    const parsed = parseArgs(args, {
+      command: "audit",
+      values: ["--since", "--store", "--host"],
+      switches: ["--json", "--files"],
+    });
+    const home = homeDir(parsed, io);
+    const settings = homeSettings(home, io);
     const since = parsed.values["--since"];
-    if (since !== undefined) {
-      const seconds = parseDuration(since);
-      if (seconds === undefined) {
-        return Promise.reject(
-          new UsageError(
-            `--since takes a duration such as 30m, 12h or 7d, not "${since}"`,
-            "audit --help",
-          ),
-        );
+    const after = sinceOption(since, "audit", io.now());
+    const ledger = parsed.switches.has("--files")
+      ? undefined
+      : openLedger(home, settings, io, parsed.values["--store"]);
+    if (ledger) {
+      try {
+        const filter: Parameters<typeof ledger.summary>[0] = {};
+        if (after !== undefined) filter.since = after;
+        if (parsed.values["--host"] !== undefined) filter.machine = parsed.values["--host"];
+        const s = await ledger.summary(filter);
+        if (parsed.switches.has("--json")) {
+          writeJson(io, {
+            store: ledger.location,
+            since: since ?? null,
+            ...s,
+            ended: s.byEnd,
+            cutOff: s.byState["cut-off"],
+          });
+        } else io.stdout(ledgerAuditText(s, ledger.location, since));
+      } finally {
+        await ledger.close();
       }
-      files = files.filter((f) => io.now() - f.at <= seconds * 1000);
+      return 0;
     }
+    const dir = settings.checkpoint_dir;
+    let files = listCheckpoints(dir);
+    if (after !== undefined) files = files.filter((f) => f.at >= after);
     const summary = auditSummary(files);
     if (parsed.switches.has("--json")) writeJson(io, { dir, since: since ?? null, ...summary });
     else io.stdout(auditText(summary, dir, since));
-    return Promise.resolve(0);
+    return 0;
   },
 };

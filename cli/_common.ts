@@ -11,7 +11,8 @@
 import * as path from "node:path";
 import process from "node:process";
 import * as readline from "node:readline";
-import { type Env, envOf, loadSettings } from "../config.ts";
+import { parseArgs as nodeParseArgs } from "node:util";
+import { type Env, envOf, loadSettings, resolveHome } from "../config.ts";
 
 export type { Env };
 
@@ -152,35 +153,38 @@ export interface ParsedArgs {
  * ```
  */
 export function parseArgs(args: string[], spec: ArgSpec): ParsedArgs {
-  const values = ["--home", ...(spec.values ?? [])];
-  const switches = spec.switches ?? [];
+  const options: NodeParseArgsOptions = {
+    home: { type: "string" },
+    help: { type: "boolean", short: "h" },
+  };
+  for (const flag of spec.values ?? []) options[flag.replace(/^--/, "")] = { type: "string" };
+  for (const flag of spec.switches ?? []) options[flag.replace(/^--/, "")] = { type: "boolean" };
+  for (const [short, long] of Object.entries(spec.aliases ?? {})) {
+    const option = options[long.replace(/^--/, "")];
+    if (option && /^-[A-Za-z0-9]$/.test(short)) option.short = short.slice(1);
+  }
+  let parsed: ReturnType<typeof nodeParseArgs>;
+  try {
+    parsed = nodeParseArgs({ args, options, strict: true, allowPositionals: true, tokens: true });
+  } catch (error) {
+    if (wantsHelp(args)) return { values: {}, switches: new Set(), positional: [], help: true };
+    throw usageOf(error, spec, options);
+  }
   const out: ParsedArgs = { values: {}, switches: new Set(), positional: [], help: false };
-  let i = 0;
-  for (; i < args.length; i++) {
-    const arg = args[i] as string;
-    if (arg === "--") {
+  for (const token of parsed.tokens ?? []) {
+    if (token.kind === "option-terminator") {
       if (spec.rest) {
-        out.rest = args.slice(i + 1);
+        out.rest = args.slice(token.index + 1);
         break;
       }
-      out.positional.push(...args.slice(i + 1));
-      break;
+    } else if (token.kind === "positional") out.positional.push(token.value);
+    else if (token.name === "help") out.help = true;
+    else if (options[token.name]?.type === "boolean") out.switches.add(`--${token.name}`);
+    else {
+      const value = token.value ?? "";
+      if (value === "") throw new UsageError(`--${token.name} needs a value`);
+      out.values[`--${token.name}`] = value;
     }
-    const eq = arg.startsWith("--") ? arg.indexOf("=") : -1;
-    let flag = eq > 0 ? arg.slice(0, eq) : arg;
-    const inline = eq > 0 ? arg.slice(eq + 1) : undefined;
-    flag = spec.aliases?.[flag] ?? flag;
-    if (flag === "--help" || flag === "-h") out.help = true;
-    else if (switches.includes(flag)) {
-      if (inline !== undefined) throw new UsageError(`${flag} takes no value`);
-      out.switches.add(flag);
-    } else if (values.includes(flag)) {
-      const value = inline ?? args[++i];
-      if (value === undefined || value === "") throw new UsageError(`${flag} needs a value`);
-      out.values[flag] = value;
-    } else if (flag.startsWith("-") && flag !== "-") {
-      throw new UsageError(`unknown option ${flag} for ${spec.command}`);
-    } else out.positional.push(arg);
   }
   if (out.help) return out;
   const required = spec.positional ?? [];
@@ -196,6 +200,48 @@ export function parseArgs(args: string[], spec: ArgSpec): ParsedArgs {
     );
   }
   return out;
+}
+
+type NodeParseArgsOptions = Record<
+  string,
+  { type: "string" | "boolean"; short?: string }
+>;
+
+/**
+ * Whether `--help`/`-h` is among a command's own options (not after `--`).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { wantsHelp } from "./_common.ts";
+ *
+ * assert.equal(wantsHelp(["ls", "-h"]), true);
+ * assert.equal(wantsHelp(["--", "sh", "--help"]), false);
+ * ```
+ */
+export function wantsHelp(args: string[]): boolean {
+  for (const arg of args) {
+    if (arg === "--") return false;
+    if (arg === "--help" || arg === "-h") return true;
+  }
+  return false;
+}
+
+/** `node:util`'s parse error as the command line words it. */
+function usageOf(error: unknown, spec: ArgSpec, options: NodeParseArgsOptions): Error {
+  const code = (error as { code?: unknown })?.code;
+  const message = error instanceof Error ? error.message : String(error);
+  // The option named first in the message: '--home <value>', '-y, --yes', '-x'.
+  const named = /--[^\s'<,]+/.exec(message)?.[0] ?? /'(-[^\s'<,]*)/.exec(message)?.[1] ?? "";
+  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+    return new UsageError(`unknown option ${named} for ${spec.command}`);
+  }
+  if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE") {
+    return options[named.replace(/^--/, "")]?.type === "boolean"
+      ? new UsageError(`${named} takes no value`)
+      : new UsageError(`${named} needs a value`);
+  }
+  return new UsageError(message.split("\n")[0] ?? message);
 }
 
 /**
@@ -294,8 +340,50 @@ export function size(bytes: number): string {
     : `${(bytes / 1073741824).toFixed(1)} GiB`;
 }
 
+// C0 controls, DEL, C1 controls, and the Unicode line, paragraph and
+// bidirectional-override characters that can make a line read other than it is.
+// deno-lint-ignore no-control-regex
+const UNSAFE = /[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+// deno-lint-ignore no-control-regex
+const UNSAFE_BUT_LINES = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+const NAMED: Record<string, string> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+const escaped = (c: string) =>
+  NAMED[c] ??
+    `\\${c.charCodeAt(0) < 0x100 ? "x" : "u"}${
+      c.charCodeAt(0).toString(16).padStart(c.charCodeAt(0) < 0x100 ? 2 : 4, "0")
+    }`;
+
 /**
- * Columns padded to their widest cell; `paint` styles the first row.
+ * Text the command line did not write itself (a run id, a file name, a
+ * summary, the agent's notes, an error) made safe to print on a terminal:
+ * every control character is shown escaped (`ESC` as `\x1b`, `\n`, `\t`,
+ * `\r`, others as `\xHH` or `\uHHHH`), so that no escape sequence in the data can clear the screen,
+ * retitle the window or write the clipboard. One line by default (a newline
+ * shows as `\n`); with `lines`, newlines and tabs stay and a `\r` before a
+ * newline is dropped. Every command prints data through it; `--json` output
+ * needs none, JSON escapes control characters itself.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { terminalSafe } from "./_common.ts";
+ *
+ * assert.equal(terminalSafe("run\x1b[2J-1"), "run\\x1b[2J-1");
+ * assert.equal(terminalSafe("a\nb\x07"), "a\\nb\\x07");
+ * assert.equal(terminalSafe("notes\r\n\tdone\n", { lines: true }), "notes\n\tdone\n");
+ * assert.equal(terminalSafe("café ✓"), "café ✓");
+ * ```
+ */
+export function terminalSafe(text: string, options: { lines?: boolean } = {}): string {
+  const s = String(text);
+  return options.lines
+    ? s.replace(/\r\n/g, "\n").replace(UNSAFE_BUT_LINES, escaped)
+    : s.replace(UNSAFE, escaped);
+}
+
+/**
+ * Columns padded to their widest cell; `paint` styles the first row. Every
+ * cell is printed through {@link terminalSafe}.
  *
  * @example
  * ```ts
@@ -307,6 +395,7 @@ export function size(bytes: number): string {
  */
 export function table(rows: string[][], paint: (s: string) => string = (s) => s): string {
   if (rows.length === 0) return "";
+  rows = rows.map((r) => r.map((cell) => terminalSafe(cell)));
   const columns = Math.max(...rows.map((r) => r.length));
   const widths = Array.from(
     { length: columns },
@@ -361,8 +450,9 @@ export function paint(io: Pick<CliIo, "isTTY" | "env">): Paint {
 }
 
 /**
- * The `--home` a command was given, resolved against `io.cwd`; undefined when
- * it was not given (then `$HERMES_HOME`, else `~/.hermes`, applies).
+ * The `--home` a command was given, resolved against `io.cwd` (the one way
+ * every command resolves it); undefined when it was not given (then
+ * `$HERMES_HOME`, else `~/.hermes`, applies).
  *
  * @example
  * ```ts
@@ -374,9 +464,33 @@ export function paint(io: Pick<CliIo, "isTTY" | "env">): Paint {
  * assert.equal(homeOption(parseArgs([], { command: "ls" }), io), undefined);
  * ```
  */
-export function homeOption(parsed: ParsedArgs, io: Pick<CliIo, "cwd">): string | undefined {
+export function homeOption(
+  parsed: Pick<ParsedArgs, "values">,
+  io: Pick<CliIo, "cwd">,
+): string | undefined {
   const home = parsed.values["--home"];
   return home === undefined ? undefined : path.resolve(io.cwd, home);
+}
+
+/**
+ * The home directory a command works in: `--home` resolved against
+ * `io.cwd`, else `$HERMES_HOME`, else `~/.hermes`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { homeDir, memoryIo } from "./_common.ts";
+ *
+ * const { io } = memoryIo({ cwd: "/work", env: { HERMES_HOME: "/srv/h" } });
+ * assert.equal(homeDir({ values: { "--home": "h" } }, io), "/work/h");
+ * assert.equal(homeDir({ values: {} }, io), "/srv/h");
+ * ```
+ */
+export function homeDir(
+  parsed: Pick<ParsedArgs, "values">,
+  io: Pick<CliIo, "cwd" | "env">,
+): string {
+  return resolveHome(homeOption(parsed, io), io.env);
 }
 
 /**

@@ -12,6 +12,7 @@ import {
   paint,
   parseArgs,
   table,
+  terminalSafe,
   writeJson,
 } from "./_common.ts";
 import {
@@ -101,7 +102,7 @@ export function explainText(e: Explanation, p: Paint): string {
   const out: string[] = [];
   const heading = (s: string) => out.push("", p.bold(s));
   const indent = (s: string) => s.replace(/^/gm, "  ");
-  out.push(`${p.bold(`${NAME} explain`)}  home ${e.home}`);
+  out.push(`${p.bold(`${NAME} explain`)}  home ${terminalSafe(e.home)}`);
   heading("Settings");
   out.push(indent(table([
     ["key", "value", "from"],
@@ -109,7 +110,7 @@ export function explainText(e: Explanation, p: Paint): string {
   ], p.dim)));
   if (e.warnings.length > 0) {
     heading("Warnings");
-    for (const w of e.warnings) out.push(`  ${p.red("!")} ${w}`);
+    for (const w of e.warnings) out.push(`  ${p.red("!")} ${terminalSafe(w)}`);
   }
   heading("This run");
   const cap = (c: { value: number; source: string } | undefined, unit: (n: number) => string) =>
@@ -148,8 +149,10 @@ export function explainText(e: Explanation, p: Paint): string {
   }
   heading("Checkpoint file");
   out.push(
-    `  ${e.checkpointFile}`,
-    `  directory writable: ${e.writable.ok ? p.green("yes") : p.red(`no (${e.writable.error})`)}`,
+    `  ${terminalSafe(e.checkpointFile)}`,
+    `  directory writable: ${
+      e.writable.ok ? p.green("yes") : p.red(`no (${terminalSafe(e.writable.error ?? "")})`)
+    }`,
   );
   heading("Runtime");
   out.push(indent(table([
@@ -173,13 +176,13 @@ export function explainText(e: Explanation, p: Paint): string {
   ])));
   if (e.notes.length > 0) {
     heading("Notes");
-    for (const n of e.notes) out.push(`  - ${n}`);
+    for (const n of e.notes) out.push(`  - ${terminalSafe(n)}`);
   }
   out.push("");
   if (e.problems.length === 0) out.push(p.green("No problems found."));
   else {
     out.push(p.red(`${e.problems.length} problem${e.problems.length === 1 ? "" : "s"}:`));
-    for (const problem of e.problems) out.push(`  ${p.red("✗")} ${problem}`);
+    for (const problem of e.problems) out.push(`  ${p.red("✗")} ${terminalSafe(problem)}`);
   }
   return out.join("\n") + "\n";
 }

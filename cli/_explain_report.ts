@@ -8,7 +8,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { type Env, envOf, readConfig, resolveHome, settingsFrom } from "../config.ts";
-import { discoverCapsSync, type DiscoveredCaps } from "../discover.ts";
+import { discoverCapsSync, type DiscoveredCaps, supervisorDeadline } from "../discover.ts";
 import { errorText } from "../log.ts";
 import { checkpointFileName, ensureDir } from "../persist.ts";
 import type { Settings, SettingSource } from "../settings.ts";
@@ -168,12 +168,10 @@ export interface SupervisorDeadline {
   secondsLeft?: number;
 }
 
-function supervisorDeadline(env: Env, now: number): SupervisorDeadline | undefined {
-  const raw = env.AGENT_CHECKPOINT_DEADLINE;
-  if (raw === undefined || raw.trim() === "") return undefined;
-  const at = Number(raw.trim());
-  if (!Number.isFinite(at) || at <= 0) return { raw };
-  return { raw, at, secondsLeft: (at - now) / 1000 };
+function deadlineShown(env: Env, now: number): SupervisorDeadline | undefined {
+  const given = supervisorDeadline(env);
+  if (given?.at === undefined) return given;
+  return { ...given, secondsLeft: (given.at - now) / 1000 };
 }
 
 /**
@@ -234,7 +232,7 @@ export function explain(options: ExplainOptions = {}): Explanation {
   if (!settings.watchdog) {
     notes.push("watchdog is false: a run stuck in one long call gets no file");
   }
-  const deadline = supervisorDeadline(env, now);
+  const deadline = deadlineShown(env, now);
   // Cap discovery reports a deadline it cannot use; this says it only when it did not.
   const told = found.problems.some((p) => p.includes("AGENT_CHECKPOINT_DEADLINE"));
   if (deadline && deadline.at === undefined && !told) {

@@ -9,6 +9,7 @@ import * as path from "node:path";
 import {
   type CliIo,
   type Command,
+  homeDir,
   NAME,
   paint,
   parseArgs,
@@ -17,7 +18,7 @@ import {
   UsageError,
   writeJson,
 } from "./_common.ts";
-import { loadSettings, resolveHome } from "../config.ts";
+import { loadSettings } from "../config.ts";
 import {
   clearStore,
   listProjects,
@@ -65,7 +66,7 @@ counts, and the store's size.
           and without one refuses unless --yes is given`;
 
 function homeOf(parsed: { values: Record<string, string> }, io: CliIo): string {
-  return resolveHome(parsed.values["--home"], io.env);
+  return homeDir(parsed, io);
 }
 
 function settingsOf(home: string, io: CliIo): WorkspaceSettings {

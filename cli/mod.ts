@@ -7,12 +7,21 @@
  *
  * @module
  */
-import { type CliIo, type Command, NAME, processIo, UsageError } from "./_common.ts";
+import {
+  type CliIo,
+  type Command,
+  NAME,
+  processIo,
+  terminalSafe,
+  UsageError,
+  wantsHelp,
+} from "./_common.ts";
 import { auditCommand, lsCommand, showCommand } from "./_checkpoints.ts";
 import { explainCommand } from "./_explain.ts";
 import { errorText } from "../log.ts";
 import { runCommand } from "./_run.ts";
 import { rollbackCommand, snapshotsCommand } from "./_workspace.ts";
+import { pruneCommand } from "./_ledger.ts";
 
 export type { CliIo, Command } from "./_common.ts";
 export { ago, parseDuration, UsageError } from "./_common.ts";
@@ -33,6 +42,7 @@ export const COMMANDS: readonly Command[] = [
   lsCommand,
   showCommand,
   auditCommand,
+  pruneCommand,
   runCommand,
   rollbackCommand,
   snapshotsCommand,
@@ -49,18 +59,9 @@ ${COMMANDS.map((c) => `  ${c.name.padEnd(width)}   ${c.summary}`).join("\n")}
 
 Every command takes --home DIR (default $HERMES_HOME, else ~/.hermes); those
 that list take --json.
-Exit codes: 0 fine, 1 explain found a problem (or a command failed), 2 a usage
-error; run exits with its command's status (124 at the deadline).
+Exit codes: 0 fine, 1 explain found a problem (or a command failed, or show
+found no such run), 2 a usage error (no command is one); run exits with its command's status (124 at the deadline).
 Run '${NAME} <command> --help' or '${NAME} help <command>' for a command's options.`;
-}
-
-/** Whether `--help`/`-h` is among a command's own options (not after `--`). */
-function wantsHelp(args: string[]): boolean {
-  for (const arg of args) {
-    if (arg === "--") return false;
-    if (arg === "--help" || arg === "-h") return true;
-  }
-  return false;
 }
 
 const find = (name: string) => COMMANDS.find((c) => c.name === name);
@@ -70,8 +71,9 @@ const find = (name: string) => COMMANDS.find((c) => c.name === name);
  *
  * @param args The arguments, e.g. `["ls", "--json"]`.
  * @param io Where to read and write; the process's own by default.
- * @returns The exit code: 0 fine, 1 `explain` found a problem or a command
- * failed, 2 a usage error (its one-line reason and a pointer to `--help` on
+ * @returns The exit code: 0 fine, 1 `explain` found a problem, a command
+ * failed or what it names is not there, 2 a usage error (no command at all is
+ * one: the overview is printed) (its one-line reason and a pointer to `--help` on
  * stderr); a command such as `run` may return its child's own status.
  *
  * @example
@@ -85,15 +87,20 @@ const find = (name: string) => COMMANDS.find((c) => c.name === name);
  * assert.equal(m.stderr(), 'agent-checkpoint: unknown command "frob" (see agent-checkpoint --help)\n');
  * assert.equal(await main(["help", "ls"], m.io), 0);
  * assert.match(m.stdout(), /^Usage: agent-checkpoint ls/);
+ * assert.equal(await main([], m.io), 2); // no command: the overview, as a usage error
  * ```
  */
 export async function main(args: string[], io: CliIo = processIo()): Promise<number> {
   const usage = (error: UsageError) => {
-    io.stderr(`${NAME}: ${error.message} (see ${NAME} ${error.see})\n`);
+    io.stderr(`${NAME}: ${terminalSafe(error.message)} (see ${NAME} ${error.see})\n`);
     return 2;
   };
   const [name = "", ...rest] = args;
-  if (name === "" || name === "--help" || name === "-h") {
+  if (args.length === 0) {
+    io.stdout(`${overview()}\n`);
+    return 2;
+  }
+  if (name === "--help" || name === "-h") {
     io.stdout(`${overview()}\n`);
     return 0;
   }
@@ -118,7 +125,7 @@ export async function main(args: string[], io: CliIo = processIo()): Promise<num
     return await command.run(rest, io);
   } catch (error) {
     if (error instanceof UsageError) return usage(error);
-    io.stderr(`${NAME}: ${name} failed: ${errorText(error)}\n`);
+    io.stderr(`${NAME}: ${name} failed: ${terminalSafe(errorText(error))}\n`);
     return 1;
   }
 }

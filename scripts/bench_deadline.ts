@@ -6,6 +6,9 @@
  *
  *   deno run -A scripts/bench_deadline.ts [--runs 30] [--deadline 0.3]
  *
+ * A second table splits the supervisor's time into its steps, each measured
+ * on its own, and times a command that exits at once.
+ *
  * The supervisor runs in this process (`supervise()`), so its figures start at
  * its own deadline. `timeout` runs as a child: its figures start at the moment
  * it was spawned plus the same deadline, so they include its exec (about a
@@ -17,6 +20,7 @@ import * as path from "node:path";
 import process from "node:process";
 import { spawn, spawnSync } from "node:child_process";
 import { supervise } from "../supervise/mod.ts";
+import { Descendants, groupAlive, signalGroup } from "../supervise/_group.ts";
 
 const arg = (name: string, fallback: number) => {
   const at = process.argv.indexOf(name);
@@ -108,4 +112,77 @@ export async function benchDeadline(runs = 30, deadline = 0.3): Promise<string[]
   return rows;
 }
 
-if (import.meta.main) await benchDeadline(arg("--runs", 30), arg("--deadline", 0.3));
+/** A detached `sleep 60`, started. */
+async function sleeper() {
+  const child = spawn("sleep", ["60"], { detached: true, stdio: "ignore" });
+  await new Promise((resolve) => child.once("spawn", resolve));
+  return child;
+}
+
+/**
+ * Where the supervisor's deadline-to-gone time goes, step by step, each
+ * measured on its own: the deadline timer's lateness, the process-tree walk
+ * (for what left the group), the group's SIGTERM to the child's `exit` event,
+ * and the group check after it. And the cost of a command that exits at once
+ * (`true`), from the call to the result.
+ */
+export async function benchSteps(runs = 30, deadline = 0.3): Promise<string[][]> {
+  const late: number[] = [];
+  const walk: number[] = [];
+  const exitEvent: number[] = [];
+  const check: number[] = [];
+  const quick: number[] = [];
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-bench-steps-"));
+  for (let i = 0; i < runs; i++) {
+    const asked = wall();
+    await new Promise((resolve) => setTimeout(resolve, deadline * 1000));
+    late.push(wall() - asked - deadline * 1000);
+
+    const child = await sleeper();
+    const pgid = child.pid!;
+    const tree = new Descendants(pgid);
+    let t = wall();
+    tree.record();
+    walk.push(wall() - t);
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    t = wall();
+    signalGroup(pgid, "SIGTERM");
+    await exited;
+    exitEvent.push(wall() - t);
+    t = wall();
+    groupAlive(pgid);
+    check.push(wall() - t);
+
+    t = wall();
+    await supervise({
+      command: ["true"],
+      home,
+      stdin: "ignore",
+      stdout: quiet,
+      stderr: quiet,
+      forwardSignals: false,
+      notice: () => {},
+    });
+    quick.push(wall() - t);
+  }
+  fs.rmSync(home, { recursive: true, force: true });
+  const ms = (x: number) => `${x.toFixed(2)} ms`;
+  const row = (name: string, xs: number[]) => [name, ms(pct(xs, 50)), ms(pct(xs, 99))];
+  const rows = [
+    ["step", "p50", "p99"],
+    row(`deadline timer's lateness (${deadline}s timer)`, late),
+    row("process-tree walk (Descendants.record)", walk),
+    row("group SIGTERM -> child's exit event", exitEvent),
+    row("group check once gone (groupAlive)", check),
+    row("supervise(['true']), call to result", quick),
+  ];
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+  console.log(`\n## Where the time goes, ${runs} runs each`);
+  for (const r of rows) console.log(r.map((cell, c) => cell.padEnd(widths[c]!)).join("  |  "));
+  return rows;
+}
+
+if (import.meta.main) {
+  await benchDeadline(arg("--runs", 30), arg("--deadline", 0.3));
+  await benchSteps(arg("--runs", 30), arg("--deadline", 0.3));
+}

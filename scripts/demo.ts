@@ -13,6 +13,7 @@ import process from "node:process";
 import { Worker } from "node:worker_threads";
 import { createAgentCheckpoint } from "../mod.ts";
 import { formatDuration } from "../template.ts";
+import { BLOCK_BEGIN, BLOCK_END } from "../_block.ts";
 
 const args = process.argv.slice(2);
 const usage = "usage: demo [--seconds N] [--keep]   (N ≥ 5, default 90)";
@@ -37,6 +38,21 @@ for (let i = 0; i < args.length; i++) {
     console.error(`demo: unknown argument ${JSON.stringify(arg)}\n${usage}`);
     process.exit(2);
   }
+}
+
+/**
+ * The lines of the agent's own text (outside the library's block) that say
+ * INCOMPLETE, with their line numbers: where the file is marked.
+ */
+function incompleteLines(file: string): Array<[number, string]> {
+  const out: Array<[number, string]> = [];
+  let inBlock = false;
+  for (const [i, line] of fs.readFileSync(file, "utf8").split("\n").entries()) {
+    if (line.trim() === BLOCK_BEGIN) inBlock = true;
+    else if (line.trim() === BLOCK_END) inBlock = false;
+    else if (!inBlock && /\bINCOMPLETE\b/.test(line)) out.push([i + 1, line]);
+  }
+  return out;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -116,6 +132,11 @@ console.log("A retry of the same session starts. It is told where the first atte
 const retry = createAgentCheckpoint({ home, env: {}, settings: { allow_tiny_tier1: true } });
 const second = retry.startRun({ sessionId: "demo-session", caps: { timeSeconds: seconds } });
 console.log(`  attempt ${second.attempt}; the earlier one: ${second.previous?.summary}\n`);
+if (second.previous?.incomplete) {
+  console.log(`  The agent marked it INCOMPLETE in its own text, ${second.checkpointFile}:\n`);
+  for (const [n, line] of incompleteLines(second.checkpointFile)) console.log(`  ${n} | ${line}`);
+  console.log("");
+}
 console.log("  The first model call of attempt 2 gets this before it:\n");
 console.log(`  > ${second.preLlmCall()?.replaceAll("\n", "\n  > ")}\n`);
 second.preToolCall("edit_file", { callId: "call_1" });

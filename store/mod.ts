@@ -46,10 +46,8 @@ export { PgBridge, START_WAIT_MS } from "./_pg_bridge.ts";
  * ```
  */
 export function openStore(
-  options: StoreOptions & { mode?: "durable" | "quick" | "read"; storePort?: MessagePort },
-): SqliteRunStore | PgRunStore | PgBridge | PortStore | undefined {
-  const url = options.settings.store;
-  if (isPostgresUrl(url)) return openFleet(options, url);
+  options: StoreOptions & { mode?: "durable" | "quick" | "read" },
+): SqliteRunStore | undefined {
   const file = storeFile(options.home);
   try {
     return openSqliteStore({
@@ -67,6 +65,36 @@ export function openStore(
     );
     return undefined;
   }
+}
+
+/**
+ * Open the store the settings name: the fleet store when `store` is a
+ * `postgres://` URL, else the embedded one ({@linkcode openStore}). Never
+ * throws: a reason is one line to `log`.
+ *
+ * @param options As {@linkcode openStore}'s, and the watchdog's port to its
+ * process's fleet store thread.
+ * @returns The store, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { openRunStore } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const store = openRunStore({
+ *   home: "/nonexistent",
+ *   settings: { host_timeout_seconds: 30, store: "postgres://db.internal/fleet" },
+ *   mode: "read",
+ * });
+ * assert.equal(store?.engine, "postgres");
+ * await store?.close();
+ * ```
+ */
+export function openRunStore(
+  options: StoreOptions & { mode?: "durable" | "quick" | "read"; storePort?: MessagePort },
+): SqliteRunStore | PgRunStore | PgBridge | PortStore | undefined {
+  const url = options.settings.store;
+  return isPostgresUrl(url) ? openFleet(options, url) : openStore(options);
 }
 
 /**
@@ -100,3 +128,4 @@ function openFleet(
 
 /** A store as the interface sees it. */
 export type { RunStore };
+export { recordSupervisedEnd, type SupervisedEnd } from "./_supervised.ts";

@@ -105,3 +105,161 @@ export function processAlive(pid: number): boolean {
     return (error as NodeJS.ErrnoException).code === "EPERM";
   }
 }
+
+/** A /proc/<pid>/stat line's fields after the command name: state is [0], ppid [1], pgrp [2], start time [19]. */
+function statFields(pid: number): string[] | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "latin1");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  } catch {
+    return undefined; // gone, or no /proc
+  }
+}
+
+/** The children of `pid`, from /proc/<pid>/task/<tid>/children; undefined where the kernel has no such file. */
+function childrenOf(pid: number): number[] | undefined {
+  let tasks: string[];
+  try {
+    tasks = fs.readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return []; // gone while we looked
+  }
+  const children: number[] = [];
+  for (const tid of tasks) {
+    let text: string;
+    try {
+      text = fs.readFileSync(`/proc/${pid}/task/${tid}/children`, "latin1");
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT" && tid === String(pid)) {
+        return fs.existsSync(`/proc/${pid}`) ? undefined : [];
+      }
+      continue;
+    }
+    for (const child of text.split(" ")) if (child !== "" && child !== "\n") children.push(+child);
+  }
+  return children;
+}
+
+/** Every process's parent, from a scan of /proc: the way when there are no children files. */
+function parentsByScan(): Map<number, number[]> {
+  const byParent = new Map<number, number[]>();
+  let names: string[] = [];
+  try {
+    names = fs.readdirSync("/proc");
+  } catch { /* no /proc: nothing to find */ }
+  for (const name of names) {
+    if (name.charCodeAt(0) < 48 || name.charCodeAt(0) > 57) continue;
+    const ppid = Number(statFields(Number(name))?.[1]);
+    if (!(ppid > 0)) continue;
+    const list = byParent.get(ppid);
+    if (list) list.push(Number(name));
+    else byParent.set(ppid, [Number(name)]);
+  }
+  return byParent;
+}
+
+/**
+ * The processes a command started that may have left its process group
+ * (`setsid`, `setpgid`), found through their parent links on Linux (/proc).
+ * `record()` walks the tree under the command and under every process seen
+ * before, remembering each process by its id and start time (so that a
+ * reused id is never taken for it); `outside()` lists those remembered that
+ * still run outside the command's group. A process whose parent ended before
+ * any walk saw it (a double fork, reparented to init or a subreaper in
+ * between) is not found. Elsewhere it finds nothing.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { spawn } from "node:child_process";
+ * import process from "node:process";
+ * import { Descendants, processAlive, signalGroup } from "./_group.ts";
+ *
+ * const child = spawn("sh", ["-c", "setsid sleep 30 & wait"], { detached: true, stdio: "ignore" });
+ * await new Promise((resolve) => child.once("spawn", resolve));
+ * const tree = new Descendants(child.pid!);
+ * let escaped: number[] = [];
+ * for (let i = 0; i < 500 && escaped.length === 0; i++) {
+ *   await new Promise((resolve) => setTimeout(resolve, 10));
+ *   tree.record();
+ *   escaped = tree.outside();
+ * }
+ * if (process.platform === "linux") assert.equal(escaped.length, 1);
+ * tree.signal("SIGKILL");
+ * signalGroup(child.pid!, "SIGKILL");
+ * await new Promise((resolve) => child.once("exit", resolve));
+ * for (let i = 0; i < 500 && escaped.some(processAlive); i++) {
+ *   await new Promise((resolve) => setTimeout(resolve, 10));
+ * }
+ * assert.ok(!escaped.some(processAlive));
+ * ```
+ */
+export class Descendants {
+  /** Start time of each process seen, by id. */
+  readonly #seen = new Map<number, string>();
+  readonly #root: number;
+  readonly #pgid: number;
+
+  /**
+   * @param root The command's process id.
+   * @param pgid Its process group. @default {root}
+   */
+  constructor(root: number, pgid = root) {
+    this.#root = root;
+    this.#pgid = pgid;
+  }
+
+  /** Walk the tree now, remembering every descendant found. Never throws. */
+  record(): void {
+    if (!hasProc || process.platform === "win32") return;
+    try {
+      const queue = [this.#root, ...this.#live().keys()];
+      let byScan: Map<number, number[]> | undefined;
+      const done = new Set<number>();
+      while (queue.length > 0) {
+        const pid = queue.pop() as number;
+        if (done.has(pid)) continue;
+        done.add(pid);
+        let children = byScan ? byScan.get(pid) ?? [] : childrenOf(pid);
+        if (children === undefined) children = (byScan = parentsByScan()).get(pid) ?? [];
+        for (const child of children) {
+          const start = statFields(child)?.[19];
+          if (start === undefined) continue;
+          if (!this.#seen.has(child)) this.#seen.set(child, start);
+          queue.push(child);
+        }
+      }
+    } catch { /* a walk is a best effort */ }
+  }
+
+  /** The processes seen that still run (same start time, not a zombie), with their fields. */
+  #live(): Map<number, string[]> {
+    const live = new Map<number, string[]>();
+    for (const [pid, start] of this.#seen) {
+      const fields = statFields(pid);
+      if (!fields || fields[19] !== start || fields[0] === "Z" || fields[0] === "X") {
+        this.#seen.delete(pid);
+      } else live.set(pid, fields);
+    }
+    return live;
+  }
+
+  /** The processes seen that still run outside the command's group. */
+  outside(): number[] {
+    const out: number[] = [];
+    for (const [pid, fields] of this.#live()) if (Number(fields[2]) !== this.#pgid) out.push(pid);
+    return out;
+  }
+
+  /** Send `signal` to each of {@linkcode outside}; the ids signalled. */
+  signal(signal: NodeJS.Signals): number[] {
+    const sent: number[] = [];
+    for (const pid of this.outside()) {
+      try {
+        process.kill(pid, signal);
+        sent.push(pid);
+      } catch { /* gone in between */ }
+    }
+    return sent;
+  }
+}

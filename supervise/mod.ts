@@ -8,7 +8,8 @@
  * epoch), so that a library inside it takes them as its run id and time cap.
  * It passes stdin, stdout and stderr through (keeping the last lines of output
  * in memory), forwards SIGINT, SIGTERM and SIGHUP, and at the deadline ends
- * the whole group: SIGTERM, then SIGKILL after the grace. When the command was
+ * the whole group, and on Linux what the command started that left it
+ * (`setsid`): SIGTERM, then SIGKILL after the grace. When the command was
  * cut off, failed, or left a checkpoint file, the supervisor writes its own
  * record into the run's checkpoint file, keeping what the command wrote there.
  *
@@ -22,11 +23,20 @@ import type { Buffer } from "node:buffer";
 import { randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
 import { loadSettings } from "../config.ts";
-import { groupAlive, signalGroup } from "./_group.ts";
+import { Descendants, groupAlive, signalGroup } from "./_group.ts";
 import { OutputTail } from "./_tail.ts";
 import { checkpointFileName, persistBlock, readCheckpoint } from "../persist.ts";
-import { type CheckpointRecord, PLUGIN, renderBlock, summaryLine } from "../_record.ts";
+import {
+  type CheckpointRecord,
+  MAX_ATTEMPTS,
+  PLUGIN,
+  renderBlock,
+  summaryLine,
+} from "../_record.ts";
+import { supervisorDeadline } from "../discover.ts";
+import { longTimeout, type LongTimer } from "../_timer.ts";
 import { formatDuration } from "../template.ts";
+import { recordSupervisedEnd } from "../store/mod.ts";
 
 /** Where the command's output is passed on to: `process.stdout` or any writable stream. */
 export interface OutputSink {
@@ -131,8 +141,11 @@ type Base = Omit<
 >;
 
 const positive = (n: unknown) => typeof n === "number" && Number.isFinite(n) && n > 0;
-const MAX_TIMER_MS = 2 ** 31 - 1;
 const EARLY_RECORD_MS = 100;
+/** How often the command's process tree is walked, to find later what left its group. */
+const TREE_WALK_MS = 1000;
+/** How long the output pipes may stay open after the command's processes are gone. */
+const PIPES_WAIT_MS = 1000;
 /** Wall-clock ms since the epoch, with the monotonic clock's resolution. */
 const wall = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -196,7 +209,7 @@ function carry(r: CheckpointRecord): Base {
     notes: Array.isArray(r.notes) ? r.notes : [],
   };
   if (r.attempt !== undefined) base.attempt = r.attempt;
-  if (r.attempts !== undefined) base.attempts = r.attempts;
+  if (r.attempts !== undefined) base.attempts = r.attempts.slice(-MAX_ATTEMPTS);
   if (r.workspace !== undefined) base.workspace = r.workspace;
   return base;
 }
@@ -266,9 +279,11 @@ function passThrough(
  * The command runs in its own process group with `AGENT_CHECKPOINT_RUN_ID`
  * and `AGENT_CHECKPOINT_DEADLINE` (the budget's end, else the deadline's, in
  * ms since the epoch) in its environment. At the deadline its whole group
- * gets SIGTERM, then SIGKILL after the grace; the result's `exitCode` is then
+ * gets SIGTERM, then SIGKILL after the grace, and so do, on Linux, the
+ * processes it started that left the group (found by walking its process
+ * tree every second and at the deadline); the result's `exitCode` is then
  * 124. When the command itself exits, what it left running in its group is
- * ended the same way.
+ * ended the same way. Durations of any length are kept (no timer overflow).
  *
  * The record (source `supervisor`; kind `deadline` at the deadline, else
  * `end`) goes into `<checkpoint_dir>/<run id>.md` at the deadline, and again
@@ -353,11 +368,9 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
   if (home !== undefined) childEnv.HERMES_HOME = home;
   if (planSeconds !== undefined) {
     // Nested under another supervisor, the earlier end wins.
-    const outer = Number(env.AGENT_CHECKPOINT_DEADLINE);
+    const outer = supervisorDeadline(env)?.at;
     const mine = Math.round(Date.now() + planSeconds * 1000);
-    childEnv.AGENT_CHECKPOINT_DEADLINE = String(
-      Number.isFinite(outer) && outer > 0 ? Math.min(outer, mine) : mine,
-    );
+    childEnv.AGENT_CHECKPOINT_DEADLINE = String(outer === undefined ? mine : Math.min(outer, mine));
   }
 
   const before = readRecord(file).record;
@@ -374,7 +387,7 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
     };
     if (before && before.end?.status !== "done") {
       base.attempt = (before.attempt ?? 1) + 1;
-      base.attempts = [...(before.attempts ?? []), summaryLine(before)];
+      base.attempts = [...(before.attempts ?? []), summaryLine(before)].slice(-MAX_ATTEMPTS);
     }
     return base;
   };
@@ -414,6 +427,18 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
           ? childEnd
           : { status, at: persistedAt, summary: `supervised command ${commandSummary(command)}` },
       };
+      try {
+        recordSupervisedEnd({
+          env,
+          record,
+          file,
+          status: record.end!.status,
+          startedAt: startedWall,
+          ...(home === undefined ? {} : { home }),
+        });
+      } catch (error) {
+        notice(`could not write the run ledger: ${(error as Error).message}`);
+      }
       persistBlock(file, renderBlock(record));
       ours = { persistedAt, base };
       return true;
@@ -503,27 +528,39 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
     }
   }
 
+  // What left the group (setsid) is found through the process tree, walked
+  // while the command runs and again at the deadline (Linux).
+  const tree = new Descendants(pgid);
+  const treeWalk = deadlineAt === undefined
+    ? undefined
+    : setInterval(() => tree.record(), TREE_WALK_MS);
+  const leftAlive = () => deadlineHit && tree.outside().length > 0;
+
   // Ending the group: SIGTERM now, SIGKILL after the grace if anything is left.
   let terminating = false;
   let killed = false;
-  let killTimer: ReturnType<typeof setTimeout> | undefined;
+  let killTimer: LongTimer | undefined;
   const terminate = () => {
     if (terminating) return;
     terminating = true;
     signalGroup(pgid, "SIGTERM");
-    killTimer = setTimeout(() => {
-      if (groupAlive(pgid)) {
+    if (deadlineHit) tree.signal("SIGTERM");
+    killTimer = longTimeout(() => {
+      if (groupAlive(pgid) || leftAlive()) {
         killed = true;
         signalGroup(pgid, "SIGKILL");
+        if (deadlineHit) tree.signal("SIGKILL");
       }
     }, grace * 1000);
   };
 
   let deadlineHit = false;
-  let earlyRecord: ReturnType<typeof setTimeout> | undefined;
-  let deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  let earlyRecord: LongTimer | undefined;
+  let deadlineTimer: LongTimer | undefined;
   const onDeadline = () => {
     deadlineHit = true;
+    // Before the group's signal: a parent that dies of it orphans what it started.
+    tree.record();
     terminate();
     notice(
       `deadline of ${formatDuration(options.deadlineSeconds as number)} reached: ` +
@@ -532,7 +569,7 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
     // A record now, in case this process is killed during the grace; a moment
     // later, so that a command that dies at once is seen dead without waiting
     // for a disk flush, and gets its one final record.
-    earlyRecord = setTimeout(() => {
+    earlyRecord = longTimeout(() => {
       earlyRecord = undefined;
       write(
         "deadline",
@@ -545,26 +582,25 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
       );
     }, EARLY_RECORD_MS);
   };
-  if (deadlineAt !== undefined) {
-    const arm = () => {
-      const left = deadlineAt - wall();
-      if (left <= 0) return onDeadline();
-      deadlineTimer = setTimeout(arm, Math.min(left, MAX_TIMER_MS));
-    };
-    arm();
-  }
+  if (deadlineAt !== undefined) deadlineTimer = longTimeout(onDeadline, deadlineAt - wall());
 
   const { code, signal } = await exited;
-  if (deadlineTimer !== undefined) clearTimeout(deadlineTimer);
+  deadlineTimer?.clear();
+  if (treeWalk !== undefined) clearInterval(treeWalk);
   // What the command left running in its group does not outlive it.
   if (groupAlive(pgid)) terminate();
   const giveUp = wall() + grace * 1000 + 5000;
-  while (groupAlive(pgid) && wall() < giveUp) await sleep(20);
+  while ((groupAlive(pgid) || leftAlive()) && wall() < giveUp) await sleep(20);
   const goneAt = wall();
-  if (killTimer !== undefined) clearTimeout(killTimer);
-  if (earlyRecord !== undefined) clearTimeout(earlyRecord);
-  // A process that left the group (setsid) may hold the pipes open: bounded wait.
-  await Promise.race([Promise.all(streams.map((s) => s.done)), sleep(1000)]);
+  killTimer?.clear();
+  earlyRecord?.clear();
+  // A process that left the group after a clean exit may hold the pipes open: bounded wait.
+  let pipesTimer: LongTimer | undefined;
+  await Promise.race([
+    Promise.all(streams.map((s) => s.done)),
+    new Promise<void>((resolve) => (pipesTimer = longTimeout(resolve, PIPES_WAIT_MS))),
+  ]);
+  pipesTimer?.clear();
   child.stdout?.destroy();
   child.stderr?.destroy();
   for (const s of streams) s.detach();

@@ -105,3 +105,49 @@ export function runScript(
     });
   });
 }
+
+/** What the tests read of the watchdog's progress: the shared run table. */
+export interface WatchdogProgress {
+  looks(): number;
+  settingsSeen(): number;
+  wake(): void;
+}
+
+/**
+ * Wake the watchdog and resolve once it has completed `count` more looks at
+ * the run table (a look weighs every run whose moment has come, and flushes
+ * its writes): what it has not written by then it will not write without a
+ * new reason, so an absence is checked over looks, not wall time. False when
+ * the looks did not come within `ms`.
+ */
+export async function watchdogLooks(
+  table: WatchdogProgress,
+  count = 2,
+  ms = 30_000,
+): Promise<boolean> {
+  const start = table.looks();
+  let woken = 0;
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    const done = table.looks() - start;
+    if (done >= count) return true;
+    if (done >= woken) {
+      table.wake();
+      woken++;
+    }
+    await sleep(5);
+  }
+  return false;
+}
+
+/**
+ * Resolve once the watchdog has looked with settings newer than version
+ * `before` (it reloads `config.yaml` at its polls); false after `ms`.
+ */
+export function watchdogReloaded(
+  table: WatchdogProgress,
+  before: number,
+  ms = 30_000,
+): Promise<boolean> {
+  return waitFor(() => table.settingsSeen() > before, ms);
+}

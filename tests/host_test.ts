@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { type CheckpointEvent, createAgentCheckpoint } from "../mod.ts";
 import { parseRecord } from "../_record.ts";
-import { blockUntil, captureLog, sleep, tempHome, waitFor } from "./_helpers.ts";
+import { blockUntil, captureLog, tempHome, waitFor, watchdogLooks } from "./_helpers.ts";
 
 const record = (file: string) =>
   fs.existsSync(file) ? parseRecord(fs.readFileSync(file)) : undefined;
@@ -230,7 +230,32 @@ test("with the main thread blocked, the watchdog writes the deadline checkpoint"
   // Once the main thread is free, the signal aborts, and nothing is written twice.
   assert.ok(await waitFor(() => signal.aborted));
   const persistedAt = record(run.checkpointFile)?.persistedAt;
-  await sleep(100);
+  assert.ok(await watchdogLooks(ac.sharedRuns, 2));
   assert.equal(record(run.checkpointFile)?.persistedAt, persistedAt);
+  await ac.close();
+});
+
+test("a time cap past 24.8 days does not abort the deadline early, nor write a record", async () => {
+  const { ac, events } = make();
+  const run = ac.startRun({ sessionId: "s", caps: { timeSeconds: 30 * 86400 } });
+  const signal = run.deadline;
+  // A timer asked for more than 2^31-1 ms fires after 1 ms; these fire in order after it.
+  for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.equal(signal.aborted, false);
+  assert.equal(record(run.checkpointFile), undefined);
+  assert.ok(!events.some((e) => e.kind === "deadline"));
+  await run.end();
+  await ac.close();
+});
+
+test("mid_run_persist: false: the deadline aborts but its timer writes no file", async () => {
+  const { ac, events } = make({ mid_run_persist: false });
+  const run = ac.startRun({ sessionId: "s", caps: { timeSeconds: 0.2 } });
+  const work = setInterval(() => {}, 50);
+  await new Promise((resolve) => run.deadline.addEventListener("abort", resolve));
+  clearInterval(work);
+  assert.equal((run.deadline.reason as DOMException).name, "TimeoutError");
+  assert.equal(fs.existsSync(run.checkpointFile), false);
+  assert.ok(!events.some((e) => e.kind === "deadline"));
   await ac.close();
 });

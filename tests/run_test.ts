@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { createAgentCheckpoint, type TaskComment } from "../mod.ts";
 import { parseRecord } from "../_record.ts";
-import { captureLog, sleep, tempHome, writeConfig } from "./_helpers.ts";
+import { captureLog, tempHome, waitFor, writeConfig } from "./_helpers.ts";
 
 // The watchdog is off here so that tool boundaries alone decide; it has tests of its own.
 const make = (settings: Record<string, unknown> = {}, extra = {}) => {
@@ -174,7 +174,7 @@ test("tier 1 never fires after tier 2 on the same surface, even when settings ch
   assert.equal(parseRecord(fs.readFileSync(run.checkpointFile))?.tier, 2);
   // Tier 2 is no longer due at turn 50 under the new settings; tier 1 is, and must stay silent.
   writeConfig(home, "agent_checkpoint: { tier2_turn_fraction: 0.95, watchdog_poll_seconds: 0.05 }");
-  await sleep(100);
+  assert.ok(await waitFor(() => ac.settings.tier2_turn_fraction === 0.95), "the change was read");
   for (let t = 40; t < 60; t++) {
     assert.equal(run.preLlmCall(), undefined, `turn ${t}`);
     run.preToolCall("t");

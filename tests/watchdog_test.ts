@@ -2,7 +2,12 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import process from "node:process";
-import { type AgentCheckpoint, createAgentCheckpoint, type TaskComment } from "../mod.ts";
+import {
+  type AgentCheckpoint,
+  createAgentCheckpoint,
+  type LogRecord,
+  type TaskComment,
+} from "../mod.ts";
 import { parseRecord } from "../_record.ts";
 import {
   blockUntil,
@@ -12,6 +17,8 @@ import {
   sleep,
   tempHome,
   waitFor,
+  watchdogLooks,
+  watchdogReloaded,
   writeConfig,
 } from "./_helpers.ts";
 
@@ -53,8 +60,8 @@ test("a run started while the watchdog runs is watched even if the main thread b
     env: {},
     settings: { allow_tiny_tier1: true },
   });
-  ac.startRun({ sessionId: "first" }).activity(); // the watchdog is up and asleep
-  await sleep(300);
+  ac.startRun({ sessionId: "first" }).activity();
+  assert.ok(await watchdogLooks(ac.sharedRuns, 1), "the watchdog is up and asleep");
   const run = ac.startRun({ sessionId: "second", caps: { timeSeconds: 1 } });
   run.preToolCall("compile");
   blockUntil(() => record(run.checkpointFile)?.tier === 2); // blocked until tier 2, at most 20 s
@@ -149,7 +156,7 @@ test("after a pause a capless run gets one checkpoint for the latest multiple, n
   ac.sharedRuns.rewind(run.slot, 10 * 60_000 + 500); // ten intervals pass at once
   run.note("wake"); // a message wakes the watchdog
   assert.ok(await waitFor(() => record(run.checkpointFile) !== undefined));
-  await sleep(200);
+  assert.ok(await watchdogLooks(ac.sharedRuns, 3));
   assert.equal(record(run.checkpointFile)?.multiple, 10);
   await ac.close();
 });
@@ -169,11 +176,14 @@ test("with the interval at 0 a capless run is dropped on the first poll", async 
     ["s", "no cap and uncapped_interval_seconds is 0; the watchdog stops watching"],
   ]);
   // Dropped for good: turning the interval on again does not bring it back.
+  const seen = ac.sharedRuns.settingsSeen();
   writeConfig(
     home,
     "agent_checkpoint: { uncapped_interval_seconds: 0.1, watchdog_poll_seconds: 0.05 }",
   );
-  await sleep(400);
+  assert.ok(await watchdogReloaded(ac.sharedRuns, seen), "the watchdog read the new settings");
+  await sleep(300); // three intervals of 0.1 s pass
+  assert.ok(await watchdogLooks(ac.sharedRuns, 3));
   assert.ok(!fs.existsSync(run.checkpointFile));
   await ac.close();
 });
@@ -190,8 +200,13 @@ test("a stall gets one checkpoint per silence, naming the tool in flight, and re
   assert.ok(await waitFor(() => record(run.checkpointFile)?.kind === "stall"));
   const first = record(run.checkpointFile)!;
   assert.match(first.message, /Tool call still in flight: slow_fetch/);
-  await sleep(700); // more than two windows: still one checkpoint for this silence
-  assert.equal(record(run.checkpointFile)?.persistedAt, first.persistedAt);
+  await sleep(700); // more than two windows pass
+  assert.ok(await watchdogLooks(ac.sharedRuns, 3));
+  assert.equal(
+    record(run.checkpointFile)?.persistedAt,
+    first.persistedAt,
+    "still one checkpoint for this silence",
+  );
   run.postToolCall("slow_fetch", { ok: true }); // the next hook call re-arms it
   assert.ok(await waitFor(() => record(run.checkpointFile)?.persistedAt !== first.persistedAt));
   const second = record(run.checkpointFile)!;
@@ -202,7 +217,7 @@ test("a stall gets one checkpoint per silence, naming the tool in flight, and re
 
 async function liveSettings(
   change: string,
-  check: (ac: AgentCheckpoint, file: string) => Promise<void>,
+  check: (ac: AgentCheckpoint, file: string, records: LogRecord[]) => Promise<void>,
 ) {
   const home = tempHome();
   const base = "watchdog_poll_seconds: 0.1, uncapped_interval_seconds: 0.2";
@@ -212,25 +227,28 @@ async function liveSettings(
   const run = ac.startRun({ sessionId: "s" });
   run.activity();
   assert.ok(await waitFor(() => (record(run.checkpointFile)?.multiple ?? 0) >= 1));
+  const seen = ac.sharedRuns.settingsSeen();
   writeConfig(home, `agent_checkpoint: { ${base}, ${change} }`);
-  await sleep(400); // one poll of 0.1 s, with room for a loaded machine
-  await check(ac, run.checkpointFile);
+  assert.ok(await watchdogReloaded(ac.sharedRuns, seen), "the watchdog read the change");
+  await check(ac, run.checkpointFile, log.records);
   await ac.close();
   return log.records;
 }
 
 test("enabled: false in config.yaml stops the watchdog's writes within one poll", async () => {
-  await liveSettings("enabled: false", async (_ac, file) => {
+  await liveSettings("enabled: false", async (ac, file) => {
     const before = fs.readFileSync(file);
-    await sleep(600);
+    await sleep(400); // two intervals of 0.2 s pass
+    assert.ok(await watchdogLooks(ac.sharedRuns, 3));
     assert.deepEqual(fs.readFileSync(file), before);
   });
 });
 
 test("mode: log-only in config.yaml turns the watchdog's writes into log lines within one poll", async () => {
-  const records = await liveSettings("mode: log-only", async (_ac, file) => {
+  const records = await liveSettings("mode: log-only", async (ac, file, lines) => {
     const before = fs.readFileSync(file);
-    await sleep(600);
+    assert.ok(await waitFor(() => lines.some((r) => r.message === "uncapped due (watchdog)")));
+    assert.ok(await watchdogLooks(ac.sharedRuns, 3));
     assert.deepEqual(fs.readFileSync(file), before);
   });
   assert.ok(records.some((r) => r.message === "uncapped due (watchdog)"));
@@ -245,20 +263,31 @@ test("a new poll interval in config.yaml takes effect within one poll", async ()
     );
   config(0.1, 0.9);
   const ac = createAgentCheckpoint({ home, env: {} });
+  const table = ac.sharedRuns;
   // A tier made due by a settings change, with no hook call after it, is seen by the watchdog
   // only when it polls (and reloads the settings).
-  const crossing = async (sessionId: string, poll: number) => {
+  const settled = async (sessionId: string) => {
     const run = ac.startRun({ sessionId, caps: { turns: 100 } });
     for (let t = 0; t < 30; t++) run.preLlmCall();
-    await sleep(150); // let the watchdog take in the run and go back to sleep
-    config(poll, 0.2);
-    await sleep(800);
-    return fs.existsSync(run.checkpointFile);
+    assert.ok(await watchdogLooks(table, 1), "the watchdog took in the run");
+    return run;
   };
-  assert.equal(await crossing("fast", 0.1), true, "polled every 0.1 s");
+  const fast = await settled("fast");
+  config(0.1, 0.2);
+  assert.ok(
+    await waitFor(() => fs.existsSync(fast.checkpointFile), 30_000),
+    "polled every 0.1 s: the crossing is written",
+  );
+
+  const seen = table.settingsSeen();
   config(30, 0.9);
-  await sleep(250);
-  assert.equal(await crossing("slow", 30), false, "polled every 30 s");
+  assert.ok(await watchdogReloaded(table, seen), "the watchdog read the 30 s interval");
+  const slow = await settled("slow");
+  const looks = table.looks();
+  config(30, 0.2);
+  await sleep(800); // eight polls at the old interval
+  assert.equal(table.looks(), looks, "polled every 30 s: no look in 0.8 s");
+  assert.ok(!fs.existsSync(slow.checkpointFile));
   await ac.close();
 });
 
@@ -303,8 +332,9 @@ test("the watchdog stops watching a run at its time cap + 180 s", async () => {
     "time cap + 180s passed; the watchdog stops watching",
   ]);
   fs.rmSync(run.checkpointFile, { force: true });
-  await sleep(500); // a stall window passes twice: nothing, since the run is no longer watched
-  assert.ok(!fs.existsSync(run.checkpointFile));
+  await sleep(500); // a stall window passes twice
+  assert.ok(await watchdogLooks(ac.sharedRuns, 3));
+  assert.ok(!fs.existsSync(run.checkpointFile), "nothing, since the run is no longer watched");
   await ac.close();
 });
 

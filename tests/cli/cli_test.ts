@@ -21,10 +21,13 @@ async function cli(args: string[], io: Partial<CliIo> = {}) {
   return { code, stdout: m.stdout(), stderr: m.stderr() };
 }
 
-/** A home with two persisted runs and every kind of odd file. */
+/**
+ * A home with two persisted runs and every kind of odd file, and no run ledger: `ls`, `show`
+ * and `audit` read the checkpoint files (tests/store/ covers them over the ledger).
+ */
 async function populated(): Promise<string> {
   const home = tempHome();
-  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false, ledger: false } });
   for (const [id, turns] of [["alpha", 3], ["beta", 100]] as const) {
     const run = ac.startRun({ sessionId: id, caps: { turns } });
     for (let t = 0; t < (turns === 3 ? 2 : 51); t++) run.preLlmCall();
@@ -205,10 +208,10 @@ test("show prints one file, also one that is empty, truncated or not UTF-8", asy
   );
 });
 
-test("show of an unknown run is a usage error naming ls", async () => {
+test("show of an unknown run exits 1 (not found), naming ls", async () => {
   const home = await populated();
   const { code, stderr } = await cli(["show", "nope", "--home", home]);
-  assert.equal(code, 2);
+  assert.equal(code, 1);
   assert.match(
     stderr,
     /^agent-checkpoint: no checkpoint file for run "nope" in .* \(see agent-checkpoint ls\)\n$/,
@@ -582,7 +585,8 @@ test("every command of the table has its help, listed in the overview", async ()
 
 test("ls and audit tell a run that called end() from one that never did", async () => {
   const home = tempHome();
-  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  // The files alone (no run ledger): a run without an end is cut off.
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false, ledger: false } });
   for (const id of ["ends", "never"]) {
     const run = ac.startRun({ sessionId: id, caps: { turns: 3 } });
     run.preLlmCall();
@@ -635,4 +639,199 @@ test("main hands run its arguments after --, --help included, and exits with its
     usage.stderr,
     /^agent-checkpoint: --deadline .*"soon".*\(see agent-checkpoint (run )?--help\)\n$/,
   );
+});
+
+// ---- terminal safety, not-found, FIFOs and links, many runs, the argument parser -----------
+
+/** What an attacker puts in a run id or a summary: clear screen, window title, clipboard write. */
+const PAYLOADS = ["\x1b[2J", "\x1b]0;owned\x07", "\x1b]52;c;ZWNobyBvd25lZA==\x07"];
+
+/** Whether `text` holds any control character but a newline. */
+// deno-lint-ignore no-control-regex
+const hasControl = (text: string) => /[\x00-\x09\x0b-\x1f\x7f-\x9f]/.test(text);
+
+test("ls, show and audit print run ids, summaries, sources and agent text with control characters escaped", async () => {
+  const home = tempHome();
+  const runId = `evil${PAYLOADS.join("")}`;
+  const summary = `done${PAYLOADS.join("")}`;
+  writeRecord(home, runId, ended("done", summary));
+  writeRecord(home, `cut${PAYLOADS[1]}`, {}, `notes ${PAYLOADS[2]} INCOMPLETE\n`);
+  const ls = await cli(["ls", "--home", home]);
+  assert.equal(ls.code, 0, ls.stderr);
+  assert.equal(hasControl(ls.stdout), false, JSON.stringify(ls.stdout));
+  assert.match(ls.stdout, /^evil\\x1b\[2J\\x1b\]0;owned\\x07\\x1b\]52;c;ZWNobyBvd25lZA==\\x07 /m);
+  assert.match(ls.stdout, /no end recorded: cut\\x1b\]0;owned\\x07\)/);
+
+  const show = await cli(["show", runId, "--home", home]);
+  assert.equal(show.code, 0, show.stderr);
+  assert.equal(hasControl(show.stdout), false, JSON.stringify(show.stdout));
+  assert.match(
+    show.stdout,
+    /^Run evil\\x1b\[2J\\x1b\]0;owned\\x07\S+: ended done at \S+: done\\x1b\[2J\\x1b\]0;owned\\x07\\x1b\]52;c;ZWNobyBvd25lZA==\\x07\n/,
+  );
+  const cut = await cli(["show", `cut${PAYLOADS[1]}`, "--home", home]);
+  assert.equal(hasControl(cut.stdout), false, JSON.stringify(cut.stdout));
+  assert.match(cut.stdout, /\n\nnotes \\x1b\]52;c;ZWNobyBvd25lZA==\\x07 INCOMPLETE\n/);
+
+  // Not found: the id is echoed escaped on stderr.
+  const missing = await cli(["show", `nope${PAYLOADS[0]}`, "--home", home]);
+  assert.equal(missing.code, 1);
+  assert.equal(hasControl(missing.stderr), false, JSON.stringify(missing.stderr));
+  assert.match(missing.stderr, /"nope\\x1b\[2J"/);
+
+  // --json stays exact JSON: the values come back as they are, escapes and all.
+  const { files } = JSON.parse((await cli(["ls", "--home", home, "--json"])).stdout);
+  const evil = files.find((f: { runId: string }) => f.runId === runId);
+  assert.ok(evil, "the run id is exact in ls --json");
+  assert.equal(evil.record.end.summary, summary);
+  assert.equal(
+    JSON.parse((await cli(["show", runId, "--home", home, "--json"])).stdout).runId,
+    runId,
+  );
+  // A checkpoint directory named with escapes (from config.yaml) is printed escaped too.
+  const odd = `${home}/cp${PAYLOADS[1]}`;
+  fs.mkdirSync(odd);
+  fs.writeFileSync(path.join(odd, "notes.md"), "mine\n");
+  writeConfig(home, `agent_checkpoint:\n  checkpoint_dir: ${JSON.stringify(odd)}\n`);
+  for (const args of [["audit"], ["ls"], ["show", "notes"]]) {
+    const out = await cli([...args, "--home", home]);
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(hasControl(out.stdout), false, `${args}: ${JSON.stringify(out.stdout)}`);
+    assert.ok(out.stdout.includes("/cp\\x1b]0;owned\\x07"), out.stdout);
+  }
+  const json = JSON.parse((await cli(["audit", "--home", home, "--json"])).stdout);
+  assert.equal(json.dir, odd);
+});
+
+test("a file name with control characters is escaped in ls and show", async () => {
+  const home = tempHome();
+  const dir = path.join(home, "agent-checkpoints");
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, "title\x1b]0;x\x07.md"), "hello\x1b[2J\n");
+  const ls = await cli(["ls", "--home", home]);
+  assert.equal(hasControl(ls.stdout), false, JSON.stringify(ls.stdout));
+  assert.match(ls.stdout, /^title\\x1b\]0;x\\x07 +- +agent text only/m);
+  const show = await cli(["show", "title\x1b]0;x\x07", "--home", home]);
+  assert.equal(show.code, 0, show.stderr);
+  assert.equal(hasControl(show.stdout), false, JSON.stringify(show.stdout));
+  assert.match(show.stdout, /title\\x1b\]0;x\\x07\.md\n[^\n]*modified[^\n]*\n\nhello\\x1b\[2J\n$/);
+});
+
+test("show says what a FIFO or a symbolic link is, and opens neither", async (t) => {
+  if (process.platform === "win32") return t.skip("no FIFOs");
+  const home = tempHome();
+  const dir = path.join(home, "agent-checkpoints");
+  fs.mkdirSync(dir, { recursive: true });
+  execFileSync("mkfifo", [path.join(dir, "pipe.md")]);
+  const secret = path.join(home, "secret.txt");
+  fs.writeFileSync(secret, "do not print me\n");
+  fs.symlinkSync(secret, path.join(dir, "link.md"));
+  const pipe = await cli(["show", "pipe", "--home", home]);
+  assert.equal(pipe.code, 0, pipe.stderr);
+  assert.match(pipe.stdout, /pipe\.md\na FIFO, not a regular file; not opened\n$/);
+  assert.doesNotMatch(pipe.stdout, /persisted/);
+  const link = await cli(["show", "link", "--home", home]);
+  assert.equal(link.code, 0, link.stderr);
+  assert.ok(
+    link.stdout.endsWith(
+      `link.md\na symbolic link to ${secret}, not a regular file; links are never followed\n`,
+    ),
+    link.stdout,
+  );
+  assert.doesNotMatch(link.stdout, /persisted|do not print me/);
+});
+
+test("no arguments prints the overview and exits 2", async () => {
+  const none = await cli([]);
+  assert.equal(none.code, 2);
+  assert.match(none.stdout, /^agent-checkpoint: .*\n\nUsage: agent-checkpoint <command>/);
+  assert.equal((await cli(["--help"])).code, 0);
+  assert.equal((await cli(["help"])).code, 0);
+});
+
+test("ls names at most five cut-off runs and counts the rest", async () => {
+  const home = tempHome();
+  for (let i = 0; i < 40; i++) writeRecord(home, `run-${String(i).padStart(2, "0")}`, {});
+  writeRecord(home, "finished", ended("done"));
+  const { code, stdout } = await cli(["ls", "--home", home]);
+  assert.equal(code, 0);
+  const line = stdout.split("\n").find((l) => l.startsWith("1 run ended")) ?? "";
+  assert.match(
+    line,
+    /^1 run ended, 40 runs cut off \(no end recorded: run-\d\d, run-\d\d, run-\d\d, run-\d\d, run-\d\d and 35 more\)$/,
+  );
+  // Five cut off: all named.
+  const five = tempHome();
+  for (let i = 0; i < 5; i++) writeRecord(five, `r${i}`, {});
+  assert.match(
+    (await cli(["ls", "--home", five])).stdout,
+    /^0 runs ended, 5 runs cut off \(no end recorded: r\d, r\d, r\d, r\d, r\d\)$/m,
+  );
+});
+
+test("the argument parser: = values, --, short aliases, strict options, last value wins", async () => {
+  const { parseArgs, UsageError } = await import("../../cli/_common.ts");
+  const spec = {
+    command: "rollback",
+    values: ["--project"],
+    switches: ["--json", "--dry-run"],
+    aliases: { "-n": "--dry-run" },
+    optional: ["TARGET", "PATH"],
+  };
+  const p = parseArgs(["--project=a", "-n", "3", "--project", "b", "--", "-odd"], spec);
+  assert.equal(p.values["--project"], "b");
+  assert.ok(p.switches.has("--dry-run"));
+  assert.deepEqual(p.positional, ["3", "-odd"]);
+  assert.equal(p.rest, undefined);
+  const r = parseArgs(["--home", "h", "--", "sh", "-c", "--help"], {
+    command: "run",
+    rest: true,
+  });
+  assert.deepEqual(r.rest, ["sh", "-c", "--help"]);
+  assert.equal(r.help, false);
+  assert.equal(parseArgs(["--frob", "-h"], { command: "ls" }).help, true);
+  for (
+    const [args, message] of [
+      [["--json=yes"], "--json takes no value"],
+      [["--project"], "--project needs a value"],
+      [["--project="], "--project needs a value"],
+      [["--project", "--json"], "--project needs a value"],
+      [["-x"], "unknown option -x for rollback"],
+      [["--frob"], "unknown option --frob for rollback"],
+      [["a", "b", "c"], 'unexpected argument "c"'],
+    ] as Array<[string[], string]>
+  ) {
+    assert.throws(() => parseArgs(args, spec), (e: unknown) => {
+      assert.ok(e instanceof UsageError, String(e));
+      assert.equal((e as Error).message, message);
+      return true;
+    });
+  }
+});
+
+test("--home is taken from the command's current directory by every command", async () => {
+  const home = tempHome();
+  const cwd = path.dirname(home);
+  const rel = path.basename(home);
+  const snapshots = await cli(["snapshots", "--home", rel, "--json"], { cwd });
+  assert.equal(snapshots.code, 0, snapshots.stderr);
+  assert.equal(JSON.stringify(JSON.parse(snapshots.stdout)).includes(home), true, snapshots.stdout);
+});
+
+test("each helper once: isMapping, the non-empty text test, and --home's resolution", async (t) => {
+  const { underDeno } = await import("../_helpers.ts");
+  if (!underDeno) return t.skip("reads the TypeScript sources");
+  const root = fileURLToPath(new URL("../../", import.meta.url));
+  const sources = ["", "cli", "supervise", "workspace", "adapters"].flatMap((dir) =>
+    fs.readdirSync(path.join(root, dir)).filter((f) => f.endsWith(".ts")).map((f) =>
+      fs.readFileSync(path.join(root, dir, f), "utf8")
+    )
+  ).join("\n");
+  const count = (re: RegExp) => sources.match(re)?.length ?? 0;
+  assert.equal(count(/\bconst isMapping\b|\bfunction isMapping\b/g), 1);
+  assert.equal(count(/typeof v === "string" && v !== "" \? v : undefined/g), 1);
+  const cliSources = fs.readdirSync(path.join(root, "cli")).map((f) =>
+    fs.readFileSync(path.join(root, "cli", f), "utf8")
+  ).join("\n");
+  assert.equal(/resolveHome\(parsed\.values/.test(cliSources), false, "--home via homeOption");
 });

@@ -77,7 +77,7 @@ test(
       assert.equal(two.previous?.status, "failed");
       assert.equal(two.previous?.host?.pid, one.pid);
       // Its file was there before its first prologue, with the agent's own text.
-      assert.ok(two.before?.includes(text), two.before);
+      assert.ok(two.before?.includes(text), two.before ?? "(no file before the first prologue)");
       assert.ok(two.logs.some((l) => /recreated the checkpoint file from the fleet store/.test(l)));
       assert.ok(two.prologues.length > 0 && /attempt 1/i.test(two.prologues[0]![1]));
       assert.ok(fs.readFileSync(two.file, "utf8").includes("Migrated 3 of 7 tables"));

@@ -10,7 +10,7 @@ import { runCommand } from "../../cli/_run.ts";
 import { OutputTail } from "../../supervise/_tail.ts";
 import { processAlive } from "../../supervise/_group.ts";
 import { memoryIo, UsageError } from "../../cli/_common.ts";
-import { type CheckpointRecord, parseRecord, renderBlock } from "../../_record.ts";
+import { type CheckpointRecord, MAX_ATTEMPTS, parseRecord, renderBlock } from "../../_record.ts";
 import { fixture, scriptCommand, tempHome, waitFor, writeConfig } from "../_helpers.ts";
 
 const decoder = new TextDecoder();
@@ -476,4 +476,152 @@ test("supervise() rejects a bad command or limit before starting anything", asyn
     supervise({ command: ["true"], budgetSeconds: 10, deadlineSeconds: 5 }),
     /budgetSeconds 10 is past deadlineSeconds 5/,
   );
+});
+
+test("a grace past 24.8 days is honoured: no SIGKILL, and the record and notice give it whole", async () => {
+  const home = tempHome();
+  const file = path.join(home, "agent-checkpoints", "long-grace.md");
+  // At SIGTERM the command waits until the early deadline record is on disk (naming
+  // the grace) and exits 7: a SIGKILL fired at once instead would cut that wait off.
+  const cli = runCli([
+    "--deadline",
+    "1",
+    "--grace",
+    "30d",
+    "--home",
+    home,
+    "--run-id",
+    "long-grace",
+    "--",
+    ...sh(
+      `trap 'i=0; while [ $i -lt 400 ] && ! grep -q "SIGKILL after 720h00m" "${file}"; do ` +
+        `sleep 0.05; i=$((i+1)); done; echo "got TERM after $i"; exit 7' TERM; ` +
+        "echo ready; while :; do sleep 0.05; done",
+    ),
+  ]);
+  cli.child.stdin.end();
+  assert.equal(await cli.done, 124, cli.stderr());
+  assert.match(cli.stderr(), /SIGKILL in 720h00m/);
+  assert.match(cli.stdout(), /got TERM after \d+\n/);
+  assert.doesNotMatch(cli.stdout(), /after 400\n/, "the early record names the 30-day grace");
+  const record = recordOf(file);
+  assert.equal(record.kind, "deadline");
+  assert.equal(record.command?.exitCode, 7);
+  assert.equal(record.command?.signal, undefined);
+  assert.doesNotMatch(record.message, /SIGKILL/);
+});
+
+test("a deadline past 24.8 days does not stop the command", async () => {
+  const { result } = await supervised(sh("sleep 0.2; echo finished"), {
+    deadlineSeconds: 30 * 86400,
+    graceSeconds: 30 * 86400,
+  });
+  assert.equal(result.outcome, "exited");
+  assert.equal(result.exitCode, 0);
+});
+
+test("a retried run id keeps the last five attempts, as the library does", async () => {
+  const home = tempHome();
+  let result: Awaited<ReturnType<typeof supervised>>["result"] | undefined;
+  for (let i = 0; i < 25; i++) {
+    ({ result } = await supervised(sh("exit 1"), { home, runId: "again" }));
+  }
+  const record = recordOf(result!.checkpointFile);
+  assert.equal(record.attempt, 25);
+  assert.equal(record.attempts?.length, MAX_ATTEMPTS);
+  assert.match(record.attempts?.[0] ?? "", /^attempt 20 /);
+  assert.match(record.attempts?.at(-1) ?? "", /^attempt 24 /);
+});
+
+const timeouts = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+
+test("the supervisor leaves no timer behind, after a quick command or at the deadline", async () => {
+  const before = timeouts();
+  const quick = await supervised(["true"], { deadlineSeconds: 60 });
+  assert.equal(quick.result.exitCode, 0);
+  assert.equal(timeouts(), before, "no timer left after `run -- true`");
+  const cut = await supervised(sh("sleep 30"), { deadlineSeconds: 0.5, graceSeconds: 30 });
+  assert.equal(cut.result.exitCode, 124);
+  assert.equal(timeouts(), before, "no timer left after the deadline");
+  // The command line too: `agent-checkpoint run -- true` resolves with nothing pending.
+  const { io } = memoryIo({ env: cleanEnv() });
+  assert.equal(await runCommand.run(["--home", tempHome(), "--", "true"], io), 0);
+  assert.equal(timeouts(), before, "no timer left after the run command");
+});
+
+/** The pid a command wrote, and a cleanup that never leaves it running. */
+const pidIn = (file: string) => Number(fs.readFileSync(file, "utf8"));
+
+for (const holdsPipes of [false, true]) {
+  test(
+    `at the deadline a grandchild that called setsid is stopped too (${
+      holdsPipes ? "holding the output pipes" : "quiet"
+    })`,
+    {
+      skip: process.platform !== "linux" || !fs.existsSync("/usr/bin/setsid") &&
+          !fs.existsSync("/bin/setsid"),
+    },
+    async () => {
+      const home = tempHome();
+      const pidFile = path.join(home, "escaped.pid");
+      const redirect = holdsPipes ? "" : " </dev/null >/dev/null 2>&1";
+      let escaped = 0;
+      try {
+        const { result } = await supervised(
+          sh(`setsid sleep 1000${redirect} & echo $! > "${pidFile}"; echo ready; wait`),
+          { home, deadlineSeconds: 1, graceSeconds: 5, runId: "escaped" },
+        );
+        escaped = pidIn(pidFile);
+        assert.equal(result.exitCode, 124);
+        assert.equal(result.outcome, "deadline");
+        assert.equal(processAlive(escaped), false, "gone when the supervisor returns");
+        assert.equal(result.killed, false, "SIGTERM was enough");
+        assert.equal(recordOf(result.checkpointFile).kind, "deadline");
+      } finally {
+        if (escaped > 0 && processAlive(escaped)) process.kill(escaped, "SIGKILL");
+      }
+    },
+  );
+}
+
+test("a setsid grandchild that ignores SIGTERM gets SIGKILL after the grace", {
+  skip: process.platform !== "linux",
+}, async () => {
+  const home = tempHome();
+  const pidFile = path.join(home, "stubborn.pid");
+  let escaped = 0;
+  try {
+    const { result } = await supervised(
+      sh(
+        `setsid sh -c "trap '' TERM; echo \\$\\$ > '${pidFile}'; while :; do sleep 0.05; done" ` +
+          `</dev/null >/dev/null 2>&1 & while [ ! -s "${pidFile}" ]; do sleep 0.05; done; ` +
+          "echo ready; wait",
+      ),
+      { home, deadlineSeconds: 1, graceSeconds: 1, runId: "stubborn-escaped" },
+    );
+    escaped = pidIn(pidFile);
+    assert.equal(result.exitCode, 124);
+    assert.equal(result.killed, true);
+    assert.equal(processAlive(escaped), false);
+  } finally {
+    if (escaped > 0 && processAlive(escaped)) process.kill(escaped, "SIGKILL");
+  }
+});
+
+test("nested under another supervisor the earlier deadline wins; a value that is not a time is ignored", async () => {
+  const print = sh('echo "at=$AGENT_CHECKPOINT_DEADLINE"');
+  const outer = Date.now() + 5000;
+  const nested = await supervised(print, {
+    deadlineSeconds: 60,
+    env: { ...cleanEnv(), AGENT_CHECKPOINT_DEADLINE: String(outer) },
+  });
+  assert.equal(nested.out, `at=${outer}\n`);
+  // Read as the library inside reads it: "0x10" is not ms since the epoch.
+  const before = Date.now();
+  const bad = await supervised(print, {
+    deadlineSeconds: 60,
+    env: { ...cleanEnv(), AGENT_CHECKPOINT_DEADLINE: "0x10" },
+  });
+  const at = Number(/^at=(\d+)$/m.exec(bad.out)?.[1]);
+  assert.ok(at >= before + 60_000 - 1 && at <= Date.now() + 60_000 + 1, bad.out);
 });
