@@ -169,11 +169,15 @@ function bridge(parent: MessagePort, data: BridgeData): void {
     return flushing;
   }
 
-  /** Write what waits, trying again a little apart, until it is written or `deadline` passes. */
+  /**
+   * Write what waits, trying again a little apart, until it is written or
+   * `deadline` passes; one try only when the database was already away.
+   */
   async function settle(deadline: number): Promise<void> {
+    const away = down;
     for (;;) {
       await flush();
-      if (records.size + files.size === 0 && !beat) return;
+      if ((records.size + files.size === 0 && !beat) || away) return;
       const left = deadline - Date.now();
       if (left <= 0) return;
       await new Promise((resolve) => setTimeout(resolve, Math.min(100, left)));

@@ -189,16 +189,19 @@ test("a wrong store URL: hooks unharmed, one log line, the local file still writ
     assert.equal(run.attempt, 1);
     assert.ok(fs.existsSync(run.checkpointFile), run.checkpointFile);
   }
-  // Several intervals of the watchdog's batches go by.
+  // Several intervals of the watchdog's batches go by, and the runs end.
   await sleep(1500);
   for (const run of runs) await run.end({ status: "done" });
-  await ac.close();
-  const about = records.filter((r) => /fleet store|run ledger/.test(r.message));
-  assert.equal(about.length, 1, about.map((r) => r.message).join("\n"));
+  const about = () => records.filter((r) => /fleet store|run ledger/.test(r.message));
+  assert.equal(about().length, 1, about().map((r) => r.message).join("\n"));
   assert.match(
-    about[0]!.message,
+    about()[0]!.message,
     /postgres:\/\/postgres@127\.0\.0\.1:1\/nowhere cannot be reached/,
   );
+  // At close, what never reached the store is counted: the three runs' ends.
+  await ac.close();
+  assert.equal(about().length, 2, about().map((r) => r.message).join("\n"));
+  assert.match(about()[1]!.message, /did not take 3 record\(s\) before close/);
 });
 
 /** A run's state as a machine that is not this one sees it: from its heartbeat alone. */
