@@ -175,69 +175,78 @@ async function fleet(
     const done = new Promise<string>((resolve) => proc.on("close", () => resolve(out)));
     return { ready, done };
   });
-  const startAt = performance.now();
-  while (!kids.every((k) => fs.existsSync(k.ready))) await sleep(200);
-  const startSeconds = (performance.now() - startAt) / 1000;
-  const total = processes * runsEach;
-  // Every run listed live before the window opens.
-  for (;;) {
-    const rows = await sql.unsafe(
-      `SELECT count(*) AS n FROM bench.runs WHERE newest AND status = 'live'`,
-    );
-    if (Number(rows[0]?.n) >= total) break;
-    await sleep(250);
+  try {
+    return await measure();
+  } finally {
+    // The hosts end their runs and exit, whatever happened here.
+    fs.writeFileSync(stop, "");
   }
-  await sleep(3000); // steady state
-  const xacts = async () => {
-    const rows = await sql.unsafe(
-      `SELECT pg_stat_clear_snapshot(), (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1) AS n`,
-      [dbName],
-    );
-    return Number(rows[0]?.n);
-  };
-  await sleep(1100); // the server's counters reach its statistics
-  const x0 = await xacts();
-  let own = 1;
-  const ages: number[] = [];
-  const windowStart = performance.now();
-  while (performance.now() - windowStart < seconds * 1000) {
-    const rows = await sql.unsafe(
-      `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint - updated_at AS age
+
+  async function measure(): Promise<Record<string, number | string>> {
+    const startAt = performance.now();
+    while (!kids.every((k) => fs.existsSync(k.ready))) await sleep(200);
+    const startSeconds = (performance.now() - startAt) / 1000;
+    const total = processes * runsEach;
+    // Every run listed live before the window opens.
+    for (;;) {
+      const rows = await sql.unsafe(
+        `SELECT count(*) AS n FROM bench.runs WHERE newest AND status = 'live'`,
+      );
+      if (Number(rows[0]?.n) >= total) break;
+      await sleep(250);
+    }
+    await sleep(3000); // steady state
+    const xacts = async () => {
+      const rows = await sql.unsafe(
+        `SELECT pg_stat_clear_snapshot(), (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1) AS n`,
+        [dbName],
+      );
+      return Number(rows[0]?.n);
+    };
+    await sleep(1100); // the server's counters reach its statistics
+    const x0 = await xacts();
+    let own = 1;
+    const ages: number[] = [];
+    const windowStart = performance.now();
+    while (performance.now() - windowStart < seconds * 1000) {
+      const rows = await sql.unsafe(
+        `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint - updated_at AS age
         FROM bench.runs WHERE newest AND status = 'live'`,
-    );
+      );
+      own++;
+      for (const r of rows) ages.push(Number(r.age));
+      await sleep(500);
+    }
+    const windowSeconds = (performance.now() - windowStart) / 1000;
+    await sleep(1100);
+    const x1 = await xacts();
     own++;
-    for (const r of rows) ages.push(Number(r.age));
-    await sleep(500);
-  }
-  const windowSeconds = (performance.now() - windowStart) / 1000;
-  await sleep(1100);
-  const x1 = await xacts();
-  own++;
-  const size = await sql.unsafe(
-    `SELECT (SELECT count(*) FROM bench.runs) AS rows, (SELECT count(DISTINCT run_id) FROM bench.runs) AS runs,
+    const size = await sql.unsafe(
+      `SELECT (SELECT count(*) FROM bench.runs) AS rows, (SELECT count(DISTINCT run_id) FROM bench.runs) AS runs,
       pg_total_relation_size('bench.runs') AS runs_bytes,
       pg_total_relation_size('bench.heartbeats') AS hb_bytes,
       (SELECT count(*) FROM bench.heartbeats) AS hb_rows`,
-  );
-  fs.writeFileSync(stop, "");
-  const outs = await Promise.all(kids.map((k) => k.done));
-  const maxHookUs = Math.max(
-    ...outs.map((o) => Number(JSON.parse(o.trim().split("\n").at(-1) || "{}").maxHookUs ?? NaN)),
-  );
-  const s = size[0]!;
-  // The reader's own statements and the two counter reads are its, not the fleet's.
-  const fleetXacts = x1 - x0 - own - 1;
-  return {
-    startSeconds,
-    windowSeconds,
-    ageP50Ms: pct(ages, 50),
-    ageP99Ms: pct(ages, 99),
-    ageMaxMs: Math.max(...ages),
-    roundTripsPerProcessInterval: fleetXacts / processes / windowSeconds,
-    rowsPerRun: (Number(s.rows) + Number(s.hb_rows)) / Number(s.runs),
-    bytesPerRun: (Number(s.runs_bytes) + Number(s.hb_bytes)) / Number(s.runs),
-    maxHookUs,
-  };
+    );
+    fs.writeFileSync(stop, "");
+    const outs = await Promise.all(kids.map((k) => k.done));
+    const maxHookUs = Math.max(
+      ...outs.map((o) => Number(JSON.parse(o.trim().split("\n").at(-1) || "{}").maxHookUs ?? NaN)),
+    );
+    const s = size[0]!;
+    // The reader's own statements and the two counter reads are its, not the fleet's.
+    const fleetXacts = x1 - x0 - own - 1;
+    return {
+      startSeconds,
+      windowSeconds,
+      ageP50Ms: pct(ages, 50),
+      ageP99Ms: pct(ages, 99),
+      ageMaxMs: ages.reduce((a, b) => Math.max(a, b), 0),
+      roundTripsPerProcessInterval: fleetXacts / processes / windowSeconds,
+      rowsPerRun: (Number(s.rows) + Number(s.hb_rows)) / Number(s.runs),
+      bytesPerRun: (Number(s.runs_bytes) + Number(s.hb_bytes)) / Number(s.runs),
+      maxHookUs,
+    };
+  }
 }
 
 /** 3: `ls --store` and `audit --store` over N runs. */
@@ -341,9 +350,9 @@ async function main(): Promise<void> {
     console.log(
       `3. ${l.runs} runs: ls --store ${fmt(l.lsMs!, 0)} ms (${l.lsLines} lines), ls --status live ${
         fmt(l.lsLiveMs!, 0)
-      } ms, ls --host ${fmt(l.lsHostMs!, 0)} ms, audit --store ${fmt(l.auditMs!, 0)} ms, audit --host ${
-        fmt(l.auditHostMs!, 0)
-      } ms`,
+      } ms, ls --host ${fmt(l.lsHostMs!, 0)} ms, audit --store ${
+        fmt(l.auditMs!, 0)
+      } ms, audit --host ${fmt(l.auditHostMs!, 0)} ms`,
     );
   } finally {
     await sql.end({ timeout: 1 });

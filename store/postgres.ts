@@ -206,7 +206,7 @@ const writeSql = (s: string) => `
 WITH b AS (
   SELECT * FROM json_to_recordset($1::text::json) AS b(run_id text, attempt integer, status text,
     machine text, pid integer, host_start text, started_at bigint, updated_at bigint,
-    record text, file_content text)
+    record text, file_content text, top boolean)
 ), hb AS (
   INSERT INTO ${s}.heartbeats AS h (machine, pid, host_start, at, interval_seconds)
   SELECT * FROM json_to_recordset($2::text::json) AS x(machine text, pid integer, host_start text,
@@ -216,15 +216,15 @@ WITH b AS (
   RETURNING 1
 ), older AS (
   UPDATE ${s}.runs o SET newest = false FROM b
-  WHERE o.run_id = b.run_id AND o.attempt < b.attempt AND o.newest
+  WHERE b.top AND o.run_id = b.run_id AND o.attempt < b.attempt AND o.newest
     AND NOT EXISTS (SELECT 1 FROM b b2 WHERE b2.run_id = o.run_id AND b2.attempt = o.attempt)
   RETURNING 1
 ), up AS (
   INSERT INTO ${s}.runs AS r (run_id, attempt, newest, status, machine, pid, host_start,
     started_at, updated_at, record, file_content)
   SELECT b.run_id, b.attempt,
-    NOT EXISTS (SELECT 1 FROM ${s}.runs o WHERE o.run_id = b.run_id AND o.attempt > b.attempt)
-      AND NOT EXISTS (SELECT 1 FROM b b2 WHERE b2.run_id = b.run_id AND b2.attempt > b.attempt),
+    b.top AND NOT EXISTS
+      (SELECT 1 FROM ${s}.runs o WHERE o.run_id = b.run_id AND o.attempt > b.attempt),
     b.status, b.machine, b.pid, b.host_start, b.started_at, b.updated_at, b.record, b.file_content
   FROM b
   ON CONFLICT (run_id, attempt) DO UPDATE SET
@@ -453,9 +453,16 @@ export class PgRunStore implements RunStore {
       byKey.delete(k);
       byKey.set(k, r);
     }
-    const rows = [...byKey.values()].map((r) =>
-      row(r, r.fileContent === undefined ? undefined : boundContent(r.fileContent, this.#fileMaxKb))
-    );
+    // Whether a record is its run's newest attempt in the batch, worked out here: once, not per row.
+    const top = new Map<string, number>();
+    for (const r of byKey.values()) top.set(r.runId, Math.max(top.get(r.runId) ?? 0, r.attempt));
+    const rows = [...byKey.values()].map((r) => ({
+      ...row(
+        r,
+        r.fileContent === undefined ? undefined : boundContent(r.fileContent, this.#fileMaxKb),
+      ),
+      top: top.get(r.runId) === r.attempt,
+    }));
     const beats = batch.heartbeat ? [heartbeatRow(batch.heartbeat)] : [];
     await this.#query(writeSql(this.#s), [JSON.stringify(rows), JSON.stringify(beats)]);
   }
