@@ -21,6 +21,9 @@ import {
 import type { CheckpointEvent } from "../_writer.ts";
 import { thisHost } from "./_host.ts";
 import { openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
+// In the static module graph so that Deno, importing the library by URL, fetches the store
+// thread's module with it. Outside the store thread the module does nothing.
+import "./_pg_worker.ts";
 import type {
   AttemptStart,
   Heartbeat,

@@ -278,9 +278,6 @@ function bridge(parent: MessagePort, data: BridgeData): void {
   });
 }
 
-/** @internal A heartbeat as the worker passes it on. */
-export type BridgeHeartbeat = Heartbeat;
-
 if (parentPort !== null && workerData !== null && (workerData as BridgeData).bridge === true) {
   bridge(parentPort, workerData as BridgeData);
 }

@@ -206,7 +206,7 @@ const writeSql = (s: string) => `
 WITH b AS (
   SELECT * FROM json_to_recordset($1::text::json) AS b(run_id text, attempt integer, status text,
     machine text, pid integer, host_start text, started_at bigint, updated_at bigint,
-    record text, file_content text, top boolean)
+    record json, file_content text, top boolean)
 ), hb AS (
   INSERT INTO ${s}.heartbeats AS h (machine, pid, host_start, at, interval_seconds)
   SELECT * FROM json_to_recordset($2::text::json) AS x(machine text, pid integer, host_start text,
@@ -225,7 +225,8 @@ WITH b AS (
   SELECT b.run_id, b.attempt,
     b.top AND NOT EXISTS
       (SELECT 1 FROM ${s}.runs o WHERE o.run_id = b.run_id AND o.attempt > b.attempt),
-    b.status, b.machine, b.pid, b.host_start, b.started_at, b.updated_at, b.record, b.file_content
+    b.status, b.machine, b.pid, b.host_start, b.started_at, b.updated_at, b.record::text,
+    b.file_content
   FROM b
   ON CONFLICT (run_id, attempt) DO UPDATE SET
     status = excluded.status, machine = excluded.machine, pid = excluded.pid,
@@ -251,6 +252,13 @@ function recordJson(record: RunRecord): string {
   return JSON.stringify(rest);
 }
 
+/** The record as stored, as an object: without its file content. */
+function recordObject(record: RunRecord): Omit<RunRecord, "fileContent"> {
+  if (record.fileContent === undefined) return record;
+  const { fileContent: _, ...rest } = record;
+  return rest;
+}
+
 /** A record as a row of the batch. */
 function row(record: RunRecord, fileContent: string | undefined): Record<string, unknown> {
   return {
@@ -262,7 +270,8 @@ function row(record: RunRecord, fileContent: string | undefined): Record<string,
     host_start: record.host.start,
     started_at: Math.round(record.startedAt),
     updated_at: Math.round(record.updatedAt),
-    record: recordJson(record),
+    // Nested, not a string in a string: the batch is serialized once.
+    record: recordObject(record),
     file_content: fileContent ?? null,
   };
 }
