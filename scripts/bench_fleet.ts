@@ -98,7 +98,14 @@ async function child(): Promise<void> {
 async function boundaries(url: string, sql: Sql): Promise<Record<string, number>> {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-bench-"));
   const ac = createAgentCheckpoint({ home, env: { AGENT_CHECKPOINT_STORE: url }, settings: {} });
-  const runs = Array.from({ length: 100 }, (_, i) => ac.startRun({ sessionId: `b-${i}` }));
+  // startRun asks the store for the attempt number: one round trip (the first also connects).
+  const starts: number[] = [];
+  const runs = Array.from({ length: 100 }, (_, i) => {
+    const t = performance.now();
+    const run = ac.startRun({ sessionId: `b-${i}` });
+    starts.push(performance.now() - t);
+    return run;
+  });
   const N = 50_000;
   const each: number[] = [];
   for (let i = 0; i < 2000; i++) {
@@ -143,6 +150,9 @@ async function boundaries(url: string, sql: Sql): Promise<Record<string, number>
     syncUs,
     syncP99Us: pct(lg, 99) * 1000,
     recordBytes: record.length,
+    firstStartMs: starts[0]!,
+    startP50Ms: pct(starts.slice(1), 50),
+    startP99Ms: pct(starts.slice(1), 99),
   };
 }
 
@@ -225,7 +235,8 @@ async function fleet(
       `SELECT (SELECT count(*) FROM bench.runs) AS rows, (SELECT count(DISTINCT run_id) FROM bench.runs) AS runs,
       pg_total_relation_size('bench.runs') AS runs_bytes,
       pg_total_relation_size('bench.heartbeats') AS hb_bytes,
-      (SELECT count(*) FROM bench.heartbeats) AS hb_rows`,
+      (SELECT count(*) FROM bench.heartbeats) AS hb_rows,
+      (SELECT avg(pg_column_size(r.*)) FROM bench.runs r) AS row_bytes`,
     );
     fs.writeFileSync(stop, "");
     const outs = await Promise.all(kids.map((k) => k.done));
@@ -244,6 +255,7 @@ async function fleet(
       roundTripsPerProcessInterval: fleetXacts / processes / windowSeconds,
       rowsPerRun: (Number(s.rows) + Number(s.hb_rows)) / Number(s.runs),
       bytesPerRun: (Number(s.runs_bytes) + Number(s.hb_bytes)) / Number(s.runs),
+      rowBytes: Number(s.row_bytes),
       maxHookUs,
     };
   }
@@ -331,7 +343,11 @@ async function main(): Promise<void> {
         fmt(b.fleetP99Us!, 1)
       } µs) vs synchronous INSERT per step ${fmt(b.syncUs!, 0)} µs (p99 ${
         fmt(b.syncP99Us!, 0)
-      } µs): ${fmt(b.syncUs! / b.fleetUs!, 0)}x less (record ${b.recordBytes} bytes)`,
+      } µs): ${fmt(b.syncUs! / b.fleetUs!, 0)}x less (record ${b.recordBytes} bytes); startRun ${
+        fmt(b.startP50Ms!, 2)
+      } ms p50, ${fmt(b.startP99Ms!, 2)} ms p99 (the first, which connects, ${
+        fmt(b.firstStartMs!, 0)
+      } ms)`,
     );
     await sql.unsafe(`TRUNCATE bench.runs, bench.heartbeats`);
     const f = await fleet(url.href, dbName, sql, processes, runsEach, seconds);
@@ -342,9 +358,11 @@ async function main(): Promise<void> {
         fmt(Number(f.roundTripsPerProcessInterval), 2)
       } round trips per process per interval; ${fmt(Number(f.rowsPerRun), 3)} rows and ${
         fmt(Number(f.bytesPerRun), 0)
-      } bytes per run; slowest hook ${fmt(Number(f.maxHookUs), 0)} µs; all started in ${
-        fmt(Number(f.startSeconds), 1)
-      } s`,
+      } bytes per run on disk (a row ${
+        fmt(Number(f.rowBytes), 0)
+      } bytes; the rest is earlier versions awaiting vacuum, and indexes); slowest hook ${
+        fmt(Number(f.maxHookUs), 0)
+      } µs; all started in ${fmt(Number(f.startSeconds), 1)} s`,
     );
     const l = await listing(url.href, sql, n);
     console.log(
