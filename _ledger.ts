@@ -34,6 +34,7 @@ export interface LedgerStore {
     record: RunRecord,
     options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
   ): AttemptStart;
+  latestSync?(runId: string): RunView | undefined;
   prune(before: number, limit: number): Promise<number>;
   close(): Promise<void>;
   /** A checkpoint file was written (the fleet store keeps its content). */
@@ -50,23 +51,6 @@ export const MAX_BACKLOG = 50_000;
 const MAX_BACKOFF_MS = 60_000;
 /** Ended runs a process prunes at start. */
 export const PRUNE_AT_START = 500;
-
-/**
- * A fingerprint of what a run's record shows, read from shared memory: it
- * changes when a turn, a tool call's start or end, a tier, the deadline or the
- * description (notes) does. The worker compares it each interval, so the
- * hooks do no work of their own for the ledger.
- */
-export function changeStamp(shared: RunTable, slot: number): number {
-  let h = shared.turns(slot) * 31 + shared.toolCount(slot);
-  h = (h * 31 + shared.infoSeq(slot)) | 0;
-  h = (h * 31 + (shared.tierClaimed(slot, 2) ? 2 : shared.tierClaimed(slot, 1) ? 1 : 0)) | 0;
-  h = (h * 31 + shared.gen(slot)) | 0;
-  for (const call of shared.tools(slot)) {
-    h = (h * 31 + (call.status === "in flight" ? 1 : 2)) | 0;
-  }
-  return h;
-}
 
 /** A run's record as it stands now in shared memory. */
 export function recordOf(
@@ -88,6 +72,9 @@ export function recordOf(
       if (call.callId !== undefined) c.callId = call.callId;
       inFlight.push(c);
     } else {
+      // Rounded: a record is rewritten every interval, and its size is what that costs.
+      call.startedAt = Math.round(call.startedAt * 1000) / 1000;
+      if (call.durationMs !== undefined) call.durationMs = Math.round(call.durationMs * 10) / 10;
       const error = info.toolErrors?.[seq];
       recent.push(error === undefined ? call : { ...call, error });
     }
@@ -98,7 +85,7 @@ export function recordOf(
     dialect: info.dialect,
     caps: info.caps,
     turnsUsed: shared.turns(slot),
-    elapsedSeconds: Math.max(0, (now - start) / 1000),
+    elapsedSeconds: Math.max(0, Math.round(now - start) / 1000),
     tier: shared.tierClaimed(slot, 2) ? 2 : shared.tierClaimed(slot, 1) ? 1 : 0,
     inFlight,
     recent,
@@ -154,6 +141,9 @@ export class LedgerProgress {
     this.#host = host;
   }
 
+  /** Commits made so far. */
+  commits = 0;
+
   /** Records waiting for the store. */
   get backlog(): number {
     return this.#backlog.size;
@@ -167,7 +157,7 @@ export class LedgerProgress {
   ): void {
     for (const info of runs) {
       const slot = info.slot;
-      const stamp = changeStamp(shared, slot);
+      const stamp = shared.changeStamp(slot);
       const known = this.#stamps.get(slot);
       if (known && known.gen === info.gen && known.stamp === stamp) continue;
       const record = recordOf(info, shared, this.#host, now);
@@ -209,6 +199,7 @@ export class LedgerProgress {
       const write: WriteBatch = { records };
       if (beat) write.heartbeat = { host: this.#host, at: Math.round(now), intervalSeconds };
       await this.#store.write(write);
+      this.commits++;
       if (this.#failures > 0 || this.#dropped > 0) {
         this.#log(
           "info",
@@ -246,7 +237,18 @@ export class LedgerProgress {
   }
 }
 
-/** Capped values less what earlier attempts used, for `resume_budget: remaining`. */
+/**
+ * Capped values less what earlier attempts used, for `resume_budget: remaining`.
+ *
+ * @example
+ * ```ts
+ * import { remainingCaps } from "./_ledger.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const caps = remainingCaps({ turns: { value: 12, source: "host" } }, { turns: 5, seconds: 40 });
+ * assert.equal(caps.turns?.value, 7);
+ * ```
+ */
 export function remainingCaps(caps: RunCaps, prior: { turns: number; seconds: number }): RunCaps {
   const out: RunCaps = {};
   if (caps.turns) {
@@ -330,7 +332,18 @@ export function ledgerSummary(view: RunView, now: number): string {
     : chars.slice(0, SUMMARY_CHARS - 1).join("") + "…";
 }
 
-/** The sentences a resume text adds for calls whose outcome is unknown, and for a shrunk budget. */
+/**
+ * The sentences a resume text adds for calls whose outcome is unknown, and for a shrunk budget.
+ *
+ * @example
+ * ```ts
+ * import { resumeNote } from "./_ledger.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const note = resumeNote([{ tool: "deploy", callId: "c4", runningSeconds: 12 }], undefined, true);
+ * assert.match(note!, /outcome unknown: deploy \(call id c4, for 12s\)/);
+ * ```
+ */
 export function resumeNote(
   calls: UnknownCall[],
   remaining: RunCaps | undefined,

@@ -453,7 +453,7 @@ export class AgentCheckpoint {
       const earlier = ledger.seen ? ledger.earlier : fromFile;
       let resumeText: string | undefined;
       if (earlier) {
-        if (!ledger.recorded) info.attempt = earlier.previous.attempt + 1;
+        if (!ledger.recorded && !ledger.numbered) info.attempt = earlier.previous.attempt + 1;
         info.attempts = earlier.attempts;
         info.prior = earlier.prior;
         const remaining = settings.resume_budget === "remaining"
@@ -479,7 +479,9 @@ export class AgentCheckpoint {
         this.#shared.wake();
       } else this.#live.set(runId, -1);
       // The worker keeps the run's ledger record up to date from now on.
-      if (ledger.recorded && claimed) this.#host.contact(settings);
+      if (claimed && settings.enabled && settings.ledger && this.#ledger) {
+        this.#host.contact(settings);
+      }
       const start: RunStart = {
         info,
         dialect: found.dialect,
@@ -627,7 +629,7 @@ export class AgentCheckpoint {
     table: RunTable,
     settings: Settings,
     fromFile: Earlier | undefined,
-  ): { recorded: boolean; seen?: boolean; earlier?: Earlier } {
+  ): { recorded: boolean; seen?: boolean; numbered?: boolean; earlier?: Earlier } {
     if (!settings.enabled || !settings.ledger) return { recorded: false };
     const store = this.#ledgerStore(settings);
     if (!store?.startAttemptSync) return { recorded: false };
@@ -677,7 +679,18 @@ export class AgentCheckpoint {
       return earlier ? { ...seen, earlier } : seen;
     } catch (error) {
       ledgerFailed(this.#log, "the run's start", error, info.runId);
-      return { recorded: false };
+      // Busy or failing for writes, it may still be read (a reader never waits): the ledger
+      // still decides, and the worker records the run within an interval.
+      try {
+        const previous = settings.resume === false ? undefined : store.latestSync?.(info.runId);
+        if (!previous) return { recorded: false };
+        const earlier = ledgerAttempt(previous, fromFile, Date.now());
+        if (!earlier) return { recorded: false, seen: true };
+        info.attempt = Math.max(earlier.previous.attempt, fromFile?.previous.attempt ?? 0) + 1;
+        return { recorded: false, seen: true, numbered: true, earlier };
+      } catch {
+        return { recorded: false };
+      }
     }
   }
 

@@ -372,7 +372,12 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       gc?.();
       post({
         type: "stats",
-        stats: { heapUsed: process.memoryUsage().heapUsed, watched: watched.size },
+        stats: {
+          heapUsed: process.memoryUsage().heapUsed,
+          watched: watched.size,
+          ledgerCommits: ledger?.progress.commits ?? 0,
+          ledgerBacklog: ledger?.progress.backlog ?? 0,
+        },
       });
     }, data.statsEveryMs);
   }

@@ -30,6 +30,7 @@ import {
   ledgerAuditText,
   ledgerLsText,
   ledgerShowText,
+  limitOption,
   openLedger,
   runJson,
   sinceOption,
@@ -197,7 +198,7 @@ function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): stri
 const LS_HELP =
   `Usage: ${NAME} ls [--status STATE] [--since DURATION] [--store URL] [--host MACHINE] [--files] [--home DIR] [--json]
 
-Lists every run the run ledger holds, the most recently heard of first: live,
+Lists every run the run ledger holds, the most recently started first: live,
 ended (and how) or cut off (its process is gone and it never recorded an
 end), with or without a checkpoint file: its attempt, turns, tier, the tool
 calls in flight, when it was last heard of, and its host (machine:pid). It
@@ -205,6 +206,7 @@ reads the ledger's index, not the checkpoint files.
 
   --status STATE     only runs that are live, ended or cut-off
   --since DURATION   only runs heard of in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --limit N          the N most recently started (default 100; 0 lists every run)
   --files            list the checkpoint files instead (as without a ledger)
   --store URL        read the fleet store at this postgres:// URL (default: the
                      store setting, or AGENT_CHECKPOINT_STORE)
@@ -221,7 +223,7 @@ never recorded its end shows its last checkpoint's kind ("tier 2", "stall",
 resumed run adds ", attempt N".
 
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
-  --json       one JSON object: { store, runs } from the ledger (each run with
+  --json       one JSON object: { store, counts, runs } from the ledger (each run with
                state: "live" | "ended" | "cut-off"); { dir, files } for the
                files (each file with run: "ended" | "cut off" | null, ended:
                its end status, and attempt)`;
@@ -252,7 +254,7 @@ export const lsCommand: Command = {
     const parsed = parseArgs(args, {
       command: "ls",
       switches: ["--json", "--files"],
-      values: ["--status", "--since", "--store", "--host"],
+      values: ["--status", "--since", "--limit", "--store", "--host"],
     });
     const home = homeDir(parsed, io);
     const settings = homeSettings(home, io);
@@ -263,14 +265,25 @@ export const lsCommand: Command = {
       : openLedger(home, settings, io, parsed.values["--store"]);
     if (ledger) {
       try {
-        const query: Parameters<typeof ledger.list>[0] = { limit: Number.MAX_SAFE_INTEGER };
+        const limit = limitOption(parsed.values["--limit"], "ls");
+        const query: Parameters<typeof ledger.list>[0] = {
+          limit: limit === 0 ? Number.MAX_SAFE_INTEGER : limit,
+        };
         if (parsed.values["--host"] !== undefined) query.machine = parsed.values["--host"];
         if (state !== undefined) query.state = state;
         if (since !== undefined) query.since = since;
         const runs = await ledger.list(query);
+        const filter: Parameters<typeof ledger.summary>[0] = {};
+        if (since !== undefined) filter.since = since;
+        if (query.machine !== undefined) filter.machine = query.machine;
+        const counts = await ledger.summary(filter);
         if (parsed.switches.has("--json")) {
-          writeJson(io, { store: ledger.location, runs: runs.map(runJson) });
-        } else io.stdout(ledgerLsText(runs, ledger.location, io, paint(io)));
+          writeJson(io, {
+            store: ledger.location,
+            counts: counts.byState,
+            runs: runs.map(runJson),
+          });
+        } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io)));
       } finally {
         await ledger.close();
       }

@@ -119,9 +119,15 @@ export function runJson(view: RunView): Record<string, unknown> {
   };
 }
 
-/** `ls` over the ledger. */
-export function ledgerLsText(views: RunView[], file: string, io: CliIo, p: Paint): string {
-  if (views.length === 0) return `No runs in the run ledger ${terminalSafe(file)}.\n`;
+/** `ls` over the ledger: the runs shown, and the counts over every run. */
+export function ledgerLsText(
+  views: RunView[],
+  counts: StoreSummary,
+  file: string,
+  io: CliIo,
+  p: Paint,
+): string {
+  if (counts.total === 0) return `No runs in the run ledger ${terminalSafe(file)}.\n`;
   const now = io.now();
   const rows = views.map((v) => [
     terminalSafe(v.record.runId),
@@ -133,23 +139,39 @@ export function ledgerLsText(views: RunView[], file: string, io: CliIo, p: Paint
     ago(now - heardAt(v)),
     terminalSafe(`${v.record.host.machine}:${v.record.host.pid}`),
   ]);
-  const count = (s: RunState) => views.filter((v) => v.state === s).length;
   const cut = views.filter((v) => v.state === "cut-off").map((v) => terminalSafe(v.record.runId));
+  const n = (x: number) => x.toLocaleString("en");
+  const shown = views.length < counts.total
+    ? `${n(views.length)} of ${n(counts.total)} runs shown (--limit 0 lists them all); `
+    : "";
   return [
     table(
       [["RUN", "STATE", "ATTEMPT", "TURNS", "TIER", "IN FLIGHT", "HEARD", "HOST"], ...rows],
       p.bold,
     ),
     "",
-    `${views.length} run${views.length === 1 ? "" : "s"}: ${count("live")} live, ${
-      count("ended")
-    } ended, ${count("cut-off")} cut off${
+    `${shown}${n(counts.total)} run${counts.total === 1 ? "" : "s"}: ${
+      n(counts.byState.live)
+    } live, ${n(counts.byState.ended)} ended, ${n(counts.byState["cut-off"])} cut off${
       cut.length > 0
         ? ` (${cut.slice(0, 5).join(", ")}${cut.length > 5 ? ` and ${cut.length - 5} more` : ""})`
         : ""
     }`,
     `run ledger: ${terminalSafe(file)}`,
   ].join("\n") + "\n";
+}
+
+/** The runs `ls` shows unless told otherwise. */
+export const LS_LIMIT = 100;
+
+/** The `--limit` option's value, checked: a whole number >= 0 (0: no limit). */
+export function limitOption(value: string | undefined, command: string): number {
+  if (value === undefined) return LS_LIMIT;
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n)) {
+    throw new UsageError(`--limit takes a whole number, not "${value}"`, `${command} --help`);
+  }
+  return n;
 }
 
 /** The `--status` option's value, checked. */

@@ -110,5 +110,11 @@ export function thisHost(): HostId {
  * ```
  */
 export function here(hostTimeoutSeconds: number, now: number = Date.now()): Vantage {
-  return { now, hostTimeoutSeconds, machine: thisHost().machine, processStart };
+  // One look per process per read: a listing names the same few processes many times.
+  const seen = new Map<number, string | null | undefined>();
+  const start = (pid: number) => {
+    if (!seen.has(pid)) seen.set(pid, processStart(pid));
+    return seen.get(pid);
+  };
+  return { now, hostTimeoutSeconds, machine: thisHost().machine, processStart: start };
 }

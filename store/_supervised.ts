@@ -36,6 +36,33 @@ export interface SupervisedEnd {
  *
  * @param end The run, its record, its end and when it started.
  * @returns Whether the ledger took the record.
+ *
+ * @example
+ * ```ts
+ * import { openStore, recordSupervisedEnd } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const home = mkdtempSync(join(tmpdir(), "ac-"));
+ * const at = new Date().toISOString();
+ * recordSupervisedEnd({
+ *   home,
+ *   env: {},
+ *   file: join(home, "job.md"),
+ *   status: "deadline",
+ *   startedAt: Date.now(),
+ *   record: {
+ *     kind: "deadline", source: "supervisor", runId: "job", dialect: "chat", turnsUsed: 0,
+ *     elapsedSeconds: 60, caps: {}, tier: 0, persistedAt: at, message: "", tools: [], notes: [],
+ *     end: { status: "deadline", at },
+ *   },
+ * });
+ * const store = openStore({ home, settings: { host_timeout_seconds: 30 } })!;
+ * assert.equal(store.latestSync("job")?.record.status, "deadline");
+ * store.closeSync();
+ * ```
  */
 export function recordSupervisedEnd(end: SupervisedEnd): boolean {
   const home = resolveHome(end.home, end.env);

@@ -144,8 +144,8 @@ CREATE TABLE IF NOT EXISTS ${s}.runs (
   file_content text,
   PRIMARY KEY (run_id, attempt)
 );
-CREATE INDEX IF NOT EXISTS runs_newest ON ${s}.runs (updated_at DESC) WHERE newest;
-CREATE INDEX IF NOT EXISTS runs_machine ON ${s}.runs (machine, updated_at DESC) WHERE newest;
+CREATE INDEX IF NOT EXISTS runs_newest ON ${s}.runs (started_at DESC) WHERE newest;
+CREATE INDEX IF NOT EXISTS runs_machine ON ${s}.runs (machine, started_at DESC) WHERE newest;
 CREATE INDEX IF NOT EXISTS runs_ended ON ${s}.runs (updated_at) WHERE status <> 'live';
 CREATE TABLE IF NOT EXISTS ${s}.heartbeats (
   machine text NOT NULL,
@@ -157,7 +157,8 @@ CREATE TABLE IF NOT EXISTS ${s}.heartbeats (
 );
 CREATE OR REPLACE FUNCTION ${s}.start_attempt(p json)
 RETURNS TABLE (o_attempt integer, o_prev_attempt integer, o_record text, o_status text,
-  o_updated_at bigint, o_file text, o_hb_at bigint, o_hb_interval real)
+  o_updated_at bigint, o_file text, o_hb_at bigint, o_hb_interval real, o_machine text,
+  o_pid integer, o_host_start text, o_started_at bigint)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -194,7 +195,8 @@ BEGIN
         SET at = GREATEST(h.at, excluded.at), interval_seconds = excluded.interval_seconds;
   END IF;
   RETURN QUERY SELECT n, prev.attempt, prev.record, prev.status, prev.updated_at,
-    prev.file_content, h.at, h.interval_seconds
+    prev.file_content, h.at, h.interval_seconds, prev.machine, prev.pid, prev.host_start,
+    prev.started_at
     FROM (SELECT 1) one LEFT JOIN ${s}.heartbeats h
     ON h.machine = prev.machine AND h.pid = prev.pid AND h.host_start = prev.host_start;
 END
@@ -240,22 +242,27 @@ SELECT (SELECT count(*) FROM up) AS written, (SELECT count(*) FROM hb) AS beats,
   (SELECT count(*) FROM older) AS superseded`;
 
 const selectView = (s: string) =>
-  `SELECT r.attempt, r.record, r.status, r.updated_at, h.at AS hb_at,
+  `SELECT r.run_id, r.attempt, r.machine, r.pid, r.host_start, r.started_at, r.record, r.status,
+    r.updated_at, h.at AS hb_at,
     h.interval_seconds AS hb_interval
   FROM ${s}.runs r LEFT JOIN ${s}.heartbeats h
   ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start`;
 
-/** The record as stored: without its file content, which has a column of its own. */
-function recordJson(record: RunRecord): string {
-  if (record.fileContent === undefined) return JSON.stringify(record);
-  const { fileContent: _, ...rest } = record;
-  return JSON.stringify(rest);
-}
+/** The record as stored, as text. */
+const recordJson = (record: RunRecord): string => JSON.stringify(recordObject(record));
 
-/** The record as stored, as an object: without its file content. */
-function recordObject(record: RunRecord): Omit<RunRecord, "fileContent"> {
-  if (record.fileContent === undefined) return record;
-  const { fileContent: _, ...rest } = record;
+/** The record as stored: without what has a column of its own (a row is rewritten each interval). */
+function recordObject(record: RunRecord): Partial<RunRecord> {
+  const {
+    fileContent: _f,
+    runId: _r,
+    attempt: _a,
+    status: _s,
+    host: _h,
+    startedAt: _t,
+    updatedAt: _u,
+    ...rest
+  } = record;
   return rest;
 }
 
@@ -430,6 +437,9 @@ export class PgRunStore implements RunStore {
 
   #view(r: Record<string, unknown>, vantage: Vantage): RunView {
     const record = JSON.parse(String(r.record)) as RunRecord;
+    record.runId = String(r.run_id);
+    record.host = { machine: String(r.machine), pid: Number(r.pid), start: String(r.host_start) };
+    record.startedAt = Number(r.started_at);
     // The columns are the truth: the attempt a start was given, an end written over a record.
     record.attempt = Number(r.attempt);
     record.status = String(r.status) as RunRecord["status"];
@@ -537,6 +547,11 @@ export class PgRunStore implements RunStore {
     const out: AttemptStart = { attempt: Number(r.o_attempt) };
     if (r.o_record !== null && r.o_record !== undefined) {
       const view = this.#view({
+        run_id: record.runId,
+        machine: r.o_machine,
+        pid: r.o_pid,
+        host_start: r.o_host_start,
+        started_at: r.o_started_at,
         attempt: r.o_prev_attempt,
         record: r.o_record,
         status: r.o_status,
@@ -593,7 +608,7 @@ export class PgRunStore implements RunStore {
     for (;;) {
       const rows = await this.#query(
         `${selectView(this.#s)} WHERE ${where.join(" AND ")}
-          ORDER BY r.updated_at DESC LIMIT ${page} OFFSET ${offset}`,
+          ORDER BY r.started_at DESC LIMIT ${page} OFFSET ${offset}`,
         params,
       );
       for (const r of rows) {

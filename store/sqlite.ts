@@ -7,7 +7,9 @@
  * `…Sync` methods); the {@linkcode RunStore} methods wrap them.
  *
  * A run's newest attempt is marked, so listing the newest attempt of every
- * run, the most recently updated first, reads one index.
+ * run, the most recently started first, reads one index. A live run's
+ * progress changes no indexed column: bringing it up to date rewrites its row
+ * alone.
  *
  * @module
  */
@@ -33,7 +35,21 @@ import {
 /** The schema version this code writes; a newer one in the file is left alone. */
 export const SCHEMA_VERSION = 1;
 
-/** The embedded store's file in a home. */
+/** The size the write-ahead log is cut back to after a checkpoint. */
+const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
+
+/**
+ * The embedded store's file in a home.
+ *
+ * @example
+ * ```ts
+ * import { storeFile } from "./sqlite.ts";
+ * import assert from "node:assert/strict";
+ * import { join } from "node:path";
+ *
+ * assert.equal(storeFile("/h"), join("/h", "checkpoints", "runs.db"));
+ * ```
+ */
 export const storeFile = (home: string): string => path.join(home, "checkpoints", "runs.db");
 
 const SCHEMA = `
@@ -52,8 +68,8 @@ CREATE TABLE IF NOT EXISTS runs (
   file_content TEXT,
   PRIMARY KEY (run_id, attempt)
 );
-CREATE INDEX IF NOT EXISTS runs_newest ON runs (newest, updated_at);
-CREATE INDEX IF NOT EXISTS runs_ended ON runs (status, updated_at);
+CREATE INDEX IF NOT EXISTS runs_newest ON runs (newest, started_at);
+CREATE INDEX IF NOT EXISTS runs_ended ON runs (updated_at) WHERE status <> 'live';
 CREATE TABLE IF NOT EXISTS heartbeats (
   machine TEXT NOT NULL,
   pid INTEGER NOT NULL,
@@ -85,8 +101,8 @@ export interface SqliteOpenOptions {
   driver?: SqliteDriver;
 }
 
-const SELECT_VIEW =
-  `SELECT r.record, r.status, r.updated_at, h.at AS hb_at, h.interval_seconds AS hb_interval
+const SELECT_VIEW = `SELECT r.run_id, r.attempt, r.machine, r.pid, r.host_start, r.started_at,
+  r.record, r.status, r.updated_at, h.at AS hb_at, h.interval_seconds AS hb_interval
   FROM runs r LEFT JOIN heartbeats h
   ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start`;
 
@@ -104,16 +120,55 @@ const HEARTBEAT = `INSERT INTO heartbeats (machine, pid, host_start, at, interva
   ON CONFLICT (machine, pid, host_start) DO UPDATE SET
     at = MAX(heartbeats.at, excluded.at), interval_seconds = excluded.interval_seconds`;
 
-/** The record as stored: without its file content, which has a column of its own. */
+/** An upsert's parameters. */
+const params = (record: RunRecord): unknown[] => [
+  record.runId,
+  record.attempt,
+  record.status,
+  record.host.machine,
+  record.host.pid,
+  record.host.start,
+  Math.round(record.startedAt),
+  Math.round(record.updatedAt),
+  recordJson(record),
+  record.fileContent ?? null,
+];
+
+/** The record as stored: without what has a column of its own (a row is rewritten each interval). */
 function recordJson(record: RunRecord): string {
-  if (record.fileContent === undefined) return JSON.stringify(record);
-  const { fileContent: _, ...rest } = record;
+  const {
+    fileContent: _f,
+    runId: _r,
+    attempt: _a,
+    status: _s,
+    host: _h,
+    startedAt: _t,
+    updatedAt: _u,
+    ...rest
+  } = record;
   return JSON.stringify(rest);
 }
 
 /**
  * The embedded run store over one SQLite file. Open it with
  * {@linkcode openSqliteStore}.
+ *
+ * @example
+ * ```ts
+ * import { openSqliteStore, storeFile } from "./sqlite.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const store = openSqliteStore({
+ *   file: storeFile(mkdtempSync(join(tmpdir(), "ac-"))),
+ *   hostTimeoutSeconds: 30,
+ * });
+ * assert.equal(store.engine, "sqlite");
+ * assert.deepEqual(store.summarySync().byState, { live: 0, ended: 0, "cut-off": 0 });
+ * await store.close();
+ * ```
  */
 export class SqliteRunStore implements RunStore {
   readonly engine = "sqlite";
@@ -145,19 +200,7 @@ export class SqliteRunStore implements RunStore {
   }
 
   #upsert(record: RunRecord): void {
-    this.#db.run(
-      UPSERT,
-      record.runId,
-      record.attempt,
-      record.status,
-      record.host.machine,
-      record.host.pid,
-      record.host.start,
-      Math.round(record.startedAt),
-      Math.round(record.updatedAt),
-      recordJson(record),
-      record.fileContent ?? null,
-    );
+    this.#db.run(UPSERT, ...params(record));
   }
 
   #heartbeat(heartbeat: Heartbeat): void {
@@ -173,8 +216,15 @@ export class SqliteRunStore implements RunStore {
 
   #view(row: Record<string, unknown>, vantage: Vantage): RunView {
     const record = JSON.parse(String(row.record)) as RunRecord;
-    // The columns are the truth: an end written over a record JSON never disagrees, but be sure.
+    record.runId = String(row.run_id);
+    record.attempt = Number(row.attempt);
     record.status = String(row.status) as RunRecord["status"];
+    record.host = {
+      machine: String(row.machine),
+      pid: Number(row.pid),
+      start: String(row.host_start),
+    };
+    record.startedAt = Number(row.started_at);
     record.updatedAt = Number(row.updated_at);
     const view: RunView = { record, state: "live" };
     if (row.hb_at !== null && row.hb_at !== undefined) {
@@ -191,8 +241,10 @@ export class SqliteRunStore implements RunStore {
   /** {@linkcode RunStore.write}, synchronously: one transaction. */
   writeSync(batch: WriteBatch): void {
     if (batch.records.length === 0 && !batch.heartbeat) return;
+    // Made before the write lock is taken, so other processes wait only for the writes.
+    const rows = batch.records.map(params);
     this.#transaction(() => {
-      for (const record of batch.records) this.#upsert(record);
+      for (const row of rows) this.#db.run(UPSERT, ...row);
       if (batch.heartbeat) this.#heartbeat(batch.heartbeat);
     });
   }
@@ -261,7 +313,7 @@ export class SqliteRunStore implements RunStore {
     const page = Math.max(limit, 100);
     for (;;) {
       const rows = this.#db.all(
-        `${SELECT_VIEW} WHERE ${where.join(" AND ")} ORDER BY r.updated_at DESC LIMIT ? OFFSET ?`,
+        `${SELECT_VIEW} WHERE ${where.join(" AND ")} ORDER BY r.started_at DESC LIMIT ? OFFSET ?`,
         ...params,
         page,
         offset,
@@ -462,6 +514,8 @@ export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
       // The worker's commits reach the disk; the main thread's starts and ends go with them.
       db.exec(`PRAGMA synchronous = ${mode === "durable" ? "FULL" : "NORMAL"}`);
       if (mode === "quick") db.exec("PRAGMA wal_autocheckpoint = 0");
+      // The write-ahead log is cut back to this after each checkpoint, not left at its peak.
+      db.exec(`PRAGMA journal_size_limit = ${WAL_LIMIT_BYTES}`);
       migrate(db, file);
     } else {
       const version = db.get("SELECT value FROM meta WHERE key = 'schema'");

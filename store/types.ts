@@ -208,7 +208,7 @@ export interface RunStore {
   startAttempt(record: RunRecord, options?: { minAttempt?: number }): Promise<AttemptStart>;
   /** The newest record of a run id, or undefined. */
   latest(runId: string): Promise<RunView | undefined>;
-  /** Runs, the most recently brought up to date first: the newest attempt of each run id unless `runId` is given. */
+  /** Runs, the most recently started first: the newest attempt of each run id unless `runId` is given. */
   list(query?: ListQuery): Promise<RunView[]>;
   /** Counts of runs (the newest attempt of each run id), by state and machine. */
   summary(query?: Omit<ListQuery, "state" | "limit" | "runId">): Promise<StoreSummary>;

@@ -10,6 +10,7 @@ import { createAgentCheckpoint } from "../../mod.ts";
 import { main } from "../../cli/mod.ts";
 import { memoryIo } from "../../cli/_common.ts";
 import { supervise } from "../../supervise/mod.ts";
+import { clearStore } from "../../workspace/mod.ts";
 import { openStore, storeFile } from "../../store/mod.ts";
 import { sqliteDriver } from "../../_sqlite.ts";
 import {
@@ -331,4 +332,13 @@ test("a locked store costs log lines, never a hook's time; the worker writes the
   store.closeSync();
   await run.end();
   await ac.close();
+});
+
+test("clearing the workspace snapshots keeps the run ledger beside them", async () => {
+  const home = tempHome();
+  await attempt(home, { sessionId: "kept", turns: 12, calls: 2, end: "done" });
+  fs.mkdirSync(path.join(home, "checkpoints", "store"), { recursive: true });
+  clearStore({ home });
+  assert.equal(fs.existsSync(path.join(home, "checkpoints", "store")), false);
+  assert.deepEqual((await ls(home)).map((r) => [r.runId, r.status]), [["kept", "done"]]);
 });
