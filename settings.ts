@@ -372,8 +372,8 @@ export const SETTINGS = {
     "",
     { type: "string", anyOf: [{ enum: [""] }, { pattern: "^postgres(ql)?://" }] },
     (v) =>
-      v === "" || (typeof v === "string" && /^postgres(ql)?:\/\//i.test(v.trim()))
-        ? accept(typeof v === "string" ? v.trim() : "")
+      typeof v === "string" && (v === "" || /^postgres(ql)?:\/\//.test(v))
+        ? accept(v)
         : reject("must be empty or a postgres:// URL"),
   ),
   store_file_max_kb: number(
