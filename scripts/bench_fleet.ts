@@ -25,17 +25,12 @@ import { spawn } from "node:child_process";
 import { createAgentCheckpoint } from "../mod.ts";
 import { auditCommand, lsCommand } from "../cli/_checkpoints.ts";
 import { memoryIo } from "../cli/_common.ts";
-
-interface Sql {
-  unsafe(query: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
-  end(options?: { timeout?: number }): Promise<void>;
-}
+import { loadDriver, type Sql } from "../store/postgres.ts";
 
 const BASE = process.env.AGENT_CHECKPOINT_TEST_PG ?? "postgres://postgres@127.0.0.1:5432/test";
 
 async function connect(url: string): Promise<Sql> {
-  const mod = await import("npm:postgres@^3.4.9");
-  const postgres = (mod.default ?? mod) as (url: string, options: object) => Sql;
+  const postgres = await loadDriver();
   return postgres(url, { max: 1, onnotice: () => {}, fetch_types: false });
 }
 

@@ -101,19 +101,31 @@ export function pgTarget(url: string): PgTarget {
   return { url: parsed.href, schema, location: shown.href };
 }
 
-/** The little of postgres.js this store uses. */
-interface Sql {
+/** The little of postgres.js this store (and its tests and benchmark) use. */
+export interface Sql {
   unsafe(query: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
   begin<T>(body: (sql: Sql) => Promise<T>): Promise<T>;
   end(options?: { timeout?: number }): Promise<void>;
 }
 
-type Postgres = (url: string, options: Record<string, unknown>) => Sql;
+/** postgres.js's connect function. */
+export type Postgres = (url: string, options: Record<string, unknown>) => Sql;
 
 let driver: Promise<Postgres> | undefined;
 
-/** Import the driver once per thread; rejects with what to install when it is missing. */
-function loadDriver(): Promise<Postgres> {
+/**
+ * Import the driver once per thread; rejects with what to install when it is
+ * missing.
+ *
+ * @example
+ * ```ts
+ * import { loadDriver } from "./postgres.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(typeof await loadDriver(), "function");
+ * ```
+ */
+export function loadDriver(): Promise<Postgres> {
   driver ??= import(DRIVER).then(
     (mod) => (mod.default ?? mod) as Postgres,
     (error) => {

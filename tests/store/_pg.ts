@@ -7,6 +7,7 @@
  */
 import process from "node:process";
 import { randomBytes } from "node:crypto";
+import { loadDriver, type Sql } from "../../store/postgres.ts";
 
 /** The server the tests use. */
 export const PG_URL = process.env.AGENT_CHECKPOINT_TEST_PG ??
@@ -14,15 +15,9 @@ export const PG_URL = process.env.AGENT_CHECKPOINT_TEST_PG ??
 
 const inCi = /^(1|true)$/i.test(process.env.CI ?? "");
 
-interface Sql {
-  unsafe(query: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
-  end(options?: { timeout?: number }): Promise<void>;
-}
-
 /** A connection for the test's own use (schemas, `pg_terminate_backend`). */
 export async function admin(url: string = PG_URL): Promise<Sql> {
-  const mod = await import("npm:postgres@^3.4.9");
-  const postgres = (mod.default ?? mod) as (url: string, options: object) => Sql;
+  const postgres = await loadDriver();
   return postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 3, fetch_types: false });
 }
 
@@ -54,11 +49,21 @@ export const skipFleet: boolean | string = unreachable !== undefined && !inCi
   ? "no PostgreSQL server (see the line above)"
   : false;
 
-/** A schema of the test's own: its store URL, and `drop()` for the end. */
+/**
+ * A schema of the test's own, empty (the store creates its tables in it on
+ * first use): its store URL, and `drop()` for the end.
+ */
 export async function freshSchema(): Promise<
   { url: string; schema: string; drop(): Promise<void> }
 > {
   const schema = `ac_test_${randomBytes(6).toString("hex")}`;
+  const sql = await admin();
+  try {
+    await sql.unsafe(`CREATE SCHEMA "${schema}"`);
+  } finally {
+    await sql.end({ timeout: 1 });
+  }
+
   const url = new URL(PG_URL);
   url.searchParams.set("schema", schema);
   return {
