@@ -5,6 +5,9 @@
  * where no server answers, the tests are skipped with one line saying how to
  * run them; in CI (`CI=true`) they always run, and fail when it does not answer.
  */
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
 import process from "node:process";
 import { randomBytes } from "node:crypto";
 import { loadDriver, type Sql } from "../../store/postgres.ts";
@@ -36,12 +39,23 @@ async function reachable(): Promise<string | undefined> {
 }
 
 const unreachable = await reachable();
-const said = globalThis as { acFleetSkipSaid?: boolean };
-if (unreachable !== undefined && !inCi && !said.acFleetSkipSaid) {
-  said.acFleetSkipSaid = true;
+// One line per test process, however many test files (each in an isolate of its own) ask.
+if (unreachable !== undefined && !inCi && firstToSay()) {
   console.log(
-    `fleet store tests did not run: no PostgreSQL at ${PG_URL} (${unreachable}); start one (pg_ctlcluster --skip-systemctl-redirect 15 main start) or set AGENT_CHECKPOINT_TEST_PG, then run npx -y deno@2.9.6 test -A tests/store/`,
+    `fleet store tests did not run: no PostgreSQL at ${PG_URL} (${unreachable}); start one (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start) or set AGENT_CHECKPOINT_TEST_PG, then run npx -y deno@2.9.6 test -A tests/store/`,
   );
+}
+
+/** Whether this isolate is the first of its process to tell the fleet tests did not run. */
+function firstToSay(): boolean {
+  try {
+    fs.writeFileSync(path.join(os.tmpdir(), `agent-checkpoint-fleet-skip-${process.pid}`), "", {
+      flag: "wx",
+    });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Skip (outside CI) when no server answers; in CI the tests run and fail. */
