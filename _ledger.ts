@@ -35,6 +35,8 @@ export interface LedgerStore {
     options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
   ): AttemptStart;
   latestSync?(runId: string): RunView | undefined;
+  /** Tidy the store now and then (the embedded one: move its log into the database). */
+  maintain?(): void;
   prune(before: number, limit: number): Promise<number>;
   close(): Promise<void>;
   /** A checkpoint file was written (the fleet store keeps its content). */
@@ -149,28 +151,37 @@ export class LedgerProgress {
     return this.#backlog.size;
   }
 
-  /** Take in the changed runs' records: `runs` yields each live run's description. */
+  /**
+   * Take in the changed runs' records; `infoOf` gives a live slot's
+   * description, and is asked only for a slot whose fingerprint changed.
+   * Returns how many runs are live.
+   */
   collect(
     shared: RunTable,
-    runs: Iterable<RunInfo>,
+    infoOf: (slot: number) => RunInfo | undefined,
     now: number,
-  ): void {
-    for (const info of runs) {
-      const slot = info.slot;
+  ): number {
+    let live = 0;
+    const slots = shared.slots;
+    shared.refresh(); // after reading the count: the views cover every slot counted
+    for (let slot = 0; slot < slots; slot++) {
+      if (!shared.live(slot)) {
+        this.#stamps.delete(slot);
+        continue;
+      }
+      live++;
       const stamp = shared.changeStamp(slot);
       const known = this.#stamps.get(slot);
-      if (known && known.gen === info.gen && known.stamp === stamp) continue;
+      if (known && known.gen === shared.gen(slot) && known.stamp === stamp) continue;
+      const info = infoOf(slot);
+      if (!info) continue;
       const record = recordOf(info, shared, this.#host, now);
       // Made from a slot that was let go meanwhile: the run ended, and its end is written.
       if (!shared.live(slot) || shared.gen(slot) !== info.gen) continue;
       this.#stamps.set(slot, { gen: info.gen, stamp });
       this.#keep(record);
     }
-  }
-
-  /** Forget a slot's fingerprint (it was let go). */
-  forget(slot: number): void {
-    this.#stamps.delete(slot);
+    return live;
   }
 
   #keep(record: RunRecord): void {

@@ -25,6 +25,9 @@ import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
 
+/** Progress intervals between two tidyings of the run ledger. */
+const MAINTAIN_EVERY = 10;
+
 /** Seconds past the time cap after which a run is no longer watched (S11). */
 export const PAST_CAP_SECONDS = 180;
 
@@ -225,6 +228,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
   let ledger: { store: LedgerStore; progress: LedgerProgress } | undefined;
   let ledgerOff = false;
   let nextProgress = 0;
+  let progressTicks = 0;
 
   function openLedger(settings: Settings, now: number): LedgerProgress | undefined {
     if (ledger || ledgerOff) return ledger?.progress;
@@ -246,17 +250,6 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     return ledger.progress;
   }
 
-  /** The live runs as the main thread described them. */
-  function* liveRuns(): Iterable<RunInfo> {
-    const slots = shared.slots;
-    shared.refresh();
-    for (let slot = 0; slot < slots; slot++) {
-      const run = runIn(slot);
-      if (run) yield run.info;
-      else ledger?.progress.forget(slot);
-    }
-  }
-
   /** Every interval: the changed runs' records and the heartbeat, in one commit. */
   async function progress(): Promise<number> {
     const now = nowMs();
@@ -267,19 +260,16 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     nextProgress = now + interval;
     const writer = openLedger(settings, now);
     if (!writer) return Infinity;
-    let live = 0;
-    const runs = liveRuns();
-    writer.collect(
-      shared,
-      (function* () {
-        for (const info of runs) {
-          live++;
-          yield info;
-        }
-      })(),
-      now,
-    );
+    const live = writer.collect(shared, (slot) => runIn(slot)?.info, now);
     await writer.flush(now, settings.progress_interval_seconds, live > 0);
+    // Now and then, the store's log goes into the database (main-thread writes never do that).
+    if (++progressTicks % MAINTAIN_EVERY === 0) {
+      try {
+        ledger?.store.maintain?.();
+      } catch (error) {
+        log("warn", `tidying the run ledger failed: ${errorText(error)}`);
+      }
+    }
     return nextProgress;
   }
 

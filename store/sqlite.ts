@@ -422,6 +422,11 @@ export class SqliteRunStore implements RunStore {
     });
   }
 
+  /** Copy the write-ahead log into the database, without waiting on anyone. */
+  maintain(): void {
+    this.#db.get("PRAGMA wal_checkpoint(PASSIVE)");
+  }
+
   /** Close the database; later calls throw. */
   closeSync(): void {
     this.#db.close();
