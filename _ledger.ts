@@ -45,6 +45,8 @@ export interface LedgerStore {
   drainSync?(): boolean;
   /** A port the watchdog thread writes through (the fleet store's thread). */
   watchdogPort?(): MessagePort | undefined;
+  /** Statements sent so far, when the store counts them (benchmarks). */
+  readonly statements?: number;
 }
 
 /** The most records the worker keeps while the store cannot take them. */

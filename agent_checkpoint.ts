@@ -375,6 +375,11 @@ export class AgentCheckpoint {
     return this.#stats;
   }
 
+  /** @internal The run ledger's statements so far, when its store counts them (benchmarks). */
+  get ledgerStatements(): number | undefined {
+    return this.#ledger?.statements;
+  }
+
   /** @internal The shared run table, for tests that move a run's clock. */
   get sharedRuns(): RunTable {
     return this.#shared;

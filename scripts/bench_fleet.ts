@@ -63,6 +63,9 @@ async function child(): Promise<void> {
   fs.writeFileSync(plan.ready, "");
   let maxHookUs = 0;
   let call = 0;
+  // The store thread's statements, sampled each second: the parent counts those in its window.
+  const statements: [number, number][] = [];
+  const sampler = setInterval(() => statements.push([Date.now(), ac.ledgerStatements ?? 0]), 1000);
   // Spread over the second: each run crosses its boundary once a second.
   const slice = Math.max(1, Math.ceil(plan.runs / 20));
   let next = 0;
@@ -84,9 +87,10 @@ async function child(): Promise<void> {
       }
     }, 50);
   });
+  clearInterval(sampler);
   for (const run of runs) await run.end({ status: "done" });
   await ac.close();
-  console.log(JSON.stringify({ maxHookUs }));
+  console.log(JSON.stringify({ maxHookUs, statements }));
 }
 
 /** 1: the host's time per tool boundary, the fleet store against a synchronous INSERT per step. */
@@ -213,6 +217,7 @@ async function fleet(
     let own = 1;
     const ages: number[] = [];
     const windowStart = performance.now();
+    const windowFrom = Date.now();
     while (performance.now() - windowStart < seconds * 1000) {
       const rows = await sql.unsafe(
         `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint - updated_at AS age
@@ -223,6 +228,7 @@ async function fleet(
       await sleep(500);
     }
     const windowSeconds = (performance.now() - windowStart) / 1000;
+    const windowTo = Date.now();
     await sleep(1100);
     const x1 = await xacts();
     own++;
@@ -235,9 +241,22 @@ async function fleet(
     );
     fs.writeFileSync(stop, "");
     const outs = await Promise.all(kids.map((k) => k.done));
-    const maxHookUs = Math.max(
-      ...outs.map((o) => Number(JSON.parse(o.trim().split("\n").at(-1) || "{}").maxHookUs ?? NaN)),
+    const reports = outs.map((o) =>
+      JSON.parse(o.trim().split("\n").at(-1) || "{}") as {
+        maxHookUs?: number;
+        statements?: [number, number][];
+      }
     );
+    const maxHookUs = Math.max(...reports.map((r) => Number(r.maxHookUs ?? NaN)));
+    // Each process's own count of statements sent, over the window (first and last sample in it).
+    const rates = reports.map((r) => {
+      const inside = (r.statements ?? []).filter(([t]) => t >= windowFrom && t <= windowTo);
+      const first = inside[0];
+      const last = inside.at(-1);
+      return first && last && last[0] > first[0]
+        ? (last[1] - first[1]) / ((last[0] - first[0]) / 1000)
+        : NaN;
+    });
     const s = size[0]!;
     // The reader's own statements and the two counter reads are its, not the fleet's.
     const fleetXacts = x1 - x0 - own - 1;
@@ -247,7 +266,8 @@ async function fleet(
       ageP50Ms: pct(ages, 50),
       ageP99Ms: pct(ages, 99),
       ageMaxMs: ages.reduce((a, b) => Math.max(a, b), 0),
-      roundTripsPerProcessInterval: fleetXacts / processes / windowSeconds,
+      roundTripsPerProcessInterval: rates.reduce((a, b) => a + b, 0) / rates.length,
+      serverXactsPerProcessSecond: fleetXacts / processes / windowSeconds,
       rowsPerRun: (Number(s.rows) + Number(s.hb_rows)) / Number(s.runs),
       bytesPerRun: (Number(s.runs_bytes) + Number(s.hb_bytes)) / Number(s.runs),
       rowBytes: Number(s.row_bytes),
@@ -351,9 +371,11 @@ async function main(): Promise<void> {
         fmt(Number(f.windowSeconds), 0)
       } s: record age p50 ${f.ageP50Ms} ms, p99 ${f.ageP99Ms} ms (max ${f.ageMaxMs} ms); ${
         fmt(Number(f.roundTripsPerProcessInterval), 2)
-      } round trips per process per interval; ${fmt(Number(f.rowsPerRun), 3)} rows and ${
-        fmt(Number(f.bytesPerRun), 0)
-      } bytes per run on disk (a row ${
+      } round trips per process per interval (counted by each process; the server counted ${
+        fmt(Number(f.serverXactsPerProcessSecond), 2)
+      } transactions per process per second, its own work included); ${
+        fmt(Number(f.rowsPerRun), 3)
+      } rows and ${fmt(Number(f.bytesPerRun), 0)} bytes per run on disk (a row ${
         fmt(Number(f.rowBytes), 0)
       } bytes; the rest is earlier versions awaiting vacuum, and indexes); slowest hook ${
         fmt(Number(f.maxHookUs), 0)

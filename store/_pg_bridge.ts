@@ -58,7 +58,7 @@ export interface BridgeData {
   url: string;
   hostTimeoutSeconds: number;
   fileMaxKb: number;
-  /** [answers posted, state]. */
+  /** [answers posted, state, statements sent]. */
   flag: SharedArrayBuffer;
   reply: MessagePort;
 }
@@ -137,7 +137,7 @@ export class PgBridge implements RunStore {
     this.location = pgTarget(options.url).location;
     const { port1, port2 } = new MessageChannel();
     this.#port = port1;
-    this.#flag = new Int32Array(new SharedArrayBuffer(8));
+    this.#flag = new Int32Array(new SharedArrayBuffer(12));
     const data: BridgeData = {
       bridge: true,
       url: options.url,
@@ -163,6 +163,11 @@ export class PgBridge implements RunStore {
   get reachable(): boolean | undefined {
     const state = Atomics.load(this.#flag, 1);
     return state === STATE_UNKNOWN ? undefined : state === STATE_UP;
+  }
+
+  /** The statements the store thread has sent (each one round trip), for benchmarks. */
+  get statements(): number {
+    return Atomics.load(this.#flag, 2);
   }
 
   /** Wait, at most `ms`, for the answer `id`; undefined when it did not come. */

@@ -61,6 +61,7 @@ function bridge(parent: MessagePort, data: BridgeData): void {
   };
 
   const up = () => {
+    Atomics.store(flag, 2, store.roundTrips);
     Atomics.store(flag, 1, STATE_UP);
     if (down) {
       down = false;

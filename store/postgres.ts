@@ -155,10 +155,12 @@ CREATE TABLE IF NOT EXISTS ${s}.runs (
   record text NOT NULL,
   file_content text,
   PRIMARY KEY (run_id, attempt)
-);
+) WITH (fillfactor = 70);
 CREATE INDEX IF NOT EXISTS runs_newest ON ${s}.runs (started_at DESC) WHERE newest;
 CREATE INDEX IF NOT EXISTS runs_machine ON ${s}.runs (machine, started_at DESC) WHERE newest;
-CREATE INDEX IF NOT EXISTS runs_ended ON ${s}.runs (updated_at) WHERE status <> 'live';
+-- No index names updated_at: a live run's progress then changes no indexed column, and
+-- PostgreSQL rewrites the row in its page (a HOT update) without touching any index.
+CREATE INDEX IF NOT EXISTS runs_ended ON ${s}.runs (started_at) WHERE status <> 'live';
 CREATE TABLE IF NOT EXISTS ${s}.heartbeats (
   machine text NOT NULL,
   pid integer NOT NULL,
@@ -700,7 +702,8 @@ export class PgRunStore implements RunStore {
     // Every attempt of a run whose newest ended goes with it; a live run's older ones stay.
     const rows = await this.#query(
       `WITH doomed AS (
-        SELECT run_id, attempt FROM ${s}.runs WHERE status <> 'live' AND updated_at < $1::bigint
+        SELECT run_id, attempt FROM ${s}.runs
+        WHERE status <> 'live' AND started_at < $1::bigint AND updated_at < $1::bigint
         ORDER BY updated_at LIMIT ${n}
       ), gone AS (
         DELETE FROM ${s}.runs r USING doomed d
