@@ -483,9 +483,10 @@ export class AgentCheckpoint {
         this.#publish(info);
         this.#shared.wake();
       } else this.#live.set(runId, -1);
-      // The worker keeps the run's ledger record up to date from now on.
+      // The worker keeps the run's ledger record up to date from now on. Started once startRun
+      // has returned: starting a thread takes tens of milliseconds, the host's, not the run's.
       if (claimed && settings.enabled && settings.ledger && this.#ledger) {
-        this.#host.contact(settings);
+        queueMicrotask(() => this.#host.contact(this.#source.at(nowMs())));
       }
       const start: RunStart = {
         info,

@@ -235,7 +235,8 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     const store = openRunStore({
       home: data.home,
       settings,
-      log: (level, message) => log(level, message),
+      // The main thread said it already when there is no driver (the one "info" line).
+      log: (level, message) => level !== "info" && log(level, message),
       ...(data.storePort ? { storePort: data.storePort } : {}),
     });
     if (!store) {

@@ -164,7 +164,19 @@ export function ledgerLsText(
 /** The runs `ls` shows unless told otherwise. */
 export const LS_LIMIT = 100;
 
-/** The `--limit` option's value, checked: a whole number >= 0 (0: no limit). */
+/**
+ * The `--limit` option's value, checked: a whole number >= 0 (0: no limit).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { limitOption, LS_LIMIT } from "./_ledger.ts";
+ *
+ * assert.equal(limitOption(undefined, "ls"), LS_LIMIT);
+ * assert.equal(limitOption("0", "ls"), 0);
+ * assert.throws(() => limitOption("ten", "ls"), /--limit takes a whole number/);
+ * ```
+ */
 export function limitOption(value: string | undefined, command: string): number {
   if (value === undefined) return LS_LIMIT;
   const n = Number(value);
@@ -174,7 +186,18 @@ export function limitOption(value: string | undefined, command: string): number 
   return n;
 }
 
-/** The `--status` option's value, checked. */
+/**
+ * The `--status` option's value, checked.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { statusOption } from "./_ledger.ts";
+ *
+ * assert.equal(statusOption("cut-off", "ls"), "cut-off");
+ * assert.throws(() => statusOption("dead", "ls"), /--status takes live, ended or cut-off/);
+ * ```
+ */
 export function statusOption(value: string | undefined, command: string): RunState | undefined {
   if (value === undefined) return undefined;
   if ((RUN_STATES as readonly string[]).includes(value)) return value as RunState;

@@ -60,7 +60,7 @@ export function openStore(
     options.log?.(
       message.startsWith(NO_DRIVER) ? "info" : "warn",
       message.startsWith(NO_DRIVER)
-        ? `the run ledger is off: there is no SQLite driver (${SQLITE_FIX})`
+        ? `the run ledger is off: there is no SQLite driver; ${SQLITE_FIX}`
         : `the run ledger at ${file} cannot be opened: ${message}`,
     );
     return undefined;
