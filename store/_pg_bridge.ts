@@ -38,8 +38,6 @@ import type {
 
 /** The longest a run's start waits for the fleet store's answer, ms. */
 export const START_WAIT_MS = 2000;
-/** The most records the main thread's store thread keeps while the database is away. */
-export const BRIDGE_MAX_BACKLOG = 50_000;
 /** How long the records at exit may take to reach the database, ms. */
 export const EXIT_WAIT_MS = 1000;
 /** How long `close()` lets the store thread write what waits, ms. */

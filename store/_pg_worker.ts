@@ -9,11 +9,12 @@
  */
 import { type MessagePort, parentPort, workerData } from "node:worker_threads";
 import { errorText } from "../log.ts";
+// The same bound as the embedded store's worker: the records that wait in memory.
+import { MAX_BACKLOG } from "../_ledger.ts";
 import { formatDuration } from "../template.ts";
 import { openPgStore, type PgRunStore, readForStore } from "./postgres.ts";
 import type { Heartbeat, HostId, RunRecord, WriteBatch } from "./types.ts";
 import {
-  BRIDGE_MAX_BACKLOG,
   type BridgeData,
   type FromBridge,
   type FromWatchdog,
@@ -69,7 +70,7 @@ function bridge(parent: MessagePort, data: BridgeData): void {
         "info",
         `the fleet store at ${store.location} is reachable again${
           dropped > 0
-            ? `; ${dropped} record update(s) were dropped meanwhile (at most ${BRIDGE_MAX_BACKLOG} wait in memory)`
+            ? `; ${dropped} record update(s) were dropped meanwhile (at most ${MAX_BACKLOG} wait in memory)`
             : ""
         }`,
       );
@@ -88,7 +89,7 @@ function bridge(parent: MessagePort, data: BridgeData): void {
         "warn",
         `the fleet store at ${store.location} cannot be reached (${
           errorText(error)
-        }); runs start from their local files, and ${waiting} record(s) wait in memory (at most ${BRIDGE_MAX_BACKLOG}); tried again with a growing wait of up to ${
+        }); runs start from their local files, and ${waiting} record(s) wait in memory (at most ${MAX_BACKLOG}); tried again with a growing wait of up to ${
           formatDuration(MAX_BACKOFF_MS / 1000)
         }`,
       );
@@ -108,7 +109,7 @@ function bridge(parent: MessagePort, data: BridgeData): void {
     if (known && known.status !== "live" && record.status === "live") return;
     records.delete(k);
     records.set(k, record);
-    while (records.size > BRIDGE_MAX_BACKLOG) {
+    while (records.size > MAX_BACKLOG) {
       records.delete(records.keys().next().value as string);
       dropped++;
     }
