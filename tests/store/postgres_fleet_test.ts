@@ -15,10 +15,11 @@ import {
   tempHome,
   waitFor,
 } from "../_helpers.ts";
-import { admin, freshSchema, skipFleet } from "./_pg.ts";
+import { admin, freshSchema, PG_URL, skipFleet } from "./_pg.ts";
 import { openPgStore, type PgRunStore } from "../../store/postgres.ts";
 import { runState, type RunView } from "../../store/types.ts";
 import { createAgentCheckpoint } from "../../mod.ts";
+import * as net from "node:net";
 
 interface Seen {
   pid: number;
@@ -356,3 +357,107 @@ test("connections terminated again and again mid-run: hooks never slowed, every 
     await db.drop();
   }
 });
+
+/** A TCP relay to the test server that can be cut (every connection dropped, none taken) and mended. */
+async function relay(): Promise<{ port: number; cut(): Promise<void>; mend(): Promise<void> }> {
+  const target = new URL(PG_URL);
+  const sockets = new Set<net.Socket>();
+  let server: net.Server | undefined;
+  let port = 0;
+  const listen = () =>
+    new Promise<void>((resolve) => {
+      server = net.createServer((client) => {
+        const upstream = net.connect(Number(target.port || 5432), target.hostname);
+        sockets.add(client);
+        sockets.add(upstream);
+        client.pipe(upstream).pipe(client);
+        const drop = () => {
+          client.destroy();
+          upstream.destroy();
+          sockets.delete(client);
+          sockets.delete(upstream);
+        };
+        client.on("error", drop).on("close", drop);
+        upstream.on("error", drop).on("close", drop);
+      });
+      server.listen(port, "127.0.0.1", () => {
+        port = (server!.address() as net.AddressInfo).port;
+        resolve();
+      });
+    });
+  await listen();
+  return {
+    port,
+    async cut() {
+      await new Promise<void>((resolve) => {
+        server!.close(() => resolve());
+        for (const s of sockets) s.destroy();
+        sockets.clear();
+      });
+    },
+    mend: listen,
+  };
+}
+
+test(
+  "the database away for a while: records wait in order, are written when it returns, said once each way",
+  {
+    skip: skipFleet,
+  },
+  async () => {
+    const db = await freshSchema();
+    const direct = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+    const link = await relay();
+    const url = new URL(db.url);
+    url.port = String(link.port);
+    const { logger, records } = captureLog();
+    const ac = createAgentCheckpoint({
+      home: tempHome(),
+      env: { AGENT_CHECKPOINT_STORE: url.href },
+      settings: { progress_interval_seconds: 0.2 },
+      logger,
+    });
+    try {
+      const runs = [0, 1, 2, 3, 4].map((i) =>
+        ac.startRun({ sessionId: `away-${i}`, caps: { turns: 100 } })
+      );
+      for (const run of runs) run.preLlmCall();
+      await until(() => direct.list({ state: "live" }), (v) => v.length === 5, 30_000);
+      await link.cut();
+      // While it is away: the runs go on, two end.
+      for (let turn = 0; turn < 3; turn++) {
+        for (const run of runs) {
+          run.preLlmCall();
+          run.preToolCall("step");
+          run.postToolCall("step", { ok: true });
+        }
+      }
+      await runs[0]!.end({ status: "failed" });
+      await runs[1]!.end({ status: "done" });
+      const about = (re: RegExp) => records.filter((r) => re.test(r.message));
+      assert.ok(await waitFor(() => about(/cannot be reached/).length > 0, 30_000));
+      // What the database holds meanwhile is what it had before.
+      assert.deepEqual((await direct.list()).map((v) => v.record.turnsUsed), [1, 1, 1, 1, 1]);
+      await link.mend();
+      assert.ok(await waitFor(() => about(/reachable again/).length > 0, 60_000));
+      const views = await until(
+        () => direct.list(),
+        (v) => v.length === 5 && v.every((x) => x.record.turnsUsed === 4),
+        30_000,
+      );
+      const byId = new Map(views.map((v) => [v.record.runId, v]));
+      assert.equal(byId.get("away-0")?.record.status, "failed");
+      assert.equal(byId.get("away-1")?.record.status, "done");
+      for (const id of ["away-2", "away-3", "away-4"]) assert.equal(byId.get(id)?.state, "live");
+      assert.ok(views.every((v) => v.record.turnsUsed === 4));
+      assert.equal(about(/cannot be reached/).length, 1);
+      assert.equal(about(/reachable again/).length, 1);
+      for (const run of runs.slice(2)) await run.end({ status: "done" });
+    } finally {
+      await ac.close();
+      await link.cut();
+      await direct.close();
+      await db.drop();
+    }
+  },
+);
