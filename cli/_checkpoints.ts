@@ -25,6 +25,7 @@ import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
 export type { CheckpointFile };
 import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../persist.ts";
 import { errorText } from "../log.ts";
+import { PgRunStore } from "../store/postgres.ts";
 import {
   homeSettings,
   ledgerAuditText,
@@ -305,8 +306,9 @@ const SHOW_HELP = `Usage: ${NAME} show RUN [--store URL] [--host MACHINE] [--hom
 
 Prints run RUN (a kanban task id, a session id, or the file's name): its
 record in the run ledger (live, ended or cut off; turns, tier, the tool calls
-in flight, its host), then its checkpoint file when it has one, headed by
-whether the run ended (and how) or was cut off. Control characters are shown
+in flight, its host), then its checkpoint file when it has one (from the
+fleet store, when the run ran on another machine), headed by whether the run
+ended (and how) or was cut off. Control characters are shown
 escaped. Exits 1 when there is no such run.
 
   --store URL  read the fleet store at this postgres:// URL (default: the
@@ -408,19 +410,39 @@ export const showCommand: Command = {
     const ledger = openLedger(home, settings, io, parsed.values["--store"]);
     const machine = parsed.values["--host"];
     let view;
+    let stored: string | undefined;
     if (ledger) {
       try {
         view = machine === undefined
           ? await ledger.latest(runId)
           : (await ledger.list({ runId, machine, limit: 1 }))[0];
+        // The fleet store keeps the file of a run that ran on another machine.
+        if (view && ledger instanceof PgRunStore) {
+          stored = await ledger.fileContent(view.record.runId, view.record.attempt);
+        }
       } finally {
         await ledger.close();
       }
     }
     const found = findRun(dir, runId);
     if (view && !found) {
-      if (parsed.switches.has("--json")) writeJson(io, { runId, ledger: runJson(view) });
-      else {
+      if (parsed.switches.has("--json")) {
+        writeJson(io, {
+          runId,
+          ledger: runJson(view),
+          ...(stored !== undefined ? { fileContent: stored } : {}),
+        });
+      } else if (stored !== undefined) {
+        io.stdout(
+          `${ledgerShowText(view, io)}\n${
+            paint(io).dim(
+              `(its checkpoint file, as the fleet store keeps it; written on ${
+                terminalSafe(view.record.host.machine)
+              })`,
+            )
+          }\n${terminalSafe(stored, { lines: true })}\n`,
+        );
+      } else {
         io.stdout(`${ledgerShowText(view, io)}\n${paint(io).dim("(no checkpoint file yet)")}\n`);
       }
       return 0;

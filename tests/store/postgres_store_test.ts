@@ -298,6 +298,15 @@ test("ls, audit and show read the fleet store with --store and filter by --host"
     assert.equal(await showCommand.run(["job-0", "--home", home], show.io), 0);
     assert.match(show.stdout(), /Run job-0: live/);
     assert.match(show.stdout(), /ci-runner-1, pid 500/);
+    // A run whose file is on another machine: shown as the store keeps it.
+    await store.writeFiles(hosts[0]!, [{ runId: "job-0", content: "## Agent notes\nhalfway\n" }]);
+    const elsewhere = memoryIo();
+    assert.equal(
+      await showCommand.run(["job-0", "--home", home, "--store", db.url], elsewhere.io),
+      0,
+    );
+    assert.match(elsewhere.stdout(), /as the fleet store keeps it; written on ci-runner-1/);
+    assert.match(elsewhere.stdout(), /## Agent notes\nhalfway/);
     const bad = memoryIo();
     await assert.rejects(
       lsCommand.run(["--home", home, "--store", "mysql://x"], bad.io),
