@@ -72,6 +72,7 @@ export type ToBridge =
   | { type: "write"; records: RunRecord[] }
   | { type: "file"; runId: string; file: string; host: HostId }
   | { type: "late"; id: number }
+  | { type: "latest"; id: number; runId: string }
   | { type: "drain"; id: number; ms: number }
   | { type: "close"; ms: number }
   | { type: "port"; port: MessagePort };
@@ -86,6 +87,7 @@ export type FromBridge =
   | { type: "log"; level: "info" | "warn" | "error"; message: string }
   | { type: "started"; id: number; started?: AttemptStart; error?: string }
   | { type: "drained"; id: number; waiting: number }
+  | { type: "latest"; id: number; view?: RunView; error?: string }
   | { type: "closed" };
 
 /** The store thread's module, next to this one (`.ts` under Deno, `.js` when built). */
@@ -98,6 +100,18 @@ function workerUrl(): URL {
   return new URL(
     `data:text/javascript,${encodeURIComponent(`import ${JSON.stringify(url.href)};`)}`,
   );
+}
+
+/** The fleet store with the embedded store's synchronous calls the supervisor makes. */
+export interface SyncFleetStore {
+  /** The newest record of a run id. */
+  latestSync(runId: string): RunView | undefined;
+  /** Record the start of an attempt. */
+  startAttemptSync(record: RunRecord, options?: { minAttempt?: number }): AttemptStart;
+  /** Write records, waiting (bounded) until they are in the database. */
+  writeSync(batch: WriteBatch): void;
+  /** Let the connection go. */
+  closeSync(): void;
 }
 
 /** What the main thread's fleet store needs. */
@@ -220,6 +234,43 @@ export class PgBridge implements RunStore {
     }
     if (answer.error !== undefined || !answer.started) return provisional();
     return answer.started;
+  }
+
+  /**
+   * The newest record of a run id, waited for at most `ms` (one round trip).
+   * Throws when the database is away or does not answer in time.
+   */
+  latestSync(runId: string, ms: number = START_WAIT_MS): RunView | undefined {
+    if (this.#closed) throw new Error("the fleet store is closed");
+    if (Atomics.load(this.#flag, 1) === STATE_DOWN) {
+      throw new Error(`the fleet store at ${this.location} cannot be reached`);
+    }
+    const id = ++this.#seq;
+    this.#worker.postMessage({ type: "latest", id, runId } satisfies ToBridge);
+    const answer = this.#await(id, ms);
+    if (!answer || answer.type !== "latest") {
+      throw new Error(`the fleet store at ${this.location} did not answer within ${ms} ms`);
+    }
+    if (answer.error !== undefined) throw new Error(answer.error);
+    return answer.view;
+  }
+
+  /**
+   * The same, synchronously, for the supervisor: what it writes is waited for
+   * (bounded) before it goes on, as it is with the embedded store.
+   */
+  syncView(): SyncFleetStore {
+    return {
+      latestSync: (runId) => this.latestSync(runId),
+      startAttemptSync: (record, options) => this.startAttemptSync(record, options),
+      writeSync: (batch) => {
+        void this.write(batch);
+        if (!this.drainSync(START_WAIT_MS)) {
+          throw new Error(`the fleet store at ${this.location} did not take the record`);
+        }
+      },
+      closeSync: () => void this.close(),
+    };
   }
 
   /** Post records to be written; never waits. */

@@ -222,6 +222,19 @@ function bridge(parent: MessagePort, data: BridgeData): void {
           }
           break;
         }
+        case "latest": {
+          try {
+            const view = await store.latest(message.runId);
+            up();
+            answer(
+              view ? { type: "latest", id: message.id, view } : { type: "latest", id: message.id },
+            );
+          } catch (error) {
+            answer({ type: "latest", id: message.id, error: errorText(error) });
+            fail(error, records.size);
+          }
+          break;
+        }
         case "late":
           late.add(message.id);
           break;

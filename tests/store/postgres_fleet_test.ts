@@ -19,6 +19,7 @@ import { admin, freshSchema, PG_URL, skipFleet } from "./_pg.ts";
 import { openPgStore, type PgRunStore } from "../../store/postgres.ts";
 import { runState, type RunView } from "../../store/types.ts";
 import { createAgentCheckpoint } from "../../mod.ts";
+import { supervise } from "../../supervise/mod.ts";
 import * as net from "node:net";
 
 interface Seen {
@@ -461,3 +462,68 @@ test(
     }
   },
 );
+
+test("the supervisor's end goes to the fleet store, on the attempt the library inside recorded", {
+  skip: skipFleet,
+}, async () => {
+  const db = await freshSchema();
+  const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+  try {
+    const home = tempHome();
+    const env: Record<string, string | undefined> = {
+      ...process.env,
+      AGENT_CHECKPOINT_STORE: db.url,
+    };
+    for (const name of ["AGENT_CHECKPOINT_RUN_ID", "AGENT_CHECKPOINT_DEADLINE", "HERMES_HOME"]) {
+      delete env[name];
+    }
+    const notices: string[] = [];
+    const quiet = { write: () => true };
+    const common = {
+      home,
+      env,
+      stdin: "ignore" as const,
+      stdout: quiet,
+      stderr: quiet,
+      notice: (line: string) => notices.push(line),
+      forwardSignals: false,
+    };
+    const result = await supervise({
+      ...common,
+      command: scriptCommand(fixture("supervise_library"), [home]).flat(),
+      deadlineSeconds: 3,
+      graceSeconds: 2,
+      runId: "supervised",
+    });
+    assert.equal(result.outcome, "deadline");
+    const view = await until(
+      () => store.latest("supervised"),
+      (v) => v?.record.status === "deadline",
+      10_000,
+    );
+    assert.equal(view?.record.status, "deadline");
+    assert.equal(view?.record.attempt, 1);
+    assert.ok(view!.record.turnsUsed >= 1, "the library's own figures are kept");
+    // A command with no library inside gets an attempt recorded for it.
+    const bare = await supervise({
+      ...common,
+      command: ["sh", "-c", "sleep 30"],
+      deadlineSeconds: 1,
+      graceSeconds: 1,
+      runId: "bare",
+    });
+    assert.equal(bare.outcome, "deadline");
+    const recorded = await until(
+      () => store.latest("bare"),
+      (v) => v?.record.status === "deadline",
+      10_000,
+    );
+    assert.equal(recorded?.state, "ended");
+    assert.ok(!notices.some((n) => /run ledger/.test(n)), notices.join("\n"));
+    // Nothing of it went to the embedded store in the home.
+    assert.ok(!fs.existsSync(path.join(home, "checkpoints", "runs.db")));
+  } finally {
+    await store.close();
+    await db.drop();
+  }
+});
