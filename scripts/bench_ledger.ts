@@ -9,9 +9,12 @@
  *   ledger commits per second and its watchdog thread's CPU, and the store's
  *   bytes per run;
  * - listing: `ls` and `audit` over 100,000 runs in the ledger, against
- *   reading 100,000 checkpoint files as the command line does without it.
+ *   reading 100,000 checkpoint files as the command line does without it;
+ * - start: `startRun` (fresh run ids, the ledger reading each one's earlier
+ *   attempt) with 100,000 runs already in the ledger.
  *
  *   deno run -A scripts/bench_ledger.ts [--quick] [--runs 20000] [--listed 100000]
+ *     [--only hooks|fresh|ls|start]
  *
  * @module
  */
@@ -161,8 +164,8 @@ async function freshness(): Promise<void> {
   );
 }
 
-/** `ls` and `audit` over `listed` runs in the ledger, against reading as many files. */
-async function listing(): Promise<void> {
+/** A home whose ledger holds `listed` runs: a quarter live, the rest ended. */
+function filledHome(): string {
   const home = tempDir();
   const store = openStore({ home, settings: { host_timeout_seconds: 30 } })!;
   const host = thisHost();
@@ -195,6 +198,13 @@ async function listing(): Promise<void> {
     store.writeSync({ records });
   }
   store.closeSync();
+  return home;
+}
+
+/** `ls` and `audit` over `listed` runs in the ledger, against reading as many files. */
+async function listing(): Promise<void> {
+  const home = filledHome();
+  const now = Date.now();
   const time = async (argv: string[]) => {
     const out: number[] = [];
     for (let k = 0; k < 3; k++) {
@@ -245,8 +255,41 @@ async function listing(): Promise<void> {
   );
 }
 
+/** `startRun` of new run ids with `listed` runs in the ledger (each start reads its run's newest attempt). */
+async function starts(): Promise<void> {
+  const home = filledHome();
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    settings: { mid_run_persist: false, stall_window_seconds: 0 },
+  });
+  ac.startRun({ sessionId: "warm-up" }); // the store opened, the worker started
+  const times: number[] = [];
+  for (let i = 0; i < (quick ? 50 : 200); i++) {
+    const t = performance.now();
+    ac.startRun({ sessionId: `new-${i}` });
+    times.push(performance.now() - t);
+  }
+  const again: number[] = []; // failed runs the ledger has: each start resumes one
+  for (let i = 0; i < (quick ? 50 : 200); i++) {
+    const t = performance.now();
+    ac.startRun({ sessionId: `run-${i * 4 + 2}` });
+    again.push(performance.now() - t);
+  }
+  await ac.close();
+  console.log(`  startRun with ${listed.toLocaleString("en")} runs in the ledger:`);
+  console.log(
+    `    a new run id: median ${median(times).toFixed(2)} ms, p99 ${
+      pct(times, 99).toFixed(2)
+    } ms; one the ledger has (ended, resumed): median ${median(again).toFixed(2)} ms, p99 ${
+      pct(again, 99).toFixed(2)
+    } ms`,
+  );
+}
+
 const only = flag(args, "--only");
 console.log(`  (${quick ? "quick" : "full"} run)`);
 if (!only || only === "hooks") await hooks();
 if (!only || only === "fresh") await freshness();
 if (!only || only === "ls") await listing();
+if (!only || only === "start") await starts();

@@ -7,9 +7,10 @@
  * `…Sync` methods); the {@linkcode RunStore} methods wrap them.
  *
  * A run's newest attempt is marked, so listing the newest attempt of every
- * run, the most recently started first, reads one index. A live run's
- * progress changes no indexed column: bringing it up to date rewrites its row
- * alone.
+ * run, the most recently started first, reads one index, and counting them by
+ * status and machine reads another alone. A run's newest attempt is found
+ * through the primary key (its run id). A live run's progress changes no
+ * indexed column: bringing it up to date rewrites its row alone.
  *
  * @module
  */
@@ -32,8 +33,15 @@ import {
   type WriteBatch,
 } from "./types.ts";
 
-/** The schema version this code writes; a newer one in the file is left alone. */
-export const SCHEMA_VERSION = 1;
+/**
+ * The schema version this code writes; a newer one in the file is left alone,
+ * an older one is brought up to this one on open. 2 added the index that
+ * counts runs by status and machine.
+ */
+export const SCHEMA_VERSION = 2;
+
+/** How long opening waits for another process that is bringing the schema up to date, ms. */
+const MIGRATE_WAIT_MS = 2000;
 
 /** The size the write-ahead log is cut back to after a checkpoint. */
 const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
@@ -70,6 +78,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_newest ON runs (newest, started_at);
 CREATE INDEX IF NOT EXISTS runs_ended ON runs (updated_at) WHERE status <> 'live';
+CREATE INDEX IF NOT EXISTS runs_state ON runs (newest, status, machine);
 CREATE TABLE IF NOT EXISTS heartbeats (
   machine TEXT NOT NULL,
   pid INTEGER NOT NULL,
@@ -105,6 +114,13 @@ const SELECT_VIEW = `SELECT r.run_id, r.attempt, r.machine, r.pid, r.host_start,
   r.record, r.status, r.updated_at, h.at AS hb_at, h.interval_seconds AS hb_interval
   FROM runs r LEFT JOIN heartbeats h
   ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start`;
+
+/**
+ * A run's newest attempt, found through the primary key: the unary `+` keeps
+ * SQLite from choosing an index on `newest`, which would read every run's
+ * newest attempt to find one.
+ */
+const NEWEST_OF_RUN = "r.run_id = ? AND +r.newest = 1";
 
 const UPSERT = `INSERT INTO runs
   (run_id, attempt, newest, status, machine, pid, host_start, started_at, updated_at, record, file_content)
@@ -256,7 +272,7 @@ export class SqliteRunStore implements RunStore {
   ): AttemptStart {
     const vantage = this.#vantage();
     return this.#transaction(() => {
-      const row = this.#db.get(`${SELECT_VIEW} WHERE r.run_id = ? AND r.newest = 1`, record.runId);
+      const row = this.#db.get(`${SELECT_VIEW} WHERE ${NEWEST_OF_RUN}`, record.runId);
       const previous = row ? this.#view(row, vantage) : undefined;
       const min = Math.max(1, Math.floor(options?.minAttempt ?? 1));
       const afresh = options?.fresh || !previous || previous.record.status === "done";
@@ -273,7 +289,7 @@ export class SqliteRunStore implements RunStore {
 
   /** {@linkcode RunStore.latest}, synchronously. */
   latestSync(runId: string): RunView | undefined {
-    const row = this.#db.get(`${SELECT_VIEW} WHERE r.run_id = ? AND r.newest = 1`, runId);
+    const row = this.#db.get(`${SELECT_VIEW} WHERE ${NEWEST_OF_RUN}`, runId);
     return row ? this.#view(row, this.#vantage()) : undefined;
   }
 
@@ -521,7 +537,7 @@ export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
       if (mode === "quick") db.exec("PRAGMA wal_autocheckpoint = 0");
       // The write-ahead log is cut back to this after each checkpoint, not left at its peak.
       db.exec(`PRAGMA journal_size_limit = ${WAL_LIMIT_BYTES}`);
-      migrate(db, file);
+      migrate(db, file, busy);
     } else {
       const version = db.get("SELECT value FROM meta WHERE key = 'schema'");
       if (Number(version?.value) > SCHEMA_VERSION) throw newer(file, Number(version?.value));
@@ -538,29 +554,46 @@ const newer = (file: string, version: number) =>
     `${file} has schema version ${version}, newer than this library's ${SCHEMA_VERSION}; upgrade agent-checkpoint`,
   );
 
-/** Create the tables, or bring an older schema up to this one, once, whoever gets there first. */
-function migrate(db: SqliteDb, file: string): void {
-  const known = (() => {
-    try {
-      return Number(db.get("SELECT value FROM meta WHERE key = 'schema'")?.value ?? 0);
-    } catch {
-      return 0; // no meta table yet
-    }
-  })();
+/** The schema version in the file: 0 when it has none yet. */
+function versionOf(db: SqliteDb): number {
+  try {
+    return Number(db.get("SELECT value FROM meta WHERE key = 'schema'")?.value ?? 0);
+  } catch {
+    return 0; // no meta table yet
+  }
+}
+
+/**
+ * Create the tables, or bring an older schema up to this one (every statement
+ * of the schema creates only what is missing), once, whoever gets there
+ * first: the version is read again under the write lock, and a process that
+ * opens meanwhile waits up to {@linkcode MIGRATE_WAIT_MS} for the one at work.
+ */
+function migrate(db: SqliteDb, file: string, busyMs: number): void {
+  const known = versionOf(db);
   if (known === SCHEMA_VERSION) return;
   if (known > SCHEMA_VERSION) throw newer(file, known);
-  db.exec("BEGIN IMMEDIATE");
+  db.exec(`PRAGMA busy_timeout = ${Math.max(busyMs, MIGRATE_WAIT_MS)}`);
   try {
-    db.exec(SCHEMA);
-    db.run(
-      "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-      String(SCHEMA_VERSION),
-    );
-    db.exec("COMMIT");
-  } catch (error) {
+    db.exec("BEGIN IMMEDIATE");
     try {
-      db.exec("ROLLBACK");
-    } catch { /* not begun */ }
-    throw error;
+      const now = versionOf(db);
+      if (now > SCHEMA_VERSION) throw newer(file, now);
+      if (now < SCHEMA_VERSION) {
+        db.exec(SCHEMA);
+        db.run(
+          "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+          String(SCHEMA_VERSION),
+        );
+      }
+      db.exec("COMMIT");
+    } catch (error) {
+      try {
+        db.exec("ROLLBACK");
+      } catch { /* not begun */ }
+      throw error;
+    }
+  } finally {
+    db.exec(`PRAGMA busy_timeout = ${busyMs}`);
   }
 }
