@@ -34,8 +34,12 @@ import {
   type WriteBatch,
 } from "./types.ts";
 
-/** The schema version this code writes; a newer one in the database is left alone. */
-export const PG_SCHEMA_VERSION = 1;
+/**
+ * The schema version this code writes; a newer one in the database is left
+ * alone, an older one is brought up to this one. 2 added the index that counts
+ * runs by status and machine.
+ */
+export const PG_SCHEMA_VERSION = 2;
 
 /** The schema the tables go in when the URL names none. */
 export const PG_DEFAULT_SCHEMA = "agent_checkpoint";
@@ -161,6 +165,9 @@ CREATE INDEX IF NOT EXISTS runs_machine ON ${s}.runs (machine, started_at DESC) 
 -- No index names updated_at: a live run's progress then changes no indexed column, and
 -- PostgreSQL rewrites the row in its page (a HOT update) without touching any index.
 CREATE INDEX IF NOT EXISTS runs_ended ON ${s}.runs (started_at) WHERE status <> 'live';
+-- Ended runs counted by machine and status from this index alone (none of its columns changes
+-- with a live run's progress).
+CREATE INDEX IF NOT EXISTS runs_state ON ${s}.runs (status, machine, pid, host_start) WHERE newest;
 CREATE TABLE IF NOT EXISTS ${s}.heartbeats (
   machine text NOT NULL,
   pid integer NOT NULL,

@@ -317,3 +317,47 @@ test("ls, audit and show read the fleet store with --store and filter by --host"
     await db.drop();
   }
 });
+
+test("a schema of version 1 is brought up to the current one on open and keeps its runs", {
+  skip: skipFleet,
+}, async () => {
+  const db = await freshSchema();
+  const first = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+  const now = Date.now();
+  try {
+    await first.write({
+      records: [
+        record("kept", thisHost(), now, { status: "failed", end: { status: "failed", at: now } }),
+      ],
+    });
+  } finally {
+    await first.close();
+  }
+  const sql = await admin();
+  try {
+    // Version 1 is version 2 without the index that counts runs by status and machine.
+    await sql.unsafe(`DROP INDEX "${db.schema}".runs_state`);
+    await sql.unsafe(`UPDATE "${db.schema}".meta SET value = '1' WHERE key = 'schema'`);
+    const stores = Array.from(
+      { length: 4 },
+      () => openPgStore({ url: db.url, hostTimeoutSeconds: 30 }),
+    );
+    try {
+      const summaries = await Promise.all(stores.map((s) => s.summary()));
+      for (const summary of summaries) assert.deepEqual(summary.byEnd, { failed: 1 });
+      assert.equal((await stores[0]!.latest("kept"))?.record.status, "failed");
+    } finally {
+      await Promise.all(stores.map((s) => s.close()));
+    }
+    const version = await sql.unsafe(`SELECT value FROM "${db.schema}".meta WHERE key = 'schema'`);
+    assert.deepEqual(version.map((r) => Number(r.value)), [PG_SCHEMA_VERSION]);
+    const index = await sql.unsafe(
+      `SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'runs_state'`,
+      [db.schema],
+    );
+    assert.equal(index.length, 1);
+  } finally {
+    await sql.end({ timeout: 1 });
+    await db.drop();
+  }
+});
