@@ -85,6 +85,24 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 /**
+ * The UTF-8 text of `bytes[from, to)`, copied first (the bytes are shared
+ * memory). Short ASCII, the common case of a tool name or call id, is read
+ * without the decoder, whose cost per call dwarfs a few bytes' worth.
+ */
+function text(bytes: Uint8Array, from: number, to: number): string {
+  if (to - from <= 64) {
+    let out = "";
+    for (let k = from; k < to; k++) {
+      const c = bytes[k]!;
+      if (c >= 0x80) return decoder.decode(bytes.slice(from, to));
+      out += String.fromCharCode(c);
+    }
+    return out;
+  }
+  return decoder.decode(bytes.slice(from, to));
+}
+
+/**
  * Milliseconds on a clock both threads share. `performance.now()` is monotonic
  * within a thread; adding the thread's time origin puts threads on one scale.
  */
@@ -106,6 +124,8 @@ export class RunTable {
   /** Bytes the views above cover. */
   #viewed = -1;
   readonly #names: Uint8Array;
+  /** Tool names read so far, by id: a name, once in the table, never changes. */
+  readonly #nameCache = new Map<number, string>();
   readonly #maxSlots: number;
 
   /**
@@ -303,10 +323,14 @@ export class RunTable {
 
   /** The tool name of an id from {@linkcode RunTable.internName}. */
   nameOf(id: number): string {
+    const cached = this.#nameCache.get(id);
+    if (cached !== undefined) return cached;
     const at = id - 1;
     if (id <= 0 || at + 2 > Atomics.load(this.#h, NAMES_USED)) return "(unknown)";
     const length = (this.#names[at]! << 8) | this.#names[at + 1]!;
-    return decoder.decode(this.#names.slice(at + 2, at + 2 + length));
+    const name = text(this.#names, at + 2, at + 2 + length);
+    this.#nameCache.set(id, name);
+    return name;
   }
 
   /** Write a run's description (seqlock: readers retry while it is odd). */
@@ -633,7 +657,7 @@ export class RunTable {
       };
       const id = this.#idAt(slot, k);
       const idLength = this.#b[id]!;
-      if (idLength > 0) call.callId = decoder.decode(this.#b.slice(id + 1, id + 1 + idLength));
+      if (idLength > 0) call.callId = text(this.#b, id + 1, id + 1 + idLength);
       if (status !== "in flight") call.durationMs = this.#f[f + 1]!;
       out.push(call);
     }
