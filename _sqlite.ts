@@ -22,8 +22,8 @@ export interface SqliteDb {
   all(sql: string, ...params: unknown[]): Record<string, unknown>[];
   /** Run SQL with no result. */
   exec(sql: string): void;
-  /** Run one statement with parameters. */
-  run(sql: string, ...params: unknown[]): void;
+  /** Run one statement with parameters; returns the rows it changed. */
+  run(sql: string, ...params: unknown[]): number;
   /** Close the database. */
   close(): void;
 }
@@ -89,7 +89,8 @@ const wrap = (db: RawDb): SqliteDb => {
     get: (sql, ...params) => prepare(sql).get(...params) as Record<string, unknown> | undefined,
     all: (sql, ...params) => prepare(sql).all(...params) as Record<string, unknown>[],
     exec: (sql) => void db.exec(sql),
-    run: (sql, ...params) => void prepare(sql).run(...params),
+    run: (sql, ...params) =>
+      Number((prepare(sql).run(...params) as { changes?: number | bigint })?.changes ?? 0),
     close: () => {
       prepared.clear();
       db.close();

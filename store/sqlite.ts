@@ -131,6 +131,14 @@ const UPSERT = `INSERT INTO runs
     file_content = COALESCE(excluded.file_content, runs.file_content)
   WHERE runs.status = 'live' OR excluded.status <> 'live'`;
 
+/**
+ * A live run's progress, by the process that owns its row: its record and
+ * when it was brought up to date, no indexed column touched. Anything else
+ * (a start, an end, another process, file content) goes through the upsert.
+ */
+const PROGRESS = `UPDATE runs SET updated_at = ?, record = ?
+  WHERE run_id = ? AND attempt = ? AND status = 'live' AND machine = ? AND pid = ? AND host_start = ?`;
+
 const HEARTBEAT = `INSERT INTO heartbeats (machine, pid, host_start, at, interval_seconds)
   VALUES (?, ?, ?, ?, ?)
   ON CONFLICT (machine, pid, host_start) DO UPDATE SET
@@ -260,7 +268,14 @@ export class SqliteRunStore implements RunStore {
     // Made before the write lock is taken, so other processes wait only for the writes.
     const rows = batch.records.map(params);
     this.#transaction(() => {
-      for (const row of rows) this.#db.run(UPSERT, ...row);
+      for (const row of rows) {
+        // A live record without file content: its progress, most likely, on the row it owns.
+        if (
+          row[2] === "live" && row[9] === null &&
+          this.#db.run(PROGRESS, row[7], row[8], row[0], row[1], row[3], row[4], row[5]) > 0
+        ) continue;
+        this.#db.run(UPSERT, ...row);
+      }
       if (batch.heartbeat) this.#heartbeat(batch.heartbeat);
     });
   }
