@@ -67,7 +67,12 @@ export function recordOf(
   const start = shared.start(slot);
   const inFlight: CallInFlight[] = [];
   const recent: ToolCall[] = [];
-  for (const { seq, ...call } of shared.tools(slot)) {
+  for (const t of shared.tools(slot)) {
+    // Built field by field (an object rest here costs more than the rest of the loop).
+    const call: ToolCall = { tool: t.tool, status: t.status, startedAt: t.startedAt };
+    if (t.callId !== undefined) call.callId = t.callId;
+    if (t.durationMs !== undefined) call.durationMs = t.durationMs;
+    const seq = t.seq;
     if (call.status === "in flight") {
       const c: CallInFlight = {
         tool: call.tool,
