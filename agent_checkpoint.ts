@@ -15,7 +15,7 @@ import { type PreviousAttempt, Run, type RunHost, type WorkspaceHooks } from "./
 import { Workspaces } from "./workspace/mod.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
-import { capValues, tierPlan } from "./tier.ts";
+import { capValues, hasCap, tierPlan } from "./tier.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
 import {
   type CheckpointEvent,
@@ -313,6 +313,8 @@ export class AgentCheckpoint {
         attempt: 1,
       };
       if (found.taskId !== undefined) info.taskId = found.taskId;
+      const model = (init as { model?: unknown } | undefined)?.model;
+      if (typeof model === "string" && model !== "") info.model = model.slice(0, 200);
       const earlier = settings.resume === false ? undefined : earlierAttempt(info.checkpointFile);
       if (earlier) {
         info.attempt = earlier.previous.attempt + 1;
@@ -377,7 +379,7 @@ export class AgentCheckpoint {
       const info = this.#runs[slot];
       if (!info || this.#shared.toolInFlight(slot)) continue;
       const plan = tierPlan(capValues(info.caps), settings);
-      const capped = plan.turnCap !== undefined || plan.timeCap !== undefined;
+      const capped = hasCap(plan);
       const pastCap = plan.timeCap !== undefined &&
         now - this.#shared.start(slot) > (plan.timeCap + 180) * 1000;
       if (capped && !this.#shared.tierClaimed(slot, 2) && !pastCap) continue;

@@ -28,6 +28,41 @@ import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
 export type { CheckpointFile };
 import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../persist.ts";
 import { errorText } from "../log.ts";
+import { formatUsd } from "../template.ts";
+
+/**
+ * A record's tokens and cost, as `ls` shows them: `12000/50000 tok, $0.42/$5.00`
+ * (the caps after the slash when the run had them); undefined when the run
+ * reported no use and had neither cap.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { usageCell } from "./_checkpoints.ts";
+ *
+ * const record = {
+ *   usage: { inputTokens: 9000, outputTokens: 3000, usd: 0.42 },
+ *   caps: { usd: { value: 5, source: "host" } },
+ * };
+ * assert.equal(usageCell(record as never), "12000 tok, $0.42/$5.00");
+ * assert.equal(usageCell({ caps: {} } as never), undefined);
+ * ```
+ */
+export function usageCell(record: CheckpointFile["record"]): string | undefined {
+  const u = record?.usage;
+  const caps = record?.caps;
+  if (!record || (!u && !caps?.tokens && !caps?.usd)) return undefined;
+  const n = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+  const tokens = n(u?.inputTokens) + n(u?.outputTokens);
+  let cell = `${tokens}${caps?.tokens ? `/${caps.tokens.value}` : ""} tok`;
+  const usd = u?.usd;
+  if (typeof usd === "number" || caps?.usd) {
+    cell += `, ${typeof usd === "number" ? `$${formatUsd(usd)}` : u ? "$?" : "$0.00"}${
+      caps?.usd ? `/$${formatUsd(caps.usd.value)}` : ""
+    }`;
+  }
+  return cell;
+}
 
 /** How a run ended (the record's `end.status`). */
 export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
@@ -151,7 +186,10 @@ export function namedRuns(ids: string[]): string {
 function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): string {
   if (files.length === 0) return `No checkpoint files in ${terminalSafe(dir)}.\n`;
   const yes = (b: boolean) => (b ? "yes" : "-");
-  const rows = files.map((f) => [
+  // Tokens and cost get a column when any run reported use or had such a cap.
+  const usage = files.map((f) => usageCell(f.record));
+  const withUsage = usage.some((u) => u !== undefined);
+  const rows = files.map((f, i) => [
     f.runId,
     f.record ? ago(io.now() - f.at) : "-",
     kindText(f),
@@ -159,13 +197,23 @@ function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): stri
     yes(f.agentText),
     f.incomplete ? "INCOMPLETE" : "-",
     size(f.size) + (f.utf8 ? "" : "  (not UTF-8)"),
+    ...(withUsage ? [usage[i] ?? "-"] : []),
   ]);
   const withRecord = files.filter((f) => f.record);
   const ended = withRecord.filter((f) => runState(f).state === "ended").length;
   const cutOff = withRecord.filter((f) => runState(f).state === "cut off");
   const lines = [
     table([
-      ["RUN", "PERSISTED", "KIND", "SOURCE", "AGENT TEXT", "MARKED", "SIZE"],
+      [
+        "RUN",
+        "PERSISTED",
+        "KIND",
+        "SOURCE",
+        "AGENT TEXT",
+        "MARKED",
+        "SIZE",
+        ...(withUsage ? ["TOKENS, COST"] : []),
+      ],
       ...rows,
     ], p.bold),
     "",
@@ -191,7 +239,9 @@ const LS_HELP = `Usage: ${NAME} ls [--home DIR] [--json]
 
 Lists the checkpoint files, newest first: run id, when last persisted, kind,
 tier and source, whether the agent wrote its own text there, whether it is
-marked INCOMPLETE, and size. Files without a readable record are listed too.
+marked INCOMPLETE, and size; and, when any run reported model use or had a
+token or dollar cap, its tokens and cost (against its caps). Files without a
+readable record are listed too.
 
 KIND tells a run that ended ("ended done", "ended capped", "ended failed",
 "ended aborted", "ended deadline") from a run that was cut off: a run that
@@ -393,6 +443,10 @@ export interface AuditSummary {
   incomplete: number;
   /** Files without a record, by state. */
   withoutRecord: Record<string, number>;
+  /** Tokens the runs reported: how many runs reported use, input and output tokens in all. */
+  tokens: { runs: number; input: number; output: number };
+  /** Dollars the runs spent, over the runs whose cost is known; `unknown`: runs with use but no cost. */
+  usd: { runs: number; total: number; unknown: number };
 }
 
 /**
@@ -435,7 +489,26 @@ export function auditSummary(files: CheckpointFile[]): AuditSummary {
     agentText: files.filter((f) => f.agentText).length,
     incomplete: files.filter((f) => f.incomplete).length,
     withoutRecord: count(files.filter((f) => !f.record).map((f) => f.state)),
+    ...usageTotals(records),
   };
+}
+
+function usageTotals(records: CheckpointFile[]): Pick<AuditSummary, "tokens" | "usd"> {
+  const tokens = { runs: 0, input: 0, output: 0 };
+  const usd = { runs: 0, total: 0, unknown: 0 };
+  const n = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+  for (const f of records) {
+    const u = f.record!.usage;
+    if (!u || typeof u !== "object") continue;
+    tokens.runs++;
+    tokens.input += n(u.inputTokens);
+    tokens.output += n(u.outputTokens);
+    if (typeof u.usd === "number" && Number.isFinite(u.usd)) {
+      usd.runs++;
+      usd.total += u.usd;
+    } else usd.unknown++;
+  }
+  return { tokens, usd };
 }
 
 function auditText(a: AuditSummary, dir: string, since: string | undefined): string {
@@ -456,6 +529,20 @@ function auditText(a: AuditSummary, dir: string, since: string | undefined): str
     ["agent's own text", `${a.agentText} of ${a.files}`],
     ["marked INCOMPLETE", String(a.incomplete)],
     ["files without a record", list(a.withoutRecord)],
+    [
+      "tokens",
+      a.tokens.runs === 0 ? "-" : `${a.tokens.input + a.tokens.output} over ${
+        plural(a.tokens.runs, "run")
+      } (${a.tokens.input} in, ${a.tokens.output} out)`,
+    ],
+    [
+      "cost",
+      a.usd.runs === 0 && a.usd.unknown === 0
+        ? "-"
+        : `$${formatUsd(a.usd.total)} over ${plural(a.usd.runs, "run")}${
+          a.usd.unknown > 0 ? ` (${plural(a.usd.unknown, "run")} with no known cost)` : ""
+        }`,
+    ],
   ]) + "\n";
 }
 
@@ -464,7 +551,8 @@ const AUDIT_HELP = `Usage: ${NAME} audit [--since DURATION] [--home DIR] [--json
 Summarizes the checkpoint directory: runs with a record, how many ended (by
 status: done, capped, failed, aborted, deadline) and how many were cut off
 (no end recorded); by kind, source and tier; resumed runs by attempt; how
-many hold the agent's own text; how many are marked INCOMPLETE.
+many hold the agent's own text; how many are marked INCOMPLETE; the tokens
+and dollars the runs reported.
 
   --since DURATION   only checkpoints persisted in the last DURATION (90s, 30m, 12h, 7d, 2w)
   --home DIR         the profile directory (default $HERMES_HOME, else ~/.hermes)
