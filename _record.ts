@@ -324,9 +324,9 @@ export const formatTimeout = (seconds: number): string =>
 /** A timed-out tool call, in words. */
 function timedOutText(t: TimedOutCall): string {
   const id = t.callId === undefined ? "" : ` [${line(t.callId)}]`;
-  return `${line(t.tool)}${id} ran past its ${formatTimeout(num(t.timeoutSeconds))} deadline (started at ${
-    formatDuration(num(t.startedAt))
-  })`;
+  return `${line(t.tool)}${id} ran past its ${
+    formatTimeout(num(t.timeoutSeconds))
+  } deadline (started at ${formatDuration(num(t.startedAt))})`;
 }
 
 const SAFE_ARG = /^[A-Za-z0-9_/.,:=@%+-]+$/;
@@ -586,7 +586,9 @@ export function summaryLine(r: CheckpointRecord): string {
     const tokens = num(r.usage.inputTokens) + num(r.usage.outputTokens);
     text += `, ${tokens}${r.caps?.tokens ? ` of ${r.caps.tokens.value}` : ""} tokens`;
     if (typeof r.usage.usd === "number" && Number.isFinite(r.usage.usd)) {
-      text += ` and ${dollars(r.usage.usd)}${r.caps?.usd ? ` of ${dollars(r.caps.usd.value)}` : ""}`;
+      text += ` and ${dollars(r.usage.usd)}${
+        r.caps?.usd ? ` of ${dollars(r.caps.usd.value)}` : ""
+      }`;
     }
   }
   // A call that timed out is named even when a later record (its end) replaced the timeout's.

@@ -302,7 +302,10 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
     "caps.tokens",
     () => settings.caps.tokens,
   ]]);
-  const usd = first([["host", () => field(init.caps, "usd")], ["caps.usd", () => settings.caps.usd]]);
+  const usd = first([["host", () => field(init.caps, "usd")], [
+    "caps.usd",
+    () => settings.caps.usd,
+  ]]);
   if (tokens) found.tokens = tokens;
   if (usd) found.usd = usd;
 
@@ -334,7 +337,9 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
     if (!cap) continue;
     if (axis === "tokens" ? counted.tokens !== undefined : counted.usd !== undefined) {
       caps[axis] = cap;
-    } else dropped.push(`${axis} cap ${cap.value}${unit} not counted: ${axis} is not in enabled_axes`);
+    } else {dropped.push(
+        `${axis} cap ${cap.value}${unit} not counted: ${axis} is not in enabled_axes`,
+      );}
   }
   const out: DiscoveredCaps = {
     dialect,

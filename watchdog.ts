@@ -181,7 +181,13 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     }
     let next = Math.min(deadline > now ? deadline : Infinity, toolDue);
     if (capped) {
-      const tier = tierFor(plan, shared.turns(slot), elapsed, shared.tokens(slot), shared.usd(slot));
+      const tier = tierFor(
+        plan,
+        shared.turns(slot),
+        elapsed,
+        shared.tokens(slot),
+        shared.usd(slot),
+      );
       if (tier !== 0 && shared.claimTier(slot, tier)) {
         act(run, settings, { kind: "tier", tier }, now);
       }

@@ -531,9 +531,11 @@ function auditText(a: AuditSummary, dir: string, since: string | undefined): str
     ["files without a record", list(a.withoutRecord)],
     [
       "tokens",
-      a.tokens.runs === 0 ? "-" : `${a.tokens.input + a.tokens.output} over ${
-        plural(a.tokens.runs, "run")
-      } (${a.tokens.input} in, ${a.tokens.output} out)`,
+      a.tokens.runs === 0
+        ? "-"
+        : `${a.tokens.input + a.tokens.output} over ${
+          plural(a.tokens.runs, "run")
+        } (${a.tokens.input} in, ${a.tokens.output} out)`,
     ],
     [
       "cost",
