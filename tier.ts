@@ -98,8 +98,8 @@ export const hasCap = (plan: TierPlan): boolean =>
 
 /**
  * The tier due under a plan; the hot path of every hook. Tokens and dollars
- * take the turn fractions; a dollar figure that is not a number (cost
- * unknown) never makes a tier due.
+ * take the turn fractions, and their tier 1 is never suppressed as tiny; a
+ * dollar figure that is not a number (cost unknown) never makes a tier due.
  */
 export function tierFor(
   plan: TierPlan,
@@ -109,27 +109,30 @@ export function tierFor(
   usdUsed = 0,
 ): Tier {
   const { turnCap, timeCap, tokenCap, usdCap } = plan;
-  let largest = -1;
+  // Tokens and dollars: tier 1 is never tiny there (the tiny rule is about turns and time).
+  let spent = -1;
   if (tokenCap !== undefined) {
     const frac = tokensUsed / tokenCap;
     if (frac >= plan.tier2Turn - EPSILON) return 2;
-    largest = frac;
+    spent = frac;
   }
   if (usdCap !== undefined) {
     const frac = usdUsed / usdCap;
     if (frac >= plan.tier2Turn - EPSILON) return 2;
-    if (frac > largest) largest = frac;
+    if (frac > spent) spent = frac;
   }
+  let largest = -1;
   if (timeCap !== undefined) {
     const frac = elapsedSeconds / timeCap;
     if (frac >= plan.tier2Time - EPSILON) return 2;
-    if (frac > largest) largest = frac;
+    largest = frac;
   }
   if (turnCap !== undefined) {
     const frac = turnsUsed / turnCap;
     if (frac >= plan.tier2Turn - EPSILON || turnsUsed >= turnCap - 2) return 2;
     if (frac > largest) largest = frac;
   }
+  if (spent >= plan.tier1 - EPSILON) return 1;
   return plan.tier1Allowed && largest >= plan.tier1 - EPSILON ? 1 : 0;
 }
 

@@ -151,3 +151,9 @@ test("dueTier() fires token and dollar tiers at the turn fractions", () => {
     0,
   );
 });
+
+test("dueTier() fires tier 1 of tokens and dollars even beside a tiny turn cap", () => {
+  const caps = { turns: 10, usd: 1 };
+  assert.equal(dueTier({ caps, turnsUsed: 1, elapsedSeconds: 0, usdUsed: 0.5 }), 1);
+  assert.equal(dueTier({ caps, turnsUsed: 5, elapsedSeconds: 0, usdUsed: 0 }), 0, "turns: tiny");
+});
