@@ -154,3 +154,16 @@ export function runSignal(
   if (signals.length <= 1) return signals[0];
   return AbortSignal.any(signals);
 }
+
+/**
+ * A tool call's signal: the call's deadline signal (`run.toolSignal`) joined
+ * to the framework's own signal for the call, when it has one.
+ */
+export function toolCallSignal(
+  run: Run,
+  callId: string,
+  theirs?: AbortSignal | null,
+): AbortSignal {
+  const own = run.toolSignal(callId);
+  return theirs instanceof AbortSignal ? AbortSignal.any([theirs, own]) : own;
+}

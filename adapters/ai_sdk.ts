@@ -39,6 +39,7 @@ import {
   runSignal,
   startAdapterRun,
   thrownStatus,
+  toolCallSignal,
 } from "./_shared.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
@@ -677,10 +678,7 @@ const modelId = (model: Record<string, Any>): { model?: string } =>
 /** A tool call's options with the call's deadline signal joined to the SDK's `abortSignal`. */
 function withToolSignal(run: Run, callId: string | undefined, options: Any): Any {
   if (callId === undefined) return options;
-  const own = run.toolSignal(callId);
-  const theirs = options?.abortSignal;
-  const abortSignal = theirs instanceof AbortSignal ? AbortSignal.any([theirs, own]) : own;
-  return { ...options, abortSignal };
+  return { ...options, abortSignal: toolCallSignal(run, callId, options?.abortSignal) };
 }
 
 /** The kinds of tool output that can carry the directive. */

@@ -57,6 +57,7 @@ import {
   runSignal,
   startAdapterRun,
   thrownStatus,
+  toolCallSignal,
 } from "./_shared.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
@@ -81,6 +82,50 @@ function reportTool(
       ...id,
       ...(error !== undefined ? { error } : {}),
     });
+}
+
+/**
+ * Report a model call's use from its `AIMessage.usage_metadata` (and the
+ * model's name from `response_metadata`, for the `prices` setting).
+ */
+function reportUsage(run: Run, message: unknown): void {
+  try {
+    const m = message as {
+      usage_metadata?: { input_tokens?: unknown; output_tokens?: unknown };
+      response_metadata?: { model_name?: unknown; model?: unknown };
+    } | undefined;
+    const u = m?.usage_metadata;
+    if (u === null || typeof u !== "object") return;
+    const model = m?.response_metadata?.model_name ?? m?.response_metadata?.model;
+    run.usage({
+      inputTokens: Number(u.input_tokens ?? 0),
+      outputTokens: Number(u.output_tokens ?? 0),
+      ...(typeof model === "string" ? { model } : {}),
+    });
+  } catch (error) {
+    logFault(run, "langchain: reporting usage", error);
+  }
+}
+
+/**
+ * A tool for one call whose `invoke` also aborts at the call's deadline
+ * (`run.toolSignal`), joined to the graph's own signal in `config.signal`.
+ */
+function withToolSignal<T>(tool: T, run: Run, callId: string | undefined): T {
+  if (callId === undefined || tool === null || typeof tool !== "object") return tool;
+  const t = tool as unknown as { invoke?: unknown };
+  if (typeof t.invoke !== "function") return tool;
+  return new Proxy(tool as unknown as object, {
+    get: (target, prop) => {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "invoke") return typeof value === "function" ? value.bind(target) : value;
+      return (input: unknown, config?: { signal?: AbortSignal }) =>
+        value.call(target, input, {
+          ...config,
+          signal: toolCallSignal(run, callId, config?.signal),
+        });
+    },
+  }) as T;
 }
 
 /** What the LangChain adapters take: the run's init (session id optional) and its turn cap. */
@@ -377,7 +422,9 @@ export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): 
         }
       }
       try {
-        return await withDeadline(handler(placed), live.signal);
+        const out = await withDeadline(handler(placed), live.signal);
+        reportUsage(live.run, out);
+        return out;
       } catch (error) {
         await finish(key, live, failed(live, error, request.runtime?.signal));
         throw error;
@@ -395,7 +442,10 @@ export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): 
       const callId = typeof request.toolCall?.id === "string" ? request.toolCall.id : undefined;
       const post = reportTool(live.run, name, callId, request.toolCall?.args);
       try {
-        const out = await withDeadline(handler(request), live.signal);
+        const timed = request.tool === undefined
+          ? request
+          : { ...request, tool: withToolSignal(request.tool, live.run, callId) };
+        const out = await withDeadline(handler(timed), live.signal);
         const outcome = toolOutcome(out);
         post(outcome.ok, outcome.error);
         return out;
@@ -545,7 +595,7 @@ export function checkpointedReactAgent(
   }
   const placement = init.placement ?? "user";
   const recursionLimit = recursionLimitForReactAgent(init.maxTurns);
-  const runs = new Map<string, { run: Run; pending: PendingPrologue }>();
+  const runs = new Map<string, ReactLive>();
   const liveOf = (config: unknown) => {
     const key = (config as { configurable?: Record<string, unknown> } | undefined)
       ?.configurable?.[REACT_KEY];
@@ -557,6 +607,8 @@ export function checkpointedReactAgent(
     const messages = await promptMessages(userPrompt, state, config);
     const live = liveOf(config);
     if (!live) return messages;
+    // The previous model call's usage is in its AIMessage, now in the state.
+    reportNewUsage(live, state.messages);
     const text = live.run.preLlmCall();
     if (text === undefined && !live.pending.waiting) return messages;
     try {
@@ -587,7 +639,8 @@ export function checkpointedReactAgent(
       init.maxTurns,
     );
     const key = `${run.runId}#${crypto.randomUUID()}`;
-    runs.set(key, { run, pending: new PendingPrologue() });
+    const live: ReactLive = { run, pending: new PendingPrologue(), reported: new Set() };
+    runs.set(key, live);
     const userSignal = config.signal as AbortSignal | undefined;
     const signal = runSignal(run, init.deadline, userSignal);
     try {
@@ -597,6 +650,7 @@ export function checkpointedReactAgent(
         configurable: { ...configurable, [REACT_KEY]: key },
         ...(signal ? { signal } : {}),
       });
+      reportNewUsage(live, (out as { messages?: unknown })?.messages);
       await run.end({ status: "done" });
       return out;
     } catch (error) {
@@ -615,6 +669,32 @@ export function checkpointedReactAgent(
     recursionLimit,
     invoke: invoke as CheckpointedReactAgent["invoke"],
   };
+}
+
+/** A createReactAgent invocation in flight. */
+interface ReactLive {
+  run: Run;
+  pending: PendingPrologue;
+  /** Messages (by id, else by identity) whose usage was reported, or that came with the input. */
+  reported: Set<unknown>;
+  primed?: boolean;
+}
+
+/**
+ * Report the usage of the model calls whose messages are new in the state
+ * since the last look; the messages the invocation started with are history.
+ */
+function reportNewUsage(live: ReactLive, messages: unknown): void {
+  if (!Array.isArray(messages)) return;
+  for (const m of messages) {
+    if (m === null || typeof m !== "object") continue;
+    const id = (m as { id?: unknown }).id;
+    const key = typeof id === "string" && id !== "" ? id : m;
+    if (live.reported.has(key)) continue;
+    live.reported.add(key);
+    if (live.primed) reportUsage(live.run, m);
+  }
+  live.primed = true;
 }
 
 /** The messages the host's own prompt makes of the state, as createReactAgent would. */
@@ -660,7 +740,11 @@ function wrapTool(
       const callId = typeof call?.id === "string" ? call.id : undefined;
       const post = reportTool(live.run, name, callId, args);
       try {
-        const out = await invoke(call ?? args, config);
+        const signal = (config as { signal?: AbortSignal } | undefined)?.signal;
+        const timed = callId === undefined
+          ? config
+          : { ...(config as object), signal: toolCallSignal(live.run, callId, signal) };
+        const out = await invoke(call ?? args, timed);
         const outcome = toolOutcome(out);
         post(outcome.ok, outcome.error);
         return out;
