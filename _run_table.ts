@@ -384,6 +384,11 @@ export class RunTable {
     this.#f[f + USD] = this.#f[f + USD]! + usd;
   }
 
+  /** Set the dollars spent so far, as the framework counts them (one writer: the main thread). */
+  setUsd(slot: number, usd: number): void {
+    this.#f[this.#fAt(slot) + USD] = usd;
+  }
+
   /** Tokens used so far, input and output. */
   tokens(slot: number): number {
     const f = this.#fAt(slot);

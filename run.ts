@@ -140,6 +140,11 @@ export interface UsageReport {
   usd?: number;
   /** The model called, for the `prices` setting. @default {the model given to startRun} */
   model?: string;
+  /**
+   * The run's whole cost so far in US dollars, when the framework counts it
+   * (the Claude Agent SDK's `total_cost_usd`): it replaces the run's sum.
+   */
+  totalUsd?: number;
 }
 
 /** A whole number of tokens ≥ 0 from what a host reported; anything else counts as 0. */
@@ -449,10 +454,14 @@ export class Run {
       const given = report?.usd;
       const usd = typeof given === "number" && Number.isFinite(given) && given >= 0
         ? given
-        : input + output === 0
+        : input + output === 0 || typeof report?.totalUsd === "number"
         ? 0
         : this.#price(host, settings, report?.model, input, output);
       host.shared.addUsage(slot, input, output, usd);
+      const total = report?.totalUsd;
+      if (typeof total === "number" && Number.isFinite(total) && total >= 0) {
+        host.shared.setUsd(slot, total);
+      }
       if (!settings.enabled) return;
       const plan = this.#planFor(host, settings);
       if (plan.tokenCap === undefined && plan.usdCap === undefined) return;
