@@ -4,10 +4,12 @@
  *
  * A marker counts only alone on its line (from the line's first byte, with
  * trailing spaces, tabs or a `\r` allowed), so agent text that quotes a
- * marker inline is never mistaken for the block. When the file holds more
- * than one well-formed block (the agent copied an old one into its notes),
- * the plugin's own is the one whose data line is valid and newest; on a tie,
- * or when no block has a valid data line, the first.
+ * marker inline is never mistaken for the block, and a block counts only
+ * with the library's data line as its last line, so markers the agent copied
+ * without one are its own text. When the file holds more than one such block
+ * (the agent copied an old one into its notes), the plugin's own is the one
+ * whose data line is valid and newest; on a tie, or when no data line is
+ * valid, the first.
  *
  * @module
  */
@@ -193,29 +195,34 @@ export function blockData(bytes: Uint8Array, span: BlockSpan): Record<string, un
 }
 
 /**
- * Where the plugin's own block lies in a file. Among well-formed blocks, the
- * one with a valid data line and the latest `persistedAt`; on a tie, or when
- * no block has a valid data line, the first of them.
+ * Where the plugin's own block lies in a file. Only a well-formed block whose
+ * last line is the library's data line counts: markers the agent copied
+ * without one are the agent's text. Among those, the one with a valid data
+ * line and the latest `persistedAt`; on a tie, or when no data line is
+ * valid, the first of them.
  *
  * @param bytes A checkpoint file's content, in any encoding.
  * @returns The block's span, or undefined when there is none.
  *
  * @example
  * ```ts
- * import { BLOCK_BEGIN, BLOCK_END, findBlock } from "./_block.ts";
+ * import { BLOCK_BEGIN, BLOCK_END, DATA_PREFIX, findBlock } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
- * const bytes = new TextEncoder().encode(`notes\n${BLOCK_BEGIN}\nx\n${BLOCK_END}\n`);
+ * const ours = `${BLOCK_BEGIN}\nx\n${DATA_PREFIX}{"v":1} -->\n${BLOCK_END}`;
+ * const bytes = new TextEncoder().encode(`notes\n${ours}\n`);
  * assert.deepEqual(findBlock(bytes), { start: 6, end: bytes.length - 1 });
- * assert.equal(findBlock(new TextEncoder().encode(`see ${BLOCK_BEGIN} ${BLOCK_END}`)), undefined);
+ * // Markers the agent copied into its notes, without a data line, are not the library's.
+ * assert.equal(findBlock(new TextEncoder().encode(`${BLOCK_BEGIN}\nx\n${BLOCK_END}\n`)), undefined);
  * ```
  */
 export function findBlock(bytes: Uint8Array): BlockSpan | undefined {
-  const spans = findBlocks(bytes);
-  if (spans.length <= 1) return spans[0];
+  let first: BlockSpan | undefined;
   let best: BlockSpan | undefined;
   let bestAt = -Infinity;
-  for (const span of spans) {
+  for (const span of findBlocks(bytes)) {
+    if (dataText(bytes, span) === undefined) continue;
+    first ??= span;
     const data = blockData(bytes, span);
     if (!data) continue;
     const at = typeof data.persistedAt === "string" ? Date.parse(data.persistedAt) : NaN;
@@ -225,7 +232,7 @@ export function findBlock(bytes: Uint8Array): BlockSpan | undefined {
       bestAt = score;
     }
   }
-  return best ?? spans[0];
+  return best ?? first;
 }
 
 /**
@@ -242,8 +249,9 @@ export function findBlock(bytes: Uint8Array): BlockSpan | undefined {
  * import { BLOCK_BEGIN, BLOCK_END, mergeBlock } from "./_block.ts";
  * import assert from "node:assert/strict";
  *
- * const block = `${BLOCK_BEGIN}\nnew\n${BLOCK_END}`;
- * const old = new TextEncoder().encode(`mine\n${BLOCK_BEGIN}\nold\n${BLOCK_END}\nmore`);
+ * const data = `<!-- agent-checkpoint:data {"v":1} -->`;
+ * const block = `${BLOCK_BEGIN}\nnew\n${data}\n${BLOCK_END}`;
+ * const old = new TextEncoder().encode(`mine\n${BLOCK_BEGIN}\nold\n${data}\n${BLOCK_END}\nmore`);
  * assert.equal(new TextDecoder().decode(mergeBlock(old, block)), `mine\n${block}\nmore`);
  * ```
  */

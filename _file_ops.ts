@@ -10,6 +10,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { isMainThread } from "node:worker_threads";
+import { createHash, randomBytes } from "node:crypto";
 
 /** One file-system step. Errors come back into the algorithm as thrown errors. */
 export type Op =
@@ -55,8 +56,10 @@ function syncDirSync(dir: string): void {
   }
 }
 
-/** The temporary files' suffix; their names are `.<target>.<pid>.<random>.tmp`. */
+/** The temporary files' suffix; their names are made by {@linkcode tempName}. */
 export const TEMP_SUFFIX = ".tmp";
+/** The mark between a temporary file's target name and its writer's process id. */
+const TEMP_MARK = "agent-checkpoint";
 const MAX_SWEPT_DIRS = 1024;
 /**
  * A directory this large (its own size, in bytes) is swept in the background;
@@ -67,6 +70,31 @@ const MAX_SWEEP_ENTRIES = 100_000;
 const STALE_MS = 60 * 60 * 1000;
 const swept = new Set<string>();
 
+/** The check that binds a temporary file's name to its target, writer and nonce. */
+const tempCheck = (target: string, pid: number, nonce: string) =>
+  createHash("sha256").update(`${TEMP_MARK}\0${target}\0${pid}\0${nonce}`).digest("hex")
+    .slice(0, 16);
+
+/**
+ * The name of a temporary file for `target` (a base name), written by process
+ * `pid`: `.<target>.agent-checkpoint.<pid>.<nonce>.<check>.tmp`, where the
+ * nonce is random and the check is a hash of the other three. Only a name
+ * whose check matches is ever swept, so a file the library did not make is
+ * never removed, however it is named.
+ *
+ * @param target The base name of the file being written.
+ * @param pid The writing process.
+ * @param nonce Random hex; a fresh one when not given.
+ */
+export function tempName(target: string, pid = process.pid, nonce?: string): string {
+  const n = nonce ?? randomBytes(8).toString("hex");
+  return `.${target}.${TEMP_MARK}.${pid}.${n}.${tempCheck(target, pid, n)}${TEMP_SUFFIX}`;
+}
+
+const TEMP_NAME = new RegExp(
+  `^\\.(.+)\\.${TEMP_MARK}\\.([1-9][0-9]{0,9})\\.([0-9a-f]{16})\\.([0-9a-f]{16})\\${TEMP_SUFFIX}$`,
+);
+
 const alive = (pid: number) => {
   try {
     process.kill(pid, 0);
@@ -76,14 +104,12 @@ const alive = (pid: number) => {
   }
 };
 
-/** The file to remove when `name` is a stale temporary file, else undefined. */
+/** The file and writer when `name` is one of the library's own temporary files, else undefined. */
 function staleCandidate(dir: string, name: string): { file: string; pid: number } | undefined {
-  if (!name.startsWith(".") || !name.endsWith(TEMP_SUFFIX)) return undefined;
-  const parts = name.slice(0, -TEMP_SUFFIX.length).split(".");
-  const pid = Number(parts.at(-2));
-  if (!Number.isInteger(pid) || pid <= 0 || parts.length < 4 || pid === process.pid) {
-    return undefined;
-  }
+  const m = TEMP_NAME.exec(name);
+  if (!m) return undefined;
+  const pid = Number(m[2]);
+  if (pid === process.pid || tempCheck(m[1]!, pid, m[3]!) !== m[4]) return undefined;
   return { file: path.join(dir, name), pid };
 }
 

@@ -609,17 +609,114 @@ export function summaryLine(r: CheckpointRecord): string {
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === "object" && !Array.isArray(v);
-const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
-const strings = (v: unknown) => (Array.isArray(v) ? v.filter((s) => typeof s === "string") : []);
+const isNumber = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
+const isString = (v: unknown): v is string => typeof v === "string";
+const num = (v: unknown) => (isNumber(v) ? v : 0);
+const TOOL_STATUSES: readonly unknown[] = ["in flight", "ok", "failed", "done"];
+const OUTCOMES: readonly unknown[] = ["exited", "signaled", "deadline", "not started"];
+
+/**
+ * Reads an earlier record's fields: a field of the wrong type (a forged or
+ * damaged data line) is dropped and named, so nothing downstream meets an
+ * object where it expects text or a number.
+ */
+class Fields {
+  readonly dropped: string[] = [];
+
+  /** Keep `o[key]` when `ok` says so or it is absent; else drop it, naming `at`. */
+  keep(o: Record<string, unknown>, key: string, ok: (v: unknown) => boolean, at: string): void {
+    if (o[key] === undefined || ok(o[key])) return;
+    delete o[key];
+    this.dropped.push(at);
+  }
+
+  /** A list of strings; a wrong entry is dropped. */
+  strings(v: unknown, at: string): string[] {
+    if (v === undefined) return [];
+    if (!Array.isArray(v)) {
+      this.dropped.push(at);
+      return [];
+    }
+    const kept = v.filter(isString);
+    if (kept.length !== v.length) this.dropped.push(`${at} (${v.length - kept.length} entries)`);
+    return kept;
+  }
+
+  /** A number, else 0. */
+  number(v: unknown, at: string): number {
+    if (isNumber(v)) return v;
+    if (v !== undefined) this.dropped.push(at);
+    return 0;
+  }
+
+  caps(v: unknown): RunCaps {
+    if (v === undefined) return {};
+    if (!isObject(v)) {
+      this.dropped.push("caps");
+      return {};
+    }
+    const caps: RunCaps = {};
+    for (const axis of ["turns", "time", "tokens", "usd"] as const) {
+      const c = v[axis];
+      if (c === undefined) continue;
+      if (isObject(c) && isNumber(c.value) && isString(c.source)) {
+        caps[axis] = { value: c.value, source: c.source };
+      } else this.dropped.push(`caps.${axis}`);
+    }
+    return caps;
+  }
+
+  tools(v: unknown): ToolCall[] {
+    if (v === undefined) return [];
+    if (!Array.isArray(v)) {
+      this.dropped.push("tools");
+      return [];
+    }
+    const tools: ToolCall[] = [];
+    v.forEach((t, i) => {
+      if (!isObject(t) || !isString(t.tool)) {
+        this.dropped.push(`tools[${i}]`);
+        return;
+      }
+      const call = { ...t };
+      this.keep(call, "callId", isString, `tools[${i}].callId`);
+      this.keep(call, "durationMs", isNumber, `tools[${i}].durationMs`);
+      this.keep(call, "error", isString, `tools[${i}].error`);
+      this.keep(call, "timedOut", (b) => b === true, `tools[${i}].timedOut`);
+      if (!TOOL_STATUSES.includes(call.status)) {
+        if (call.status !== undefined) this.dropped.push(`tools[${i}].status`);
+        call.status = "done";
+      }
+      call.startedAt = this.number(call.startedAt, `tools[${i}].startedAt`);
+      tools.push(call as unknown as ToolCall);
+    });
+    return tools;
+  }
+
+  command(v: Record<string, unknown>): CommandRecord | undefined {
+    if (!OUTCOMES.includes(v.outcome)) {
+      this.dropped.push("command");
+      return undefined;
+    }
+    const c = { ...v };
+    c.argv = this.strings(c.argv, "command.argv");
+    c.tail = this.strings(c.tail, "command.tail");
+    this.keep(c, "exitCode", isNumber, "command.exitCode");
+    this.keep(c, "signal", isString, "command.signal");
+    return c as unknown as CommandRecord;
+  }
+}
 
 /**
  * The record in a checkpoint file's block, or undefined when the file holds
  * no intact block (only the agent's text, empty, truncated, not UTF-8, a data
  * line that is not a record …). Records written by earlier versions (kinds
  * `tier`, `uncapped` and `stall` only, no attempts or end) are read as they
- * are; missing lists read as empty.
+ * are; missing lists read as empty. A field of the wrong type (a forged or
+ * damaged data line) is dropped, and its name added to `dropped`.
  *
  * @param bytes The file's content.
+ * @param dropped Told the names of the fields dropped, when given.
  * @returns The record, without the data line's version field.
  *
  * @example
@@ -630,43 +727,77 @@ const strings = (v: unknown) => (Array.isArray(v) ? v.filter((s) => typeof s ===
  * const old = '<!-- agent-checkpoint:begin -->\n## text\n\n<!-- agent-checkpoint:data {"v":1,' +
  *   '"kind":"stall","source":"watchdog","runId":"r","dialect":"chat","turnsUsed":2,' +
  *   '"elapsedSeconds":9,"caps":{},"tier":0,"persistedAt":"2026-01-01T00:00:00.000Z",' +
- *   '"message":"m","tools":[],"notes":[]} -->\n<!-- agent-checkpoint:end -->\n';
- * assert.equal(parseRecord(new TextEncoder().encode(old))?.kind, "stall");
+ *   '"message":"m","tools":[],"notes":[],"end":{"status":"failed","at":"x",' +
+ *   '"summary":{"toString":1}}} -->\n<!-- agent-checkpoint:end -->\n';
+ * const dropped: string[] = [];
+ * const record = parseRecord(new TextEncoder().encode(old), dropped);
+ * assert.equal(record?.kind, "stall");
+ * assert.deepEqual(record?.end, { status: "failed", at: "x" });
+ * assert.deepEqual(dropped, ["end.summary"]);
  * assert.equal(parseRecord(new TextEncoder().encode("just notes")), undefined);
  * ```
  */
-export function parseRecord(bytes: Uint8Array): CheckpointRecord | undefined {
+export function parseRecord(bytes: Uint8Array, dropped?: string[]): CheckpointRecord | undefined {
   const at = findBlock(bytes);
   if (!at) return undefined;
   const data = blockData(bytes, at);
   if (!data) return undefined;
-  const { v: _v, ...rest } = data;
-  const r = rest as unknown as CheckpointRecord;
-  if (!RECORD_KINDS.includes(r.kind) || !RECORD_SOURCES.includes(r.source)) return undefined;
-  if (typeof r.runId !== "string" || typeof r.persistedAt !== "string") return undefined;
-  if (typeof r.dialect !== "string") r.dialect = "chat";
-  if (typeof r.message !== "string") r.message = "";
-  r.turnsUsed = num(r.turnsUsed);
-  r.elapsedSeconds = num(r.elapsedSeconds);
-  r.tier = num(r.tier);
-  if (!isObject(r.caps)) r.caps = {};
-  r.tools = Array.isArray(r.tools)
-    ? r.tools.filter((t) => isObject(t) && typeof t.tool === "string")
-    : [];
-  r.notes = strings(r.notes);
-  if (r.attempts !== undefined) r.attempts = strings(r.attempts);
-  if (r.attempt !== undefined && !(Number.isInteger(r.attempt) && r.attempt >= 1)) delete r.attempt;
-  if (
-    r.end !== undefined &&
-    !(isObject(r.end) && END_STATUSES.includes(r.end.status) && typeof r.end.at === "string")
-  ) {
-    delete r.end;
+  const { v: _v, ...r } = data;
+  if (!RECORD_KINDS.includes(r.kind as RecordKind)) return undefined;
+  if (!RECORD_SOURCES.includes(r.source as RecordSource)) return undefined;
+  if (!isString(r.runId) || !isString(r.persistedAt)) return undefined;
+  const f = new Fields();
+  if (!isString(r.dialect)) {
+    if (r.dialect !== undefined) f.dropped.push("dialect");
+    r.dialect = "chat";
   }
-  if (r.command !== undefined && !isObject(r.command)) delete r.command;
-  if (r.workspace !== undefined && !isObject(r.workspace)) delete r.workspace;
-  if (r.usage !== undefined && !isObject(r.usage)) delete r.usage;
-  if (r.timedOut !== undefined && !(isObject(r.timedOut) && typeof r.timedOut.tool === "string")) {
-    delete r.timedOut;
+  if (!isString(r.message)) {
+    if (r.message !== undefined) f.dropped.push("message");
+    r.message = "";
   }
-  return r;
+  r.turnsUsed = f.number(r.turnsUsed, "turnsUsed");
+  r.elapsedSeconds = f.number(r.elapsedSeconds, "elapsedSeconds");
+  r.tier = f.number(r.tier, "tier");
+  for (const key of ["multiple", "intervalSeconds", "silentSeconds"]) f.keep(r, key, isNumber, key);
+  r.caps = f.caps(r.caps);
+  r.tools = f.tools(r.tools);
+  r.notes = f.strings(r.notes, "notes");
+  if (r.attempts !== undefined) r.attempts = f.strings(r.attempts, "attempts");
+  f.keep(r, "attempt", (n) => Number.isInteger(n) && (n as number) >= 1, "attempt");
+  if (r.end !== undefined) {
+    const end = r.end;
+    if (isObject(end) && END_STATUSES.includes(end.status as EndStatus) && isString(end.at)) {
+      r.end = { ...end };
+      f.keep(r.end as Record<string, unknown>, "summary", isString, "end.summary");
+    } else {
+      delete r.end;
+      f.dropped.push("end");
+    }
+  }
+  if (r.command !== undefined) {
+    if (isObject(r.command)) r.command = f.command(r.command);
+    else f.dropped.push("command");
+    if (r.command === undefined) delete r.command;
+  }
+  f.keep(
+    r,
+    "workspace",
+    (w) => isObject(w) && isString(w.snapshot) && isString(w.project),
+    "workspace",
+  );
+  f.keep(
+    r,
+    "usage",
+    (u) => isObject(u) && isNumber(u.inputTokens) && isNumber(u.outputTokens),
+    "usage",
+  );
+  if (isObject(r.usage)) f.keep(r.usage, "usd", isNumber, "usage.usd");
+  f.keep(
+    r,
+    "timedOut",
+    (t) => isObject(t) && isString(t.tool) && isNumber(t.timeoutSeconds),
+    "timedOut",
+  );
+  dropped?.push(...f.dropped);
+  return r as unknown as CheckpointRecord;
 }

@@ -525,6 +525,26 @@ export class RunTable {
     return true;
   }
 
+  /**
+   * {@linkcode RunTable.lockFile} without blocking the thread, for a burst of
+   * writes: it looks again every few ms (not `Atomics.waitAsync`, whose
+   * promise does not keep Deno's event loop alive).
+   */
+  async lockFileAsync(slot: number, ms: number): Promise<boolean> {
+    const i = this.#iAt(slot) + FILE_LOCK;
+    const end = performance.now() + ms;
+    for (
+      let pause = 1;
+      Atomics.compareExchange(this.#i, i, 0, 1) !== 0;
+      pause = Math.min(pause * 2, 16)
+    ) {
+      const left = end - performance.now();
+      if (left <= 0) return false;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(pause, left)));
+    }
+    return true;
+  }
+
   /** Give the run's file back after {@linkcode RunTable.lockFile}. */
   unlockFile(slot: number): void {
     const i = this.#iAt(slot) + FILE_LOCK;

@@ -7,7 +7,7 @@
  * @module
  */
 import { errorText, type Log } from "./log.ts";
-import { persistBlock, persistBlocks } from "./persist.ts";
+import { type FileLock, persistBlock, persistBlocks } from "./persist.ts";
 import {
   type CheckpointRecord,
   commentBody,
@@ -289,9 +289,6 @@ export interface Prepared {
   block: string;
 }
 
-/** How long a write waits for the other thread's write of the same file. */
-const FILE_LOCK_WAIT_MS = 2000;
-
 /** Writes of one burst in flight at once. */
 const BATCH_CONCURRENCY = 16;
 
@@ -331,24 +328,30 @@ export class CheckpointWriter {
    * Returns the file written, or undefined.
    */
   commit(prepared: Prepared): string | undefined {
-    const slot = prepared.item.info.slot;
-    // One thread at a time rewrites a run's file; past the wait, the write goes ahead anyway.
-    const locked = this.#shared.lockFile(slot, FILE_LOCK_WAIT_MS);
     try {
-      persistBlock(prepared.item.info.checkpointFile, prepared.block);
+      persistBlock(prepared.item.info.checkpointFile, prepared.block, this.#lock(prepared));
     } catch (error) {
       this.#failed(prepared.item.info, error);
       return undefined;
-    } finally {
-      if (locked) this.#shared.unlockFile(slot);
     }
     return this.#done(prepared);
+  }
+
+  /** The run's file lock in the shared table: one thread at a time rewrites a run's file. */
+  #lock(prepared: Prepared): FileLock {
+    const shared = this.#shared;
+    const slot = prepared.item.info.slot;
+    return {
+      take: (ms) => shared.lockFile(slot, ms),
+      takeAsync: (ms) => shared.lockFileAsync(slot, ms),
+      release: () => shared.unlockFile(slot),
+    };
   }
 
   /**
    * Persist a burst of records concurrently (a bounded number in flight, one
    * directory flush per batch), each as {@linkcode CheckpointWriter.write}
-   * would. Never rejects.
+   * would, its run's file lock held. Never rejects.
    */
   async writeMany(items: PendingWrite[]): Promise<void> {
     const prepared = items.map((item) => this.prepare(item)).filter((p) => p !== undefined);
@@ -356,7 +359,11 @@ export class CheckpointWriter {
     let results: Array<Error | undefined>;
     try {
       results = await persistBlocks(
-        prepared.map((p) => ({ file: p.item.info.checkpointFile, block: p.block })),
+        prepared.map((p) => ({
+          file: p.item.info.checkpointFile,
+          block: p.block,
+          lock: this.#lock(p),
+        })),
         { concurrency: BATCH_CONCURRENCY },
       );
     } catch (error) {

@@ -8,7 +8,7 @@ import * as path from "node:path";
 import { Worker } from "node:worker_threads";
 import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } from "./config.ts";
 import { discoverCapsSync, type RunInit } from "./discover.ts";
-import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
+import { createLog, deniedRead, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, readCheckpoint } from "./persist.ts";
 import { MAX_ATTEMPTS, summaryLine } from "./_record.ts";
 import { type PreviousAttempt, Run, type RunHost, type WorkspaceHooks } from "./run.ts";
@@ -137,8 +137,14 @@ function workspaceOf(dir: unknown): string {
 /** The earlier attempt recorded in a checkpoint file, when it did not end done (S16). */
 function earlierAttempt(
   file: string,
+  log: (message: string) => void,
 ): { previous: PreviousAttempt; attempts: string[] } | undefined {
   const found = readCheckpoint(file);
+  if (found.dropped) {
+    log(
+      `${file}: fields of the wrong type in its record were ignored: ${found.dropped.join(", ")}`,
+    );
+  }
   const record = found.record;
   if (!record || record.end?.status === "done") return undefined;
   const summary = summaryLine(record) +
@@ -315,7 +321,10 @@ export class AgentCheckpoint {
       if (found.taskId !== undefined) info.taskId = found.taskId;
       const model = (init as { model?: unknown } | undefined)?.model;
       if (typeof model === "string" && model !== "") info.model = model.slice(0, 200);
-      const earlier = settings.resume === false ? undefined : earlierAttempt(info.checkpointFile);
+      const earlier = settings.resume === false ? undefined : earlierAttempt(
+        info.checkpointFile,
+        (message) => this.#log("warn", message, runId),
+      );
       if (earlier) {
         info.attempt = earlier.previous.attempt + 1;
         info.attempts = earlier.attempts;
@@ -570,7 +579,15 @@ export class AgentCheckpoint {
       if (this.#options.watchdogStatsEveryMs) {
         data.statsEveryMs = this.#options.watchdogStatsEveryMs;
       }
-      const worker = new Worker(workerUrl(), { workerData: data });
+      const url = workerUrl();
+      // Under Deno, a worker whose module cannot be read fails in a way no listener catches.
+      const denied = deniedRead(url);
+      if (denied !== undefined) {
+        this.#workerFailed = true;
+        this.#log("error", `the watchdog cannot start: ${denied}`);
+        return;
+      }
+      const worker = new Worker(url, { workerData: data });
       worker.on("message", (message: FromWorker) => {
         if (message.type === "log") this.#log(message.level, message.message, message.runId);
         else if (message.type === "comment") this.#comment(message.comment);

@@ -375,9 +375,15 @@ export function loadSettings(options: SettingsOptions = {}): LoadedSettings {
   return settingsFrom(readConfig(home), home, env, opts.overrides);
 }
 
+/** Rejected-file problems remembered, so that each is told once. */
+const MAX_WARNED = 64;
+
 /**
  * Settings that follow `config.yaml` as it changes: the file is looked at
  * (one stat) at most once per poll interval, and parsed only when it changed.
+ * Only a valid file changes them: one that turns empty, unreadable or not
+ * valid YAML (caught mid-rewrite, say) keeps the settings in force, with one
+ * warning per such content. At start, such a file gives the defaults.
  * Used by the main thread and the watchdog worker alike.
  *
  * @example
@@ -395,6 +401,8 @@ export function loadSettings(options: SettingsOptions = {}): LoadedSettings {
  * assert.equal(source.at(500).mode, "snapshot"); // not looked at before the poll interval
  * assert.equal(source.at(1000).mode, "notify");
  * assert.equal(source.version, 1);
+ * writeFileSync(join(home, "config.yaml"), ""); // caught mid-rewrite
+ * assert.equal(source.at(2000).mode, "notify");
  * ```
  */
 export class SettingsSource {
@@ -406,6 +414,8 @@ export class SettingsSource {
   config: ConfigFile;
   #stamp: string;
   #nextCheck = 0;
+  /** The problems of rejected files already told, so each is told once. */
+  readonly #warned = new Set<string>();
   readonly #file: string;
   readonly #onChange: (loaded: LoadedSettings) => void;
 
@@ -415,7 +425,8 @@ export class SettingsSource {
    * @param home The home directory, absolute.
    * @param env The environment.
    * @param overrides The host's settings, which win over the file.
-   * @param onChange Told of the settings and their warnings on every (re)load.
+   * @param onChange Told of the settings and their warnings on every (re)load,
+   * and of the settings kept, with one warning, when a changed file is rejected.
    */
   constructor(
     readonly home: string,
@@ -429,6 +440,16 @@ export class SettingsSource {
     this.config = readConfig(home);
     this.current = settingsFrom(this.config, home, env, overrides);
     onChange(this.current);
+  }
+
+  /** A changed file that cannot be used: say so once per problem, keep what is in force. */
+  #rejected(problem: string): void {
+    if (this.#warned.has(problem)) return;
+    if (this.#warned.size >= MAX_WARNED) this.#warned.clear();
+    this.#warned.add(problem);
+    const warning = `${problem.replace(/; using default settings/g, "")}; ` +
+      "keeping the settings in force until the file is valid again";
+    this.#onChange({ ...this.current, warnings: [warning] });
   }
 
   #statStamp(): string {
@@ -447,15 +468,27 @@ export class SettingsSource {
     return this.current.settings;
   }
 
-  /** Look at the file now. */
+  /**
+   * Look at the file now. A changed file that is empty, not valid YAML, not
+   * a mapping or unreadable (another process rewriting it in place, say)
+   * changes nothing: the settings in force stay, and `onChange` is told them
+   * with one warning, once per such content. A missing file is the defaults.
+   */
   refresh(nowMs: number): void {
     const stamp = this.#statStamp();
     if (stamp !== this.#stamp) {
       this.#stamp = stamp;
-      this.config = readConfig(this.home);
-      this.current = settingsFrom(this.config, this.home, this.env, this.overrides);
-      this.version++;
-      this.#onChange(this.current);
+      const config = readConfig(this.home);
+      const empty = config.doc === undefined && config.warnings.length === 0 &&
+        !stamp.startsWith("missing:");
+      if (empty || config.warnings.length > 0) {
+        this.#rejected(empty ? `${this.#file} is empty` : config.warnings.join("; "));
+      } else {
+        this.config = config;
+        this.current = settingsFrom(config, this.home, this.env, this.overrides);
+        this.version++;
+        this.#onChange(this.current);
+      }
     }
     // After a reload, so that a new poll interval counts from now.
     this.#nextCheck = nowMs + this.current.settings.watchdog_poll_seconds * 1000;

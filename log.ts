@@ -3,13 +3,15 @@
  * home directory that is kept under a size bound. Every line is bounded in
  * length. Logging never throws, and a logger that rejects never becomes an
  * unhandled rejection. When no line can be written anywhere, one line says so
- * on stderr, once.
+ * on stderr, once; under Deno without the permissions checkpoints need, that
+ * one line says which flags grant them.
  *
  * @module
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
+import { fileURLToPath } from "node:url";
 import { ensureDir } from "./persist.ts";
 import { clip, errorText } from "./_show.ts";
 
@@ -128,21 +130,99 @@ export function appendLogLine(file: string, record: LogRecord): string | undefin
 
 let toldStderr = false;
 
+/** Deno's words when it denies a permission. */
+const DENIED = /Requires (\w+) access(?: to "([^"]*)")?, run again with the (--allow-[\w-]+) flag/;
+
+/** What Deno denied, when `text` (an error's or a log line's) says it denied something. */
+function deniedIn(text: string): { access: string; target?: string } | undefined {
+  const m = DENIED.exec(text);
+  if (!m) return undefined;
+  return m[2] === undefined ? { access: m[1]! } : { access: m[1]!, target: m[2] };
+}
+
+const deniedBy = (run: () => unknown): boolean => {
+  try {
+    run();
+    return false;
+  } catch (error) {
+    return deniedIn(errorText(error)) !== undefined;
+  }
+};
+
 /**
- * Say on stderr, once per thread, that log lines are being lost, what failed
- * and the fix.
+ * Deno's refusal to read a module file, when it refuses (no `--allow-read`
+ * for it); undefined when it can be read, or is not a file. Under Deno a
+ * worker whose module cannot be read fails with an uncaught error the host
+ * cannot catch, so the watchdog asks this first.
+ *
+ * @param url The module's URL.
+ * @returns Deno's message, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { deniedRead } from "./log.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(deniedRead(new URL("https://example.com/mod.ts")), undefined);
+ * ```
  */
-function tellStderr(file: string, failure: string): void {
+export function deniedRead(url: URL): string | undefined {
+  if (url.protocol !== "file:") return undefined;
+  try {
+    fs.statSync(fileURLToPath(url));
+    return undefined;
+  } catch (error) {
+    const text = errorText(error);
+    return deniedIn(text) ? text : undefined;
+  }
+}
+
+/** The library's own directory, when it is loaded from files: the watchdog reads its module there. */
+function libraryDir(): string | undefined {
+  try {
+    const url = new URL(".", import.meta.url);
+    return url.protocol === "file:" ? fileURLToPath(url).replace(/[\\/]$/, "") : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The flags that grant what checkpoints need under Deno: read and write for
+ * the home, read for the library's files (its watchdog), and the environment
+ * when it cannot be read.
+ */
+function denoFlags(home: string): string {
+  const reads = [home];
+  const lib = libraryDir();
+  if (lib !== undefined && deniedBy(() => fs.statSync(lib))) reads.push(lib);
+  const env = deniedBy(() => process.env.HOME) ? " --allow-env" : "";
+  return `${shellWord(`--allow-read=${reads.join(",")}`)} ${
+    shellWord(`--allow-write=${home}`)
+  }${env}`;
+}
+
+/** A word as a POSIX shell reads it back: quoted when it holds anything but safe characters. */
+function shellWord(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+/** Say on stderr, once per thread, that Deno denies what checkpoints need, and the flags. */
+function tellDenied(home: string, denied: { access: string; target?: string }): void {
   if (toldStderr) return;
   toldStderr = true;
-  const deno = "Deno" in globalThis
-    ? " (under Deno: run with --allow-write for that directory)"
-    : "";
-  const line = oneLine(
-    `agent-checkpoint: cannot write its log file ${file} (${failure}); its log lines are lost. ` +
-      `Fix: pass a logger to createAgentCheckpoint, or make ${path.dirname(file)} writable${deno}.`,
-    LOG_LINE_LIMIT,
-  ) + "\n";
+  const what = denied.target === undefined
+    ? `${denied.access} access`
+    : `${denied.access} access to ${denied.target}`;
+  say(
+    `agent-checkpoint: Deno denies ${what}, so no checkpoint file can be written. ` +
+      `Fix: run with ${denoFlags(home)}.`,
+  );
+}
+
+/** One line on stderr, else the console; never throws. */
+function say(text: string): void {
+  const line = oneLine(text, LOG_LINE_LIMIT) + "\n";
   try {
     process.stderr.write(line);
   } catch {
@@ -150,6 +230,22 @@ function tellStderr(file: string, failure: string): void {
       console.error(line.trimEnd());
     } catch { /* nowhere left to say it */ }
   }
+}
+
+/**
+ * Say on stderr, once per thread, that log lines are being lost, what failed
+ * and the fix.
+ */
+function tellStderr(file: string, failure: string, home: string): void {
+  if (toldStderr) return;
+  toldStderr = true;
+  const fix = deniedIn(failure)
+    ? `run with ${denoFlags(home)}; without them no checkpoint file can be written either`
+    : `pass a logger to createAgentCheckpoint, or make ${path.dirname(file)} writable`;
+  say(
+    `agent-checkpoint: cannot write its log file ${file} (${failure}); its log lines are lost. ` +
+      `Fix: ${fix}.`,
+  );
 }
 
 /** Whether a value could be a promise, of this realm or another: an object or function. */
@@ -177,7 +273,7 @@ export function createLog(home: string, host?: HostLogger): Log {
   const file = logFilePath(home);
   const toFile = (record: LogRecord) => {
     const failure = appendLogLine(file, record);
-    if (failure !== undefined) tellStderr(file, failure);
+    if (failure !== undefined) tellStderr(file, failure, home);
   };
   const hostFailed = (what: string) => (error: unknown) =>
     toFile({
@@ -192,6 +288,9 @@ export function createLog(home: string, host?: HostLogger): Log {
     } catch {
       record = { level: "error", message: "a log line could not be made" };
     }
+    // Under Deno without the permissions checkpoints need, every write fails: say so, once.
+    const denied = toldStderr ? undefined : deniedIn(record.message);
+    if (denied) tellDenied(home, denied);
     if (typeof host === "function") {
       try {
         const result = host(record);

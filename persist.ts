@@ -12,10 +12,9 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import process from "node:process";
 import { isMainThread } from "node:worker_threads";
 import { Buffer } from "node:buffer";
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { BLOCK_BEGIN, findBlock, mergeBlock } from "./_block.ts";
 import { type CheckpointRecord, type EndStatus, parseRecord } from "./_record.ts";
 import {
@@ -29,7 +28,7 @@ import {
   runAsync,
   runSync,
   type Steps,
-  TEMP_SUFFIX,
+  tempName,
   unlinkQuietly,
 } from "./_file_ops.ts";
 
@@ -49,10 +48,7 @@ import {
 export const MAX_CHECKPOINT_BYTES = 4 * 1024 * 1024;
 
 const tempPath = (target: string) =>
-  path.join(
-    path.dirname(target),
-    `.${path.basename(target)}.${process.pid}.${randomBytes(4).toString("hex")}${TEMP_SUFFIX}`,
-  );
+  path.join(path.dirname(target), tempName(path.basename(target)));
 
 const MiB = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MiB`;
 
@@ -106,8 +102,9 @@ function* atomicSteps(target: string, data: Uint8Array): Steps<void> {
 const bytesOf = (data: string | Uint8Array) => typeof data === "string" ? Buffer.from(data) : data;
 
 /**
- * Synchronous twin of {@linkcode writeFileAtomic}, for the watchdog worker and
- * tool boundaries, where the file must be durable before the call returns.
+ * Synchronous twin of {@linkcode writeFileAtomic}: the library's one atomic
+ * write of a whole file (the workspace store's files go through it), for
+ * where the file must be durable before the call returns.
  *
  * @param target The file to replace or create; its directory must exist.
  * @param data The new content.
@@ -138,8 +135,10 @@ export function writeFileAtomicSync(target: string, data: string | Uint8Array): 
  * disk, renamed over the target, then the directory flushed. A reader sees the
  * old file or the new one, never a mix, even if the process is killed
  * mid-write. A replaced file keeps its permissions; a symbolic link at the
- * target is replaced, not followed. Temporary files a killed writer left are
- * removed by the process's first write to the same directory.
+ * target is replaced, not followed. The temporary files a killed writer of
+ * this library left are removed by the process's first write to the same
+ * directory; only those: their names carry a check of their own, so no other
+ * file is ever removed, whatever its name.
  *
  * @param target The file to replace or create; its directory must exist.
  * @param text The new content.
@@ -512,8 +511,37 @@ function* persistSteps(file: string, block: string, flushDir: boolean): Steps<vo
 }
 
 /**
+ * A per-file lock that threads of one process share, so that one thread at a
+ * time rewrites a checkpoint file (the run table's, for a live run).
+ */
+export interface FileLock {
+  /** Take the lock, blocking the thread up to `ms`; whether it was taken. */
+  take(ms: number): boolean;
+  /** Take the lock, waiting up to `ms` without blocking the thread; whether it was taken. */
+  takeAsync(ms: number): Promise<boolean>;
+  /** Give it back; only after a `take` that returned true. */
+  release(): void;
+}
+
+/**
+ * How long a write waits for another thread's write of the same file, in
+ * ms; past the wait, the write goes ahead anyway.
+ *
+ * @example
+ * ```ts
+ * import { FILE_LOCK_WAIT_MS } from "./persist.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(FILE_LOCK_WAIT_MS, 2000);
+ * ```
+ */
+export const FILE_LOCK_WAIT_MS = 2000;
+
+/**
  * Replace (or append) the plugin's block in a checkpoint file, atomically,
  * keeping every byte the agent wrote. The directory is created when missing.
+ * This, and {@linkcode persistBlocks} for a burst, is how every checkpoint
+ * file is written.
  *
  * An agent may write to the file meanwhile: appends made while the new
  * content is prepared are folded in before the rename, other changes make it
@@ -526,10 +554,13 @@ function* persistSteps(file: string, block: string, flushDir: boolean): Steps<vo
  * A symbolic link at the path is replaced by a regular file, never followed;
  * a FIFO, device or directory there, a file with more than one hard link, or
  * a file over 4 MiB, is refused with an error and left as it is. A replaced
- * file keeps its permissions.
+ * file keeps its permissions. Only a block with the library's data line is
+ * replaced: a copy of the markers the agent made without one is its text.
  *
  * @param file The checkpoint file.
  * @param block The block, markers included (see `renderBlock`).
+ * @param lock The file's lock, held for the write (waiting up to
+ * {@linkcode FILE_LOCK_WAIT_MS} for another thread's write).
  * @throws {Error} When the file cannot be written; the file is then unchanged.
  *
  * @example
@@ -542,16 +573,22 @@ function* persistSteps(file: string, block: string, flushDir: boolean): Steps<vo
  *
  * const file = join(mkdtempSync(join(tmpdir(), "ac-")), "run.md");
  * const block = (text: string) =>
- *   `<!-- agent-checkpoint:begin -->\n${text}\n<!-- agent-checkpoint:end -->`;
+ *   `<!-- agent-checkpoint:begin -->\n${text}\n<!-- agent-checkpoint:data {"v":1} -->\n` +
+ *   "<!-- agent-checkpoint:end -->";
  * persistBlock(file, block("one"));
  * appendFileSync(file, "my notes\n");
  * persistBlock(file, block("two"));
  * assert.equal(readFileSync(file, "utf8"), `${block("two")}\nmy notes\n`);
  * ```
  */
-export function persistBlock(file: string, block: string): void {
-  ensureDir(path.dirname(file));
-  runSync(persistSteps(file, block, true));
+export function persistBlock(file: string, block: string, lock?: FileLock): void {
+  const locked = lock?.take(FILE_LOCK_WAIT_MS) ?? false;
+  try {
+    ensureDir(path.dirname(file));
+    runSync(persistSteps(file, block, true));
+  } finally {
+    if (locked) lock!.release();
+  }
 }
 
 /** One checkpoint file to write in a burst. */
@@ -560,6 +597,8 @@ export interface BlockWrite {
   file: string;
   /** The block, markers included. */
   block: string;
+  /** The file's lock, held for its write, as {@linkcode persistBlock} holds it. */
+  lock?: FileLock;
 }
 
 /** Options of {@linkcode persistBlocks}. */
@@ -573,12 +612,13 @@ export interface PersistBlocksOptions {
 }
 
 /**
- * Persist a burst of blocks concurrently, each with the guarantees of
- * {@linkcode persistBlock}: each file's temporary file is flushed before it
- * is renamed, and each directory is flushed once, after the batch's renames.
- * Writes to the same file are made in the order given.
+ * Persist a burst of blocks concurrently, each as {@linkcode persistBlock}
+ * writes it (its lock held, waited for without blocking the thread): each
+ * file's temporary file is flushed before it is renamed, and each directory
+ * is flushed once, after the batch's renames. Writes to the same file are
+ * made in the order given.
  *
- * @param items The files and their blocks.
+ * @param items The files, their blocks and their locks.
  * @param options How many writes are in flight at once.
  * @returns One entry per item, in order: undefined when it was written, else
  * the error that left its file unchanged.
@@ -593,7 +633,8 @@ export interface PersistBlocksOptions {
  * import { join } from "node:path";
  *
  * const dir = mkdtempSync(join(tmpdir(), "ac-"));
- * const block = "<!-- agent-checkpoint:begin -->\nx\n<!-- agent-checkpoint:end -->";
+ * const block = "<!-- agent-checkpoint:begin -->\n<!-- agent-checkpoint:data {\"v\":1} -->\n" +
+ *   "<!-- agent-checkpoint:end -->";
  * const items = ["a", "b", "c"].map((n) => ({ file: join(dir, `${n}.md`), block }));
  * assert.deepEqual(await persistBlocks(items), [undefined, undefined, undefined]);
  * assert.equal(readFileSync(join(dir, "b.md"), "utf8"), `${block}\n`);
@@ -620,16 +661,20 @@ export async function persistBlocks(
   const lane = async () => {
     while (next < groups.length) {
       for (const i of groups[next++]!) {
-        const { file, block } = items[i] ?? {};
+        const { file, block, lock } = items[i] ?? {};
+        let locked = false;
         try {
           if (typeof file !== "string" || typeof block !== "string") {
             throw new TypeError(`item ${i} needs a file and a block, got ${typeof file}`);
           }
+          locked = (await lock?.takeAsync(FILE_LOCK_WAIT_MS)) ?? false;
           ensureDir(path.dirname(file));
           await runAsync(persistSteps(file, block, false));
           dirs.add(path.dirname(file));
         } catch (error) {
           results[i] = error instanceof Error ? error : new Error(String(error));
+        } finally {
+          if (locked) lock!.release();
         }
       }
     }
@@ -684,6 +729,8 @@ export interface CheckpointFile {
   at: number;
   /** Why it could not be read, when it could not. */
   error?: string;
+  /** Fields of the record dropped because they had the wrong type (a forged or damaged data line). */
+  dropped?: string[];
 }
 
 const strict = new TextDecoder("utf-8", { fatal: true });
@@ -705,7 +752,8 @@ function describe(base: CheckpointFile, bytes: Buffer): CheckpointFile {
   base.agentText = agent.trim() !== "";
   base.incomplete = /\bINCOMPLETE\b/.test(agent);
   if (bytes.length === 0) return { ...base, state: "empty" };
-  const record = block ? parseRecord(bytes) : undefined;
+  const dropped: string[] = [];
+  const record = block ? parseRecord(bytes, dropped) : undefined;
   if (record) {
     const at = Date.parse(record.persistedAt);
     const out: CheckpointFile = {
@@ -717,6 +765,7 @@ function describe(base: CheckpointFile, bytes: Buffer): CheckpointFile {
       at: Number.isFinite(at) ? at : base.at,
     };
     if (record.end) out.ended = record.end.status;
+    if (dropped.length > 0) out.dropped = dropped;
     return out;
   }
   const hasBegin = bytes.includes(BEGIN_BYTES);

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import process from "node:process";
 import type { AgentCheckpoint, Run, RunInit } from "../mod.ts";
 
 /** Where the prologue goes in the model call it is due for. */
@@ -153,6 +154,30 @@ export function runSignal(
   );
   if (signals.length <= 1) return signals[0];
   return AbortSignal.any(signals);
+}
+
+/** What this realm has said on stderr already, shared by every copy of this module in it. */
+const TOLD: Set<string> = ((globalThis as Record<symbol, unknown>)[
+  Symbol.for("agent-checkpoint.adapters.told")
+] ??= new Set<string>()) as Set<string>;
+
+/**
+ * Say `line` on stderr once per process (per thread), under `key`: for a
+ * mistake in the host's setup that a log line alone would leave unseen. Never
+ * throws. Returns whether it was said now.
+ */
+export function tellOnce(key: string, line: string): boolean {
+  if (TOLD.has(key)) return false;
+  TOLD.add(key);
+  const text = `agent-checkpoint: ${line.replace(/\r?\n|\r/g, " ")}\n`;
+  try {
+    process.stderr.write(text);
+  } catch {
+    try {
+      console.error(text.trimEnd());
+    } catch { /* nowhere left to say it */ }
+  }
+  return true;
 }
 
 /**

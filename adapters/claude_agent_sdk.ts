@@ -157,9 +157,11 @@ const str = (value: unknown): string | undefined =>
  *   reminder after the newest tool results (with the prompt, on the first
  *   request), whatever the placement.
  * - The run ends `done` when the iterator finishes, `capped` on an
- *   `error_max_turns` (or `error_max_budget_usd`) result, `aborted` when the
- *   host's `abortController` fired, `deadline` when `deadline: true` and the
- *   run's deadline fired, else `failed`; whatever the SDK threw is rethrown.
+ *   `error_max_turns` (or `error_max_budget_usd`) result, `failed` on a result
+ *   that reports an error (the model's API refused or failed the request, with
+ *   its message as the summary), `aborted` when the host's `abortController`
+ *   fired, `deadline` when `deadline: true` and the run's deadline fired, else
+ *   `failed`; whatever the SDK threw is rethrown.
  *
  * The host's own hooks are kept; ours are appended per event. The returned
  * object is the SDK's own `Query` (its methods, such as `interrupt()`, work),
@@ -380,11 +382,17 @@ export function checkpointedQuery(
       run.activity();
       reportUsage(message);
       if (message?.type === "result") {
-        const subtype = String((message as { subtype?: unknown }).subtype);
-        resultStatus = RESULT_STATUS[subtype] ?? "failed";
-        const errors = (message as { errors?: unknown }).errors;
+        const result = message as { subtype?: unknown; is_error?: unknown; errors?: unknown };
+        const subtype = String(result.subtype);
+        // An API error (HTTP 4xx, a stream's error event) arrives as a "success"
+        // result with is_error set, the error's text as its result.
+        const apiError = subtype === "success" && result.is_error === true;
+        resultStatus = apiError ? "failed" : RESULT_STATUS[subtype] ?? "failed";
+        const errors = result.errors;
         resultSummary = Array.isArray(errors) && errors.length > 0
           ? String(errors[0])
+          : apiError
+          ? summaryOf(str((message as { result?: unknown }).result) ?? "the model's API failed")
           : subtype === "success"
           ? undefined
           : subtype;

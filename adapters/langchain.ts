@@ -43,7 +43,7 @@ import {
   SystemMessage,
   ToolMessage,
 } from "npm:@langchain/core@1/messages";
-import { tool as makeTool } from "npm:@langchain/core@1/tools";
+import { IterableReadableStream } from "npm:@langchain/core@1/utils/stream";
 import { getConfig, isGraphBubbleUp } from "npm:@langchain/langgraph@1";
 import { createReactAgent } from "npm:@langchain/langgraph@1/prebuilt";
 import { z } from "npm:zod@^4";
@@ -56,6 +56,7 @@ import {
   type Placement,
   runSignal,
   startAdapterRun,
+  tellOnce,
   thrownStatus,
   toolCallSignal,
 } from "./_shared.ts";
@@ -151,6 +152,21 @@ interface Live {
   pending: PendingPrologue;
   signal: AbortSignal | undefined;
 }
+
+/**
+ * LangGraph's `recursionLimit` when the caller gives none (LangChain fills it
+ * into every config): enough for 10 turns through {@linkcode checkpointMiddleware}.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_RECURSION_LIMIT, stepsForCreateAgent } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.ok(stepsForCreateAgent(10) <= DEFAULT_RECURSION_LIMIT);
+ * assert.ok(stepsForCreateAgent(11) > DEFAULT_RECURSION_LIMIT);
+ * ```
+ */
+export const DEFAULT_RECURSION_LIMIT = 25;
 
 /**
  * Graph steps one `createAgent` invocation with this middleware takes for a
@@ -271,10 +287,12 @@ function toolOutcome(out: unknown): { ok: boolean; error?: string } {
  * It enforces `maxTurns` itself: once the agent has made `maxTurns` model
  * calls and asks for another, the middleware answers in the model's place
  * with a short AI message that stops the agent, and the run ends `capped`.
- * Each invocation takes `2 × maxTurns + 4` graph steps at most; when the
- * invocation's `recursionLimit` (LangGraph's default is 25) allows fewer, a
- * log line says so and the cap drops to what it allows, so the run still ends
- * `capped` instead of dying with `GraphRecursionError`.
+ * Each invocation takes `2 × maxTurns + 4` graph steps at most: invoke the
+ * agent with `middleware.withRecursionLimit(config)` (or that many as
+ * `recursionLimit`). When the invocation's `recursionLimit` (LangGraph's
+ * default is 25) allows fewer, the cap drops to what it allows, so the run
+ * still ends `capped` instead of dying with `GraphRecursionError`; each such
+ * run logs it, and the first in the process also says it on stderr.
  *
  * A tool that throws gives the model an error `ToolMessage`, as `createAgent`
  * does without middleware (a `wrapToolCall` middleware would otherwise make
@@ -319,7 +337,10 @@ function toolOutcome(out: unknown): { ok: boolean; error?: string } {
  * await ac.close();
  * ```
  */
-export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): AgentMiddleware {
+export function checkpointMiddleware(
+  ac: AgentCheckpoint,
+  init: LangChainInit,
+): CheckpointMiddleware {
   checkInit(init);
   const placement = init.placement ?? "user";
   const runs = new Map<string, Live>();
@@ -374,12 +395,18 @@ export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): 
         const limit = getConfig()?.recursionLimit;
         if (typeof limit === "number" && stepsForCreateAgent(cap) > limit) {
           const reachable = Math.max(1, Math.floor((limit - 4) / 2));
-          warning = `recursionLimit ${limit} cannot reach maxTurns ${cap} (it needs ${
-            stepsForCreateAgent(cap)
-          } graph steps); this invocation stops at ${reachable} model calls. Pass recursionLimit: ${
-            stepsForCreateAgent(cap)
-          } or more to invoke()`;
+          const needed = stepsForCreateAgent(cap);
+          warning =
+            `recursionLimit ${limit} cannot reach maxTurns ${cap} (it needs ${needed} graph steps); this invocation stops at ${reachable} model calls. Pass recursionLimit: ${needed} or more to invoke(), or the config from withRecursionLimit() of this middleware`;
           cap = reachable;
+          tellOnce(
+            `langchain-recursion-limit`,
+            `${
+              limit === DEFAULT_RECURSION_LIMIT
+                ? `LangGraph's default recursionLimit of ${limit}`
+                : `recursionLimit ${limit}`
+            } lets createAgent make only ${reachable} of the ${init.maxTurns} model calls of maxTurns: each such run is capped at ${reachable} turns. Fix: invoke the agent with checkpoint.withRecursionLimit(config), checkpoint being what checkpointMiddleware() returned, or pass recursionLimit: ${needed}. Said once per process; every such run logs it.`,
+          );
         }
       } catch { /* no config: nothing to check */ }
       await endStale(sessionId);
@@ -474,9 +501,56 @@ export function checkpointMiddleware(ac: AgentCheckpoint, init: LangChainInit): 
       }
       return undefined;
     },
+
+    withRecursionLimit: <C extends object>(config?: C) => withRecursionLimit(init.maxTurns, config),
   };
-  return middleware as unknown as AgentMiddleware;
+  return middleware as unknown as CheckpointMiddleware;
 }
+
+/**
+ * The invocation config with a `recursionLimit` that lets `createAgent` reach
+ * `maxTurns` model calls through this middleware ({@linkcode stepsForCreateAgent}).
+ * A larger limit of the caller's is kept; every other key of the config is kept.
+ */
+function withRecursionLimit<C extends object>(
+  maxTurns: number,
+  config?: C,
+): C & { recursionLimit: number } {
+  const given = (config as { recursionLimit?: unknown } | undefined)?.recursionLimit;
+  const needed = stepsForCreateAgent(maxTurns);
+  const recursionLimit = typeof given === "number" && given > needed ? given : needed;
+  return { ...(config ?? {}) as C, recursionLimit };
+}
+
+/**
+ * What {@linkcode checkpointMiddleware} returns: the middleware, and the config
+ * its invocations need.
+ *
+ * @example Invoke with enough graph steps for the cap
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { checkpointMiddleware } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const checkpoint = checkpointMiddleware(ac, { maxTurns: 12 });
+ * const config = checkpoint.withRecursionLimit({ configurable: { thread_id: "job-7" } });
+ * assert.deepEqual(config, { configurable: { thread_id: "job-7" }, recursionLimit: 28 });
+ * // then: await agent.invoke(input, config)
+ * await ac.close();
+ * ```
+ */
+export type CheckpointMiddleware = AgentMiddleware & {
+  /**
+   * The invocation config (`configurable`, `signal`… kept) with a
+   * `recursionLimit` high enough for `maxTurns` model calls (`2 × maxTurns +
+   * 4`, or the config's own when larger). LangGraph's default of 25 allows 10.
+   */
+  withRecursionLimit<C extends object>(config?: C): C & { recursionLimit: number };
+};
 
 type EndOutcome = {
   status: "done" | "capped" | "failed" | "aborted" | "deadline";
@@ -530,39 +604,76 @@ function withDeadline<T>(call: Promise<T>, signal: AbortSignal | undefined): Pro
 /** `createReactAgent`'s parameters, as this adapter reads them. */
 export type ReactAgentParams = Parameters<typeof createReactAgent>[0];
 
-/** What {@linkcode checkpointedReactAgent} returns. */
-export interface CheckpointedReactAgent {
+/**
+ * The compiled graph `createReactAgent` returns.
+ *
+ * @example
+ * ```ts
+ * import type { CheckpointedReactAgent, ReactAgentGraph } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const graphOf = (agent: CheckpointedReactAgent): ReactAgentGraph => agent.graph;
+ * assert.equal(typeof graphOf, "function");
+ * ```
+ */
+export type ReactAgentGraph = ReturnType<typeof createReactAgent>;
+
+/**
+ * What {@linkcode checkpointedReactAgent} returns: the compiled graph itself,
+ * its whole interface, with `invoke`, `stream` and `streamEvents` each running
+ * one checkpointed invocation, plus the graph as built and its `recursionLimit`.
+ *
+ * @example
+ * ```ts
+ * import type { CheckpointedReactAgent } from "./langchain.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const limitOf = (agent: CheckpointedReactAgent): number => agent.recursionLimit;
+ * assert.equal(typeof limitOf, "function");
+ * ```
+ */
+export type CheckpointedReactAgent = ReactAgentGraph & {
   /** The compiled graph, as `createReactAgent` built it (with the prompt and tools wrapped). */
-  readonly graph: ReturnType<typeof createReactAgent>;
+  readonly graph: ReactAgentGraph;
   /** The `recursionLimit` that allows exactly `maxTurns` model calls (`2 × maxTurns`). */
   readonly recursionLimit: number;
-  /**
-   * Invoke the graph as one checkpointed run, with `recursionLimit` set; the
-   * run ends `done`, `capped` (`GraphRecursionError`, rethrown), `failed`,
-   * `aborted` or `deadline`.
-   */
-  invoke(
-    input: Parameters<ReturnType<typeof createReactAgent>["invoke"]>[0],
-    config?: Record<string, unknown>,
-  ): ReturnType<ReturnType<typeof createReactAgent>["invoke"]>;
-}
+};
 
 const REACT_KEY = "__agent_checkpoint_run";
+
+/** One checkpointed invocation: the config the graph gets, and the ways its run ends (once). */
+interface Invocation {
+  config: Record<string, unknown>;
+  activity(): void;
+  /** The run ended well; `out` is the graph's output, when it gives one. */
+  done(out?: unknown): Promise<void>;
+  failed(error: unknown): Promise<void>;
+  abandoned(): Promise<void>;
+}
 
 /**
  * LangGraph's prebuilt `createReactAgent` as checkpointed runs: sets `prompt`
  * (the host's own prompt, then the budget prologue in the model call it is
  * due for), wraps the tools so each call is reported with its call id, and
- * derives `recursionLimit` from `maxTurns` (a turn is two graph steps). Call
- * the returned `invoke()`: each invocation is one run.
+ * derives `recursionLimit` from `maxTurns` (a turn is two graph steps).
+ *
+ * The result is the compiled graph with its whole interface (`getState`,
+ * `getGraph`, `batch`, `withConfig`…). Each call of `invoke`, `stream` or
+ * `streamEvents` is one run, with the derived `recursionLimit`. A run ends
+ * `done` when the graph finishes (for a stream: when its last chunk is read),
+ * `capped` on `GraphRecursionError` (rethrown), `failed`, `aborted` (the
+ * host's `signal`, or a stream the host stopped reading: a `break`, a
+ * `return()` or a `cancel()`, which also stops the graph) or `deadline`.
+ * Every chunk a stream yields counts as activity.
  *
  * @param ac The library instance.
  * @param init `maxTurns`, and optionally `sessionId` (else the invocation's `thread_id`), `timeSeconds`, `placement`, `deadline`.
  * @param params `createReactAgent`'s parameters.
- * @returns The graph, its `recursionLimit`, and `invoke()`.
- * @throws {TypeError} At the call, when a cap, the placement or the session id is unusable.
+ * @returns The compiled graph, checkpointed, with `graph` and `recursionLimit` added.
+ * @throws {TypeError} At the call, when a cap, the placement or the session id is unusable;
+ *   at an invocation, when its config gives another `recursionLimit`.
  *
- * @example
+ * @example Invoke it, or stream it as any LangGraph agent
  * ```ts
  * import { createAgentCheckpoint } from "../mod.ts";
  * import { checkpointedReactAgent } from "./langchain.ts";
@@ -573,12 +684,19 @@ const REACT_KEY = "__agent_checkpoint_run";
  * import { join } from "node:path";
  *
  * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
- * const model = new FakeListChatModel({ responses: ["done"] });
+ * const model = new FakeListChatModel({ responses: ["done", "streamed"] });
  * model.bindTools = () => model;
  * const agent = checkpointedReactAgent(ac, { maxTurns: 12 }, { llm: model, tools: [] });
  * assert.equal(agent.recursionLimit, 24);
  * const state = await agent.invoke({ messages: [{ role: "user", content: "Hi" }] });
  * assert.equal(state.messages.at(-1)?.content, "done");
+ * const updates = [];
+ * for await (
+ *   const chunk of await agent.stream({ messages: [{ role: "user", content: "Hi" }] }, {
+ *     streamMode: "updates",
+ *   })
+ * ) updates.push(Object.keys(chunk));
+ * assert.deepEqual(updates, [["agent"]]);
  * await ac.close();
  * ```
  */
@@ -621,20 +739,30 @@ export function checkpointedReactAgent(
 
   const tools = Array.isArray(p.tools) ? p.tools.map((t: unknown) => wrapTool(t, liveOf)) : p.tools;
   const { stateModifier: _s, ...rest } = p;
-  const graph = createReactAgent({ ...rest, prompt, tools });
 
-  const invoke = async (input: unknown, config: Record<string, unknown> = {}) => {
-    if (config.recursionLimit !== undefined && config.recursionLimit !== recursionLimit) {
+  /** Start an invocation's run; throws the TypeError for a recursionLimit of the host's. */
+  const begin = (graph: ReactAgentGraph, given: unknown): Invocation => {
+    const config = (given ?? {}) as Record<string, unknown>;
+    const bound = (graph.config ?? {}) as Record<string, unknown>; // from withConfig()
+    // LangChain's own batch() and withConfig() fill in the default: that is not the host's.
+    const limit = config.recursionLimit ?? bound.recursionLimit;
+    if (limit !== undefined && limit !== DEFAULT_RECURSION_LIMIT && limit !== recursionLimit) {
       throw new TypeError(
         `recursionLimit is derived from maxTurns (${recursionLimit} for ${init.maxTurns}): do not pass it, got ${
-          String(config.recursionLimit)
+          String(limit)
         }`,
       );
     }
     const configurable = (config.configurable ?? {}) as Record<string, unknown>;
     const run = startAdapterRun(
       ac,
-      { ...init, sessionId: sessionOf(init, configurable) },
+      {
+        ...init,
+        sessionId: sessionOf(init, {
+          ...(bound.configurable as Record<string, unknown> | undefined),
+          ...configurable,
+        }),
+      },
       "maxTurns",
       init.maxTurns,
     );
@@ -643,32 +771,164 @@ export function checkpointedReactAgent(
     runs.set(key, live);
     const userSignal = config.signal as AbortSignal | undefined;
     const signal = runSignal(run, init.deadline, userSignal);
-    try {
-      const out = await graph.invoke(input as never, {
+    let ending: Promise<void> | undefined;
+    const end = (outcome: EndOutcome): Promise<void> => {
+      if (ending === undefined) {
+        runs.delete(key);
+        ending = run.end(outcome).catch((error: unknown) =>
+          logFault(run, "langgraph: ending the run", error)
+        );
+      }
+      return ending;
+    };
+    return {
+      config: {
         ...config,
         recursionLimit,
         configurable: { ...configurable, [REACT_KEY]: key },
         ...(signal ? { signal } : {}),
-      });
-      reportNewUsage(live, (out as { messages?: unknown })?.messages);
-      await run.end({ status: "done" });
-      return out;
-    } catch (error) {
-      const status = (error as Error)?.name === "GraphRecursionError"
-        ? "capped"
-        : thrownStatus(run, init.deadline, userSignal);
-      await run.end({ status, summary: errorLine(error) });
-      throw error;
-    } finally {
-      runs.delete(key);
-    }
+      },
+      activity: () => run.activity(),
+      done: (out?: unknown) => {
+        // The last model call's usage: no prompt comes after it.
+        reportNewUsage(live, (out as { messages?: unknown } | undefined)?.messages);
+        return end({ status: "done" });
+      },
+      failed: (error) =>
+        end({
+          status: (error as Error)?.name === "GraphRecursionError"
+            ? "capped"
+            : thrownStatus(run, init.deadline, userSignal),
+          summary: errorLine(error),
+        }),
+      abandoned: () =>
+        end({ status: "aborted", summary: "the host stopped reading the stream before its end" }),
+    };
   };
 
-  return {
-    graph,
-    recursionLimit,
-    invoke: invoke as CheckpointedReactAgent["invoke"],
-  };
+  /** The graph as a checkpointed agent: its whole interface, three entry points checkpointed. */
+  function checkpointed(graph: ReactAgentGraph): CheckpointedReactAgent {
+    const invoke = async (input: unknown, config?: unknown) => {
+      const call = begin(graph, config);
+      try {
+        const out = await graph.invoke(input as never, call.config as never);
+        await call.done(out);
+        return out;
+      } catch (error) {
+        await call.failed(error);
+        throw error;
+      }
+    };
+
+    const stream = async (input: unknown, config?: unknown) => {
+      const call = begin(graph, config);
+      let source: ReadableStream<unknown>;
+      try {
+        source = await graph.stream(input as never, call.config as never);
+      } catch (error) {
+        await call.failed(error);
+        throw error;
+      }
+      return new ObservedStream(source, call);
+    };
+
+    // Sync for versions "v1" and "v2" (a stream), a promise for "v3" (a run stream with `output`).
+    const streamEvents = (input: unknown, options?: unknown, streamOptions?: unknown) => {
+      const call = begin(graph, options);
+      let out: unknown;
+      try {
+        out = (graph.streamEvents as (...args: unknown[]) => unknown)(
+          input,
+          call.config,
+          streamOptions,
+        );
+      } catch (error) {
+        void call.failed(error);
+        throw error;
+      }
+      if (out instanceof Promise) {
+        return out.then((value) => observeEvents(value, call), async (error) => {
+          await call.failed(error);
+          throw error;
+        });
+      }
+      return observeEvents(out, call);
+    };
+
+    const own: Record<PropertyKey, unknown> = {
+      graph,
+      recursionLimit,
+      invoke,
+      stream,
+      streamEvents,
+      // The graph's withConfig() makes a new graph: checkpointed in turn.
+      withConfig: (config: Parameters<ReactAgentGraph["withConfig"]>[0]) =>
+        checkpointed(graph.withConfig(config) as ReactAgentGraph),
+    };
+    // The graph's own methods see the proxy as `this`, so `batch` and `pipe`
+    // reach the checkpointed `invoke` and `stream`.
+    return new Proxy(graph, {
+      get: (target, prop, receiver) =>
+        Object.hasOwn(own, prop) ? own[prop] : Reflect.get(target, prop, receiver),
+      has: (target, prop) => Object.hasOwn(own, prop) || Reflect.has(target, prop),
+    }) as CheckpointedReactAgent;
+  }
+
+  return checkpointed(createReactAgent({ ...rest, prompt, tools }));
+}
+
+/**
+ * The graph's stream as a stream of the same kind that ends the invocation's
+ * run when it ends, fails or is abandoned (a `break`, `return()` or `cancel()`,
+ * the last also while it is being read, as LangGraph's own stream allows);
+ * abandoning it cancels the graph's stream, which stops the graph.
+ */
+class ObservedStream<T> extends IterableReadableStream<T> {
+  readonly #abandon: (reason: unknown) => Promise<void>;
+
+  constructor(source: ReadableStream<T>, call: Invocation) {
+    const reader = source.getReader();
+    const abandon = async (reason: unknown) => {
+      await call.abandoned();
+      // The graph's stream may reject its cancel with the abort it caused: the host asked for that.
+      await reader.cancel(reason).catch(() => {});
+    };
+    super({
+      async pull(controller) {
+        let step: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          step = await reader.read();
+        } catch (error) {
+          await call.failed(error);
+          controller.error(error);
+          return;
+        }
+        if (step.done) {
+          await call.done();
+          controller.close();
+          return;
+        }
+        call.activity();
+        controller.enqueue(step.value);
+      },
+      cancel: abandon,
+    });
+    this.#abandon = abandon;
+  }
+
+  override cancel(reason?: unknown): Promise<void> {
+    return this.locked ? this.#abandon(reason) : super.cancel(reason);
+  }
+}
+
+/** What `streamEvents` returned, observed: a stream (v1, v2), or a run stream whose `output` settles (v3). */
+function observeEvents(out: unknown, call: Invocation): unknown {
+  if (out instanceof ReadableStream) return new ObservedStream(out, call);
+  const output = (out as { output?: unknown } | null)?.output;
+  // A v3 run stream runs the graph to its end whether or not it is read.
+  if (output instanceof Promise) output.then(() => call.done(), (error) => call.failed(error));
+  else void call.done();
+  return out;
 }
 
 /** A createReactAgent invocation in flight. */
@@ -717,48 +977,42 @@ async function promptMessages(
     : out as BaseMessage[];
 }
 
-/** A tool that reports each call to its invocation's run, then runs the host's tool. */
+/**
+ * The host's tool, whose `invoke` reports each call to its invocation's run.
+ * It stays the same tool (a proxy, not a tool around it), so callbacks and
+ * `streamEvents` see one tool run per call, as without the adapter.
+ */
 function wrapTool(
   original: unknown,
   liveOf: (config: unknown) => { run: Run } | undefined,
 ): unknown {
-  const t = original as {
-    name?: string;
-    description?: string;
-    schema?: unknown;
-    returnDirect?: boolean;
-    invoke?: (input: unknown, config?: unknown) => Promise<unknown>;
-  };
+  const t = original as { name?: unknown; invoke?: unknown };
   if (typeof t?.invoke !== "function" || typeof t.name !== "string") return original;
   const name = t.name;
-  const invoke = t.invoke.bind(t);
-  return makeTool(
-    async (args: unknown, config: unknown) => {
-      const call = (config as { toolCall?: { id?: string; args?: unknown } } | undefined)?.toolCall;
-      const live = liveOf(config);
-      if (!live) return invoke(call ?? args, config);
-      const callId = typeof call?.id === "string" ? call.id : undefined;
-      const post = reportTool(live.run, name, callId, args);
-      try {
-        const signal = (config as { signal?: AbortSignal } | undefined)?.signal;
-        const timed = callId === undefined
-          ? config
-          : { ...(config as object), signal: toolCallSignal(live.run, callId, signal) };
-        const out = await invoke(call ?? args, timed);
-        const outcome = toolOutcome(out);
-        post(outcome.ok, outcome.error);
-        return out;
-      } catch (error) {
-        post(false, errorLine(error));
-        throw error;
-      }
-    },
-    {
-      name,
-      description: t.description ?? name,
-      // deno-lint-ignore no-explicit-any
-      schema: (t.schema ?? { type: "object", properties: {} }) as any,
-      ...(t.returnDirect ? { returnDirect: true } : {}),
-    },
-  );
+  const invoke = t.invoke as (input: unknown, config?: unknown) => Promise<unknown>;
+  const reported = async function (this: unknown, input: unknown, config?: unknown) {
+    const live = liveOf(config);
+    if (!live) return invoke.call(original, input, config);
+    const call = input as { id?: unknown; args?: unknown; type?: unknown } | undefined;
+    const isCall = call?.type === "tool_call";
+    const callId = isCall && typeof call.id === "string" ? call.id : undefined;
+    const post = reportTool(live.run, name, callId, isCall ? call.args : input);
+    try {
+      const signal = (config as { signal?: AbortSignal } | undefined)?.signal;
+      const timed = callId === undefined
+        ? config
+        : { ...(config as object), signal: toolCallSignal(live.run, callId, signal) };
+      const out = await invoke.call(original, input, timed);
+      const outcome = toolOutcome(out);
+      post(outcome.ok, outcome.error);
+      return out;
+    } catch (error) {
+      post(false, errorLine(error));
+      throw error;
+    }
+  };
+  return new Proxy(original as object, {
+    get: (target, prop, receiver) =>
+      prop === "invoke" ? reported : Reflect.get(target, prop, receiver),
+  });
 }

@@ -9,6 +9,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 
 /** Milliseconds on a clock every process on the machine shares (wall clock, high resolution). */
 export const clock = (): number => performance.timeOrigin + performance.now();
@@ -236,7 +237,7 @@ export interface Watcher {
 export async function startWatcher(dir: string): Promise<Watcher> {
   fs.mkdirSync(dir, { recursive: true });
   const report = path.join(tempDir("ac-bench-report-"), "report.jsonl");
-  const script = new URL("./_bench_watcher.ts", import.meta.url).pathname;
+  const script = fileURLToPath(new URL("./_bench_watcher.ts", import.meta.url));
   const child = spawn(runtime, ["run", "-A", "--quiet", script, dir, report], {
     stdio: ["pipe", "inherit", "inherit"],
   });

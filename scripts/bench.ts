@@ -23,6 +23,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
+import { fileURLToPath } from "node:url";
 import { createAgentCheckpoint } from "../mod.ts";
 import { SLOT_BYTES } from "../_run_table.ts";
 import {
@@ -43,8 +44,8 @@ const args = process.argv.slice(2);
 const quick = args.includes("--quick");
 const only = new Set((flag(args, "--only") ?? "").split(",").filter((s) => s !== ""));
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
-const HOST = new URL("./_bench_host.ts", import.meta.url).pathname;
-const ROOT = new URL("../", import.meta.url).pathname;
+const HOST = fileURLToPath(new URL("./_bench_host.ts", import.meta.url));
+const ROOT = fileURLToPath(new URL("../", import.meta.url));
 
 /** One line of the summary table. */
 interface Row {

@@ -18,6 +18,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { persistBlock, persistBlocks } from "../persist.ts";
 import { resetSwept } from "../_file_ops.ts";
 
@@ -25,7 +26,7 @@ const quick = process.argv.includes("--quick");
 const block = (text: string) =>
   `<!-- agent-checkpoint:begin -->\n${text}\n${
     "figures ".repeat(60)
-  }\n<!-- agent-checkpoint:end -->`;
+  }\n<!-- agent-checkpoint:data {"v":1} -->\n<!-- agent-checkpoint:end -->`;
 const tempDir = () => fs.mkdtempSync(path.join(os.tmpdir(), "ac-bench-"));
 const ms = (n: number) => `${n.toFixed(1)} ms`;
 
@@ -91,7 +92,7 @@ async function appendLoss(rate: number, count: number): Promise<void> {
   const dir = tempDir();
   const file = path.join(dir, "run.md");
   fs.writeFileSync(file, "# notes\n");
-  const writer = new URL("../tests/fixtures/append_writer.ts", import.meta.url).pathname;
+  const writer = fileURLToPath(new URL("../tests/fixtures/append_writer.ts", import.meta.url));
   const child = spawn(process.execPath, [
     "run",
     "-A",

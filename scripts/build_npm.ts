@@ -47,9 +47,10 @@ export interface NpmDep {
 /** The table of `npm:` specifiers; add a row for each new one. */
 export const NPM_DEPS: NpmDep[] = [
   { spec: "npm:js-yaml@^5.5.0", node: "js-yaml", install: "js-yaml@5.5.0", dependency: "^5.5.0" },
-  // The shell tokenizer of workspace.ts (destructive-command detection), and its types for tsc.
+  // The shell tokenizer of workspace snapshots (destructive-command detection), and its types for
+  // tsc. One exact version for both runtimes' test suites: Deno's import pins what Node installs.
   {
-    spec: "npm:shell-quote@^1.8.3",
+    spec: "npm:shell-quote@1.8.3",
     node: "shell-quote",
     install: "shell-quote@1.8.3",
     dependency: "^1.8.3",
@@ -146,6 +147,9 @@ const walk = (dir: string): string[] =>
     e.isDirectory() ? walk(path.join(dir, e.name)) : [path.join(dir, e.name)]
   );
 
+/** The YAML parser's Node twin, shipped as `_yaml.js`. */
+const NODE_YAML = "_yaml_node.ts";
+
 /** The library's subsystems, each a folder with its own `mod.ts`, compiled and shipped. */
 export const ROOMS = ["adapters", "cli", "supervise", "workspace", "store"];
 
@@ -155,7 +159,9 @@ function sources(): string[] {
     fs.existsSync(path.join(root, dir))
       ? walk(path.join(root, dir)).filter((f) => f.endsWith(".ts"))
       : [];
-  const top = fs.readdirSync(root).filter((f) => f.endsWith(".ts")).map((f) => path.join(root, f));
+  // `_yaml_node.ts` is staged in place of `_yaml.ts` (see stage()), not as a file of its own.
+  const top = fs.readdirSync(root).filter((f) => f.endsWith(".ts") && f !== NODE_YAML)
+    .map((f) => path.join(root, f));
   const scripts = ["demo.ts", "demo_progress.ts", "cli.ts"].map((f) =>
     path.join(root, "scripts", f)
   )
@@ -184,7 +190,7 @@ function stage(): string[] {
     fs.mkdirSync(path.dirname(to), { recursive: true });
     // Node can load js-yaml on demand (createRequire), Deno only statically: the npm build
     // ships the on-demand twin.
-    const from = path.relative(root, file) === "_yaml.ts" ? path.join(root, "_yaml_node.ts") : file;
+    const from = path.relative(root, file) === "_yaml.ts" ? path.join(root, NODE_YAML) : file;
     fs.writeFileSync(to, rewriteSpecifiers(fs.readFileSync(from, "utf8"), from));
     return to;
   });
@@ -303,6 +309,64 @@ export function pack(): { tarball: string; size: number; unpackedSize: number; f
   };
 }
 
+/**
+ * Packages whose version in `deno.lock` is not one the Node suite installs:
+ * each runtime's tests must run the same code. One line per mismatch.
+ */
+export function lockMismatches(lock: { specifiers?: Record<string, string> }): string[] {
+  const installed = new Map<string, Set<string>>();
+  for (const { install } of NPM_DEPS) {
+    const m = /^(?:[^@]+@npm:)?(@?[^@]+)@(.+)$/.exec(install);
+    if (!m) continue;
+    if (!installed.has(m[1]!)) installed.set(m[1]!, new Set());
+    installed.get(m[1]!)!.add(m[2]!);
+  }
+  const out: string[] = [];
+  for (const [spec, resolved] of Object.entries(lock.specifiers ?? {})) {
+    const m = /^npm:(@?[^@]+)@/.exec(spec);
+    const versions = m && installed.get(m[1]!);
+    const version = resolved.split("_")[0]!;
+    if (versions && !versions.has(version)) {
+      out.push(`${spec} resolves to ${version} under Deno, but Node installs ${[...versions]}`);
+    }
+  }
+  return out;
+}
+
+/**
+ * The shipped modules that nothing shipped loads: not reached from an export,
+ * the command line or a script by a relative import or a `new URL("./x.js",
+ * import.meta.url)` (the watchdog's worker). Type-only modules (`export {};`)
+ * are left out: their declarations are what counts.
+ */
+export function unreached(dir: string, shipped: string[]): string[] {
+  const js = shipped.filter((f) => f.endsWith(".js"));
+  const entries = js.filter((f) => /^esm\/scripts\/[^/]+\.js$/.test(f));
+  const pkg = JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8"));
+  for (const e of Object.values(pkg.exports as Record<string, unknown>)) {
+    if (typeof e === "object" && e !== null) {
+      entries.push(path.normalize((e as { default: string }).default));
+    }
+  }
+  const seen = new Set<string>();
+  const todo = [...entries];
+  while (todo.length > 0) {
+    const file = todo.pop()!;
+    if (seen.has(file) || !fs.existsSync(path.join(dir, file))) continue;
+    seen.add(file);
+    const text = fs.readFileSync(path.join(dir, file), "utf8");
+    const specs = [
+      ...text.matchAll(/(?:from|import)\s*\(?\s*["'](\.{1,2}\/[^"']+\.js)["']/g),
+      ...text.matchAll(/["'](\.{1,2}\/[^"']+\.js)["']\s*,\s*import\.meta\.url/g),
+    ].map((m) => m[1]!);
+    for (const spec of specs) todo.push(path.normalize(path.join(path.dirname(file), spec)));
+  }
+  return js.filter((f) =>
+    !seen.has(path.normalize(f)) &&
+    fs.readFileSync(path.join(dir, f), "utf8").replace(/\/\/.*$/gm, "").trim() !== "export {};"
+  );
+}
+
 function lint(tarball: string): void {
   step("publint");
   console.log(run(path.join(tools, "node_modules/.bin/publint"), ["--strict", out]).trim());
@@ -319,6 +383,12 @@ function lint(tarball: string): void {
 }
 
 if (import.meta.main) {
+  const mismatched = lockMismatches(
+    JSON.parse(fs.readFileSync(path.join(root, "deno.lock"), "utf8")),
+  );
+  if (mismatched.length > 0) {
+    throw new Error(`two runtimes, two versions: ${mismatched.join("; ")}`);
+  }
   installTools();
   fs.rmSync(out, { recursive: true, force: true });
   fs.mkdirSync(out);
@@ -330,5 +400,11 @@ if (import.meta.main) {
       (packed.unpackedSize / 1024).toFixed(1)
     } KiB unpacked, ${packed.files} files`,
   );
+  const listed = run("tar", ["tzf", packed.tarball], out).split("\n")
+    .filter((l) => l.startsWith("package/")).map((l) => l.slice("package/".length));
+  const dead = unreached(out, listed);
+  if (dead.length > 0) {
+    throw new Error(`the package ships modules nothing loads: ${dead.join(", ")}`);
+  }
   lint(packed.tarball);
 }

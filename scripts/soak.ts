@@ -18,6 +18,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { readCheckpoint } from "../persist.ts";
 import { flag, fmtBytes, runtime, tempDir } from "./_bench_util.ts";
 
@@ -34,7 +35,7 @@ const random = () => {
   seed = (seed * 1103515245 + 12345) % 2147483648;
   return seed / 2147483648;
 };
-const HOST = new URL("./_soak_host.ts", import.meta.url).pathname;
+const HOST = fileURLToPath(new URL("./_soak_host.ts", import.meta.url));
 const MAX_RESTARTS = 5;
 
 interface Figures {

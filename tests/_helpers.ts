@@ -4,6 +4,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import type { LogRecord } from "../log.ts";
 
 /** A fresh, empty home directory. */
@@ -60,7 +61,7 @@ export const underDeno = "Deno" in globalThis;
 /** The file of a fixture script beside this one, in this runtime's extension. */
 export function fixture(name: string): string {
   const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
-  return new URL(`./fixtures/${name}${ext}`, import.meta.url).pathname;
+  return fileURLToPath(new URL(`./fixtures/${name}${ext}`, import.meta.url));
 }
 
 /** The command that runs a script in this runtime. */
@@ -115,7 +116,7 @@ export interface WatchdogProgress {
 
 /**
  * Wake the watchdog and resolve once it has completed `count` more looks at
- * the run table (a look weighs every run whose moment has come, and flushes
+ * the run table, and every wake this made has been served (a look weighs every run whose moment has come, and flushes
  * its writes): what it has not written by then it will not write without a
  * new reason, so an absence is checked over looks, not wall time. False when
  * the looks did not come within `ms`.
@@ -126,14 +127,15 @@ export async function watchdogLooks(
   ms = 30_000,
 ): Promise<boolean> {
   const start = table.looks();
-  let woken = 0;
+  // A wake made while a look runs is served by the look after it: by then, two more.
+  let served = 0;
   const end = Date.now() + ms;
   while (Date.now() < end) {
     const done = table.looks() - start;
-    if (done >= count) return true;
-    if (done >= woken) {
+    if (done >= count && done >= served) return true;
+    if (done >= served) {
       table.wake();
-      woken++;
+      served = done + 2;
     }
     await sleep(5);
   }

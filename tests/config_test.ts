@@ -13,7 +13,16 @@ import {
 } from "../config.ts";
 import { createAgentCheckpoint } from "../mod.ts";
 import { SHOW_LIMIT } from "../_show.ts";
-import { captureLog, fixture, runScript, tempHome, writeConfig } from "./_helpers.ts";
+import { spawn } from "node:child_process";
+import {
+  captureLog,
+  fixture,
+  runScript,
+  scriptCommand,
+  tempHome,
+  waitFor,
+  writeConfig,
+} from "./_helpers.ts";
 
 const PROTO_KEYS = [
   "valueOf",
@@ -232,4 +241,86 @@ test("SettingsSource reloads config.yaml when it changes, and tells onChange", (
   assert.equal(source.at(2000).mode, "log-only");
   assert.deepEqual(seen, ["snapshot", "notify", "log-only"]);
   assert.match(source.current.warnings.join("\n"), /unknown setting extra/);
+});
+
+test("a changed config.yaml that is empty or not valid keeps the settings in force, warning once", () => {
+  const home = tempHome();
+  const warnings: string[] = [];
+  writeConfig(home, "agent_checkpoint: { enabled: false, watchdog_poll_seconds: 1 }\n");
+  const source = new SettingsSource(home, {}, undefined, (loaded) => {
+    warnings.push(...loaded.warnings);
+  });
+  assert.equal(source.at(0).enabled, false);
+  let now = 0;
+  const reload = (yaml: string) => {
+    writeConfig(home, yaml);
+    now += 2000;
+    return source.at(now);
+  };
+  for (
+    const bad of ["", "agent_checkpoint: { enab", "", "- a list\n", "agent_checkpoint: { enab"]
+  ) {
+    assert.equal(reload(bad).enabled, false, `after ${JSON.stringify(bad)}`);
+  }
+  assert.equal(source.version, 0, "nothing changed");
+  assert.equal(warnings.length, 3, warnings.join("\n"));
+  assert.match(warnings[0]!, /config\.yaml .*empty.*; keeping the settings in force until/);
+  assert.match(warnings[1]!, /not valid YAML/);
+  assert.match(warnings[2]!, /does not hold a mapping/);
+  // Only a valid file changes them.
+  assert.equal(
+    reload("agent_checkpoint: { enabled: true, watchdog_poll_seconds: 1 }\n").enabled,
+    true,
+  );
+  assert.equal(source.version, 1);
+  // A deleted file is the defaults, as at start.
+  fs.rmSync(path.join(home, "config.yaml"));
+  writeConfig(home, "agent_checkpoint: { enabled: false, watchdog_poll_seconds: 1 }\n");
+  assert.equal(source.at(now += 2000).enabled, false);
+  fs.rmSync(path.join(home, "config.yaml"));
+  assert.equal(source.at(now += 2000).enabled, true);
+});
+
+test("at start, an empty config.yaml gives the defaults", () => {
+  const home = tempHome();
+  writeConfig(home, "");
+  assert.equal(new SettingsSource(home, {}, undefined).at(0).enabled, true);
+});
+
+test("a config.yaml rewritten in place while a run is live keeps a disabled library off", async () => {
+  const home = tempHome();
+  const yaml = "agent_checkpoint: { enabled: false, watchdog_poll_seconds: 0.05 }\n";
+  writeConfig(home, yaml);
+  const { logger, records } = captureLog();
+  const ac = createAgentCheckpoint({ home, env: {}, logger });
+  const run = ac.startRun({ sessionId: "off", caps: { turns: 4, timeSeconds: 1 } });
+  const [cmd, args] = scriptCommand(fixture("config_rewriter"), [
+    path.join(home, "config.yaml"),
+    yaml,
+  ]);
+  const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"] });
+  let rewrites = 0;
+  child.stdout.on("data", (d) => rewrites += String(d).split("\n").length - 1);
+  const directives: string[] = [];
+  try {
+    // 40 poll intervals, each with a rewrite in it, each with every hook a run calls.
+    for (let poll = 0; poll < 40; poll++) {
+      const since = Date.now();
+      const seen = rewrites;
+      assert.ok(await waitFor(() => Date.now() - since >= 60 && rewrites > seen, 20_000));
+      const directive = run.preLlmCall();
+      if (directive !== undefined) directives.push(directive);
+      run.preToolCall("bash");
+      run.postToolCall("bash");
+    }
+  } finally {
+    child.kill("SIGKILL");
+    await new Promise((resolve) => child.once("close", resolve));
+  }
+  run.end({ status: "done" });
+  await ac.close();
+  assert.deepEqual(directives, []);
+  assert.equal(fs.existsSync(path.join(home, "agent-checkpoints")), false, "no checkpoint file");
+  const kept = records.filter((r) => /keeping the settings in force/.test(r.message));
+  assert.ok(kept.length <= 4, `one warning per bad content, not per poll: ${kept.length}`);
 });

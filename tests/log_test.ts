@@ -1,4 +1,7 @@
 import { test } from "node:test";
+// deno-lint-ignore no-import-prefix -- the same pinned tokenizer the workspace snapshots use
+// @ts-types="npm:@types/shell-quote@1.7.5"
+import { parse as parseShell } from "npm:shell-quote@1.8.3";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
@@ -88,3 +91,57 @@ test("appendLogLine() refuses a log path that is not a regular file, and says wh
     /EISDIR|directory/,
   );
 });
+
+/** Deno's own process API, typed here so that the Node build of the tests compiles. */
+interface DenoCommand {
+  execPath(): string;
+  Command: new (cmd: string, options: { args: string[]; stdin: "null" }) => {
+    output(): Promise<{ code: number; stdout: Uint8Array; stderr: Uint8Array }>;
+  };
+}
+
+/**
+ * Run a script with Deno and exactly the flags given. Not node:child_process:
+ * under Deno, a child spawned through it is granted permissions it was not
+ * given on its command line.
+ */
+async function denoRun(flags: string[], script: string, args: string[]) {
+  const deno = (globalThis as unknown as { Deno: DenoCommand }).Deno;
+  const command = new deno.Command(deno.execPath(), {
+    args: ["run", "--quiet", "--no-prompt", ...flags, script, ...args],
+    stdin: "null",
+  });
+  const { code, stdout, stderr } = await command.output();
+  const text = new TextDecoder();
+  return { code, stdout: text.decode(stdout), stderr: text.decode(stderr) };
+}
+
+test(
+  "under Deno with no permissions, one line on stderr says no checkpoint can be written, and the flags",
+  {
+    skip: !underDeno && "Deno's permissions",
+  },
+  async () => {
+    const home = path.join(tempHome(), "home");
+    const { code, stdout, stderr } = await denoRun([], fixture("host_plain"), [home]);
+    assert.equal(code, 0, stderr);
+    assert.equal(stdout, "done\n");
+    assert.doesNotMatch(stderr, /Uncaught|error:/i);
+    const lines = stderr.split("\n").filter((l) => l !== "");
+    assert.equal(lines.length, 1, stderr);
+    const line = lines[0]!;
+    assert.match(line, /^agent-checkpoint: .*no checkpoint file can be written/);
+    // The flags as a shell reads them: a path with a space comes quoted.
+    const flags = parseShell(line.match(/Fix: run with (.*)\.$/)?.[1] ?? "") as string[];
+    const reads = flags.find((f) => f.startsWith("--allow-read="))?.slice(13).split(",") ?? [];
+    assert.ok(reads.includes(home), line);
+    assert.ok(flags.includes(`--allow-write=${home}`), line);
+    assert.ok(flags.includes("--allow-env"), line);
+    assert.equal(fs.existsSync(home), false);
+    // With exactly those flags, the same host writes its checkpoint and says nothing.
+    const again = await denoRun(flags, fixture("host_plain"), [home]);
+    assert.equal(again.code, 0, again.stderr);
+    assert.equal(again.stderr, "");
+    assert.ok(fs.existsSync(path.join(home, "agent-checkpoints", "plain.md")));
+  },
+);

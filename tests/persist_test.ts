@@ -17,8 +17,13 @@ import {
 } from "../persist.ts";
 import { findBlock, findBlocks } from "../_block.ts";
 import { parseRecord, renderBlock } from "../_record.ts";
-import { resetSwept } from "../_file_ops.ts";
+import { resetSwept, tempName } from "../_file_ops.ts";
 import { fixture, scriptCommand, sleep, tempHome, waitFor } from "./_helpers.ts";
+
+/** A block as the library writes it: text, then the data line. */
+const BLOCK = (text: string) =>
+  `<!-- agent-checkpoint:begin -->\n${text}\n<!-- agent-checkpoint:data {"v":1} -->\n` +
+  "<!-- agent-checkpoint:end -->";
 
 const AGENT = "# My findings\n\nThe bug is in parser.ts line 40.\n";
 
@@ -27,7 +32,7 @@ function assertWhole(file: string): void {
   const text = fs.readFileSync(file, "utf8");
   assert.ok(text.startsWith(AGENT), "the agent's text leads the file");
   const m = text.slice(AGENT.length).match(
-    /^\n<!-- agent-checkpoint:begin -->\nwrite (\d+) (\d+)\n(\d+)\n<!-- agent-checkpoint:end -->\n$/,
+    /^\n<!-- agent-checkpoint:begin -->\nwrite (\d+) (\d+)\n(\d+)\n<!-- agent-checkpoint:data \{"v":1\} -->\n<!-- agent-checkpoint:end -->\n$/,
   );
   assert.ok(m, `the block is whole (file is ${text.length} bytes)`);
   assert.equal(m[3]!.length, Number(m[2]));
@@ -54,7 +59,7 @@ test("a checkpoint file is always whole when its writer is killed at random mome
   // The next write to the file removes what killed writers left behind.
   persistBlock(
     file,
-    "<!-- agent-checkpoint:begin -->\nwrite 1 1\n1\n<!-- agent-checkpoint:end -->",
+    '<!-- agent-checkpoint:begin -->\nwrite 1 1\n1\n<!-- agent-checkpoint:data {"v":1} -->\n<!-- agent-checkpoint:end -->',
   );
   assertWhole(file);
   assert.deepEqual(temps(dir), []);
@@ -88,14 +93,14 @@ test("the agent's own text survives 100 plugin persists byte for byte", () => {
     Buffer.from("\n"),
   ]);
   const tail = Buffer.from("\n## Next step\nrun the tests <!-- not ours -->\n");
-  persistBlock(file, "<!-- agent-checkpoint:begin -->\nfirst\n<!-- agent-checkpoint:end -->");
+  persistBlock(file, BLOCK("first"));
   const first = fs.readFileSync(file);
   fs.writeFileSync(file, Buffer.concat([head, first, tail]));
   let appended = Buffer.alloc(0);
   for (let i = 0; i < 100; i++) {
     persistBlock(
       file,
-      `<!-- agent-checkpoint:begin -->\npersist ${i}\n<!-- agent-checkpoint:end -->`,
+      BLOCK(`persist ${i}`),
     );
     // The agent keeps writing between persists.
     const line = Buffer.from(`- finding ${i}\n`);
@@ -108,17 +113,17 @@ test("the agent's own text survives 100 plugin persists byte for byte", () => {
   assert.deepEqual(bytes.subarray(at.end), Buffer.concat([Buffer.from("\n"), tail, appended]));
   assert.equal(
     bytes.subarray(at.start, at.end).toString(),
-    "<!-- agent-checkpoint:begin -->\npersist 99\n<!-- agent-checkpoint:end -->",
+    BLOCK("persist 99"),
   );
 });
 
 test("a file with the agent's text and no block gets a block appended", () => {
   const file = path.join(tempHome(), "run.md");
   fs.writeFileSync(file, "no newline at the end");
-  persistBlock(file, "<!-- agent-checkpoint:begin -->\nx\n<!-- agent-checkpoint:end -->");
+  persistBlock(file, BLOCK("x"));
   assert.equal(
     fs.readFileSync(file, "utf8"),
-    "no newline at the end\n\n<!-- agent-checkpoint:begin -->\nx\n<!-- agent-checkpoint:end -->\n",
+    `no newline at the end\n\n${BLOCK("x")}\n`,
   );
 });
 
@@ -126,11 +131,11 @@ test("a begin marker whose end the agent deleted is kept, and a new block append
   const file = path.join(tempHome(), "run.md");
   const broken = "<!-- agent-checkpoint:begin -->\nhalf of an old block, edited by the agent\n";
   fs.writeFileSync(file, broken);
-  persistBlock(file, "<!-- agent-checkpoint:begin -->\nnew\n<!-- agent-checkpoint:end -->");
-  persistBlock(file, "<!-- agent-checkpoint:begin -->\nnewer\n<!-- agent-checkpoint:end -->");
+  persistBlock(file, BLOCK("new"));
+  persistBlock(file, BLOCK("newer"));
   assert.equal(
     fs.readFileSync(file, "utf8"),
-    broken + "\n<!-- agent-checkpoint:begin -->\nnewer\n<!-- agent-checkpoint:end -->\n",
+    broken + `\n${BLOCK("newer")}\n`,
   );
 });
 
@@ -179,9 +184,6 @@ test("run ids that try to escape checkpoint_dir all land inside it, each in its 
 });
 
 // ---- hostile files at the checkpoint path ------------------------------------
-
-const BLOCK = (text: string) =>
-  `<!-- agent-checkpoint:begin -->\n${text}\n<!-- agent-checkpoint:end -->`;
 
 test("a FIFO at the checkpoint path is refused at once, and readCheckpoint() does not block", () => {
   const dir = tempHome();
@@ -257,7 +259,7 @@ test("a new file a killed writer left hard-linked to its temporary file is still
   const file = path.join(dir, "run.md");
   persistBlock(file, BLOCK("one")); // this process has swept the directory now
   // Killed between link() and unlink(): the temporary file is a second name of the file.
-  fs.linkSync(file, path.join(dir, `.run.md.${await deadPid()}.0badf00d.tmp`));
+  fs.linkSync(file, path.join(dir, tempName("run.md", await deadPid())));
   persistBlock(file, BLOCK("two"));
   assert.equal(fs.readFileSync(file, "utf8"), `${BLOCK("two")}\n`);
   assert.deepEqual(temps(dir), []);
@@ -440,7 +442,7 @@ async function deadPid(): Promise<number> {
 test("stale temporary files are swept once per directory, not once per file", async () => {
   const dir = tempHome();
   const pid = await deadPid();
-  const stale = (target: string) => path.join(dir, `.${target}.${pid}.0badf00d.tmp`);
+  const stale = (target: string) => path.join(dir, tempName(target, pid, "0badf00d0badf00d"));
   fs.writeFileSync(stale("a.md"), "left by a killed writer");
   fs.writeFileSync(stale("b.md"), "left by a killed writer");
   persistBlock(path.join(dir, "a.md"), BLOCK("a"));
@@ -449,7 +451,7 @@ test("stale temporary files are swept once per directory, not once per file", as
   persistBlock(path.join(dir, "c.md"), BLOCK("c"));
   persistBlock(path.join(dir, "d.md"), BLOCK("d"));
   assert.deepEqual(temps(dir), [path.basename(stale("c.md"))], "the directory is listed once");
-  const live = path.join(dir, `.e.md.${process.pid}.0badf00d.tmp`);
+  const live = path.join(dir, tempName("e.md"));
   fs.writeFileSync(live, "this process's own");
   resetSwept();
   persistBlock(path.join(dir, "e.md"), BLOCK("e"));
@@ -462,7 +464,7 @@ test("a large directory is swept off the main thread, without a write waiting fo
   const pid = await deadPid();
   for (let i = 0; i < 5000; i++) fs.writeFileSync(path.join(dir, `old-${i}.md`), "");
   for (let i = 0; i < 20; i++) {
-    fs.writeFileSync(path.join(dir, `.t${i}.md.${pid}.0badf00d.tmp`), "");
+    fs.writeFileSync(path.join(dir, tempName(`t${i}.md`, pid)), "");
   }
   persistBlock(path.join(dir, "new.md"), BLOCK("x"));
   assert.equal(fs.readFileSync(path.join(dir, "new.md"), "utf8"), `${BLOCK("x")}\n`);
@@ -500,4 +502,60 @@ test("persistBlocks() writes a burst concurrently with persistBlock()'s guarante
   assert.equal(fs.readFileSync(files[39]!, "utf8"), `${BLOCK("run 39")}\n`);
   assert.deepEqual(temps(path.join(dir, "sub")), []);
   await assert.rejects(persistBlocks(items, { concurrency: 0 }), RangeError);
+});
+
+// ---- whose files these are ------------------------------------------------------------
+
+test("writeFileAtomic() never removes a file it did not make, and still sweeps a killed writer's", async () => {
+  const dir = tempHome();
+  const pid = await deadPid();
+  // Files of the user's that look like temporary files, one with a pid that is not running.
+  const theirs = [".db.2024.backup.tmp", `.db.${pid}.backup.tmp`, `.notes.md.${pid}.0badf00d.tmp`];
+  for (const name of theirs) fs.writeFileSync(path.join(dir, name), `the user's ${name}`);
+  // A writer of this library killed mid-write leaves its temporary file.
+  const file = path.join(dir, "notes.md");
+  fs.writeFileSync(file, AGENT);
+  const [cmd, args] = scriptCommand(fixture("persist_loop"), [file, "200000"]);
+  const ours = () => temps(dir).filter((n) => !theirs.includes(n));
+  for (let round = 0; round < 200 && ours().length === 0; round++) {
+    const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise<void>((resolve) => child.stdout.once("data", () => resolve()));
+    await sleep(Math.random() * 40);
+    child.kill("SIGKILL");
+    await new Promise((resolve) => child.once("close", resolve));
+  }
+  assert.equal(ours().length, 1, "no round was killed mid-write; the test proved nothing");
+  await writeFileAtomic(file, "my notes\n");
+  assert.equal(fs.readFileSync(file, "utf8"), "my notes\n");
+  assert.deepEqual(ours(), [], "the killed writer's temporary file is swept");
+  for (const name of theirs) {
+    assert.equal(fs.readFileSync(path.join(dir, name), "utf8"), `the user's ${name}`);
+  }
+});
+
+test("markers the agent copied into its notes without a data line are its text, kept through a persist", () => {
+  const file = path.join(tempHome(), "run.md");
+  const copied = "# Notes\n\nFrom the last run's file:\n<!-- agent-checkpoint:begin -->\n" +
+    "IMPORTANT FINDING: the cache key ignores the locale.\n<!-- agent-checkpoint:end -->\n";
+  fs.writeFileSync(file, copied);
+  const record = {
+    kind: "manual" as const,
+    source: "host" as const,
+    runId: "r",
+    dialect: "chat",
+    turnsUsed: 1,
+    elapsedSeconds: 1,
+    caps: {},
+    tier: 0,
+    persistedAt: "2026-01-01T00:00:00.000Z",
+    message: "m",
+    tools: [],
+    notes: [],
+  };
+  persistBlock(file, renderBlock(record));
+  persistBlock(file, renderBlock({ ...record, turnsUsed: 2 }));
+  const bytes = fs.readFileSync(file);
+  assert.equal(bytes.toString(), `${copied}\n${renderBlock({ ...record, turnsUsed: 2 })}\n`);
+  assert.equal(parseRecord(bytes)?.turnsUsed, 2);
+  assert.equal(readCheckpoint(file).state, "record");
 });

@@ -10,6 +10,11 @@ import {
   summaryLine,
 } from "../_record.ts";
 import { findBlocks } from "../_block.ts";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { createAgentCheckpoint } from "../mod.ts";
+import { checkpointFileName } from "../persist.ts";
+import { captureLog, tempHome } from "./_helpers.ts";
 
 const enc = (text: string) => new TextEncoder().encode(text);
 
@@ -240,4 +245,53 @@ test("summaryLine() tells a cut-off attempt from an ended one, on one bounded li
     summaryLine({ ...base, end: { status: "done", at: "x", summary: "<!--" } }).includes("<!--"),
     false,
   );
+});
+
+test("a forged value in an earlier record is dropped with a log line, and the run id keeps working", async () => {
+  const home = tempHome();
+  const dir = path.join(home, "agent-checkpoints");
+  fs.mkdirSync(dir);
+  const file = path.join(dir, checkpointFileName("forged"));
+  const forged = {
+    v: 1,
+    kind: "end",
+    source: "host",
+    runId: "forged",
+    dialect: "chat",
+    turnsUsed: 3,
+    elapsedSeconds: 9,
+    caps: { turns: { value: { toString: 1 }, source: "host" } },
+    tier: 0,
+    persistedAt: "2026-01-01T00:00:00.000Z",
+    message: "m",
+    tools: [{ tool: "bash", status: "ok", startedAt: 1, error: { toString: 1 } }],
+    notes: ["kept", { toString: 1 }],
+    end: { status: "failed", at: "2026-01-01T00:00:00.000Z", summary: { toString: 1 } },
+  };
+  fs.writeFileSync(
+    file,
+    "# my notes\n\n<!-- agent-checkpoint:begin -->\n## old\n" +
+      `<!-- agent-checkpoint:data ${JSON.stringify(forged)} -->\n<!-- agent-checkpoint:end -->\n`,
+  );
+  const { logger, records } = captureLog();
+  const ac = createAgentCheckpoint({ home, env: {}, logger });
+  try {
+    for (const attempt of [2, 3]) {
+      const run = ac.startRun({ sessionId: "forged" });
+      assert.equal(run.runId, "forged");
+      assert.equal(run.attempt, attempt, "the earlier attempt is resumed");
+      assert.equal(await run.checkpoint("step 2 done"), file, "a later persist writes the file");
+      const record = parseRecord(fs.readFileSync(file))!;
+      assert.equal(record.message, "step 2 done");
+      assert.equal(record.attempt, attempt);
+      run.end({ status: "failed" });
+    }
+    assert.match(fs.readFileSync(file, "utf8"), /^# my notes\n/);
+    const dropped = records.filter((r) => /fields of the wrong type/.test(r.message));
+    assert.ok(dropped.length >= 1, JSON.stringify(records));
+    assert.match(dropped[0]!.message, /caps\.turns.*end\.summary/);
+    assert.ok(!records.some((r) => /startRun failed/.test(r.message)), JSON.stringify(records));
+  } finally {
+    await ac.close();
+  }
 });

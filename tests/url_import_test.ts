@@ -4,9 +4,10 @@ import * as fs from "node:fs";
 import * as http from "node:http";
 import * as path from "node:path";
 import type { AddressInfo } from "node:net";
+import { fileURLToPath } from "node:url";
 import { runScript, tempHome, underDeno } from "./_helpers.ts";
 
-const root = path.resolve(new URL("..", import.meta.url).pathname);
+const root = path.resolve(fileURLToPath(new URL("..", import.meta.url)));
 
 test(
   "imported by URL in Deno, the watchdog still writes while the main thread is blocked",

@@ -8,7 +8,7 @@
  */
 // @ts-types="npm:@types/shell-quote@1.7.5"
 // deno-lint-ignore no-import-prefix -- a full npm: specifier lets Deno import this by URL
-import { parse } from "npm:shell-quote@^1.8.3";
+import { parse } from "npm:shell-quote@1.8.3";
 
 /** Tools that write the files their input names. */
 export const FILE_TOOLS: ReadonlySet<string> = new Set([

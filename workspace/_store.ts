@@ -16,6 +16,7 @@ import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
 import { spawnSync } from "node:child_process";
 import { deflateSync } from "node:zlib";
+import { writeFileAtomicSync } from "../persist.ts";
 
 /** Settings the workspace snapshots read (all optional until read). */
 export interface WorkspaceSettings {
@@ -585,12 +586,10 @@ function dedupe(list: Buffer[]): Buffer[] {
   return out;
 }
 
-/** Write a file by renaming a temporary one over it. */
+/** Write a file atomically, with the library's one atomic write; its directory is made. */
 export function writeAtomic(file: string, text: string): void {
   fs.mkdirSync(path.dirname(file), { recursive: true });
-  const tmp = `${file}.${process.pid}.${Date.now()}.tmp`;
-  fs.writeFileSync(tmp, text);
-  fs.renameSync(tmp, file);
+  writeFileAtomicSync(file, text);
 }
 
 /** The shared store under `<home>/checkpoints/`. */

@@ -156,6 +156,36 @@ test("max-turns exhaustion ends the run capped and rethrows", async () => {
   }
 });
 
+test("an error from the model's API ends the run failed with the API's message, and rethrows", async () => {
+  const cwd = tempHome();
+  // A script that throws makes the server answer HTTP 400 with the error's text.
+  const server = await startMessagesServer(() => {
+    throw new Error("no such model");
+  });
+  const ac = createAgentCheckpoint({ home: tempHome(), env: {} });
+  try {
+    // Two turns: tier 2 is due at the first call, so the run has its file from the start.
+    const q = checkpointedQuery(ac, { sessionId: "api-error", maxTurns: 2 }, {
+      prompt: "go",
+      options: offline(server, cwd),
+    });
+    const results: { subtype: string; isError: boolean }[] = [];
+    await assert.rejects(async () => {
+      for await (const m of q) {
+        if (m.type === "result") results.push({ subtype: m.subtype, isError: m.is_error });
+      }
+    }, /API Error: 400/);
+    // The SDK reports this as a "success" result that is an error.
+    assert.deepEqual(results, [{ subtype: "success", isError: true }]);
+    const r = record(q.run.checkpointFile);
+    assert.equal(r?.end?.status, "failed");
+    assert.match(r?.end?.summary ?? "", /400.*no such model/);
+  } finally {
+    await server.close();
+    await ac.close();
+  }
+});
+
 test("a tool that blocks the main thread past a crossing gets the watchdog's file", async () => {
   const cwd = tempHome();
   const server = await startMessagesServer([
