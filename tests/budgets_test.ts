@@ -6,7 +6,10 @@ import { createAgentCheckpoint, discoverCaps } from "../mod.ts";
 import { parseRecord } from "../_record.ts";
 import { auditSummary, usageCell } from "../cli/_checkpoints.ts";
 import { listCheckpoints } from "../cli/_inspect.ts";
-import { captureLog, tempHome, waitFor } from "./_helpers.ts";
+import { explain } from "../cli/_explain_report.ts";
+import { explainText } from "../cli/_explain.ts";
+import { memoryIo, paint } from "../cli/_common.ts";
+import { captureLog, tempHome, waitFor, writeConfig } from "./_helpers.ts";
 
 const record = (file: string) =>
   fs.existsSync(file) ? parseRecord(fs.readFileSync(file)) : undefined;
@@ -255,4 +258,19 @@ test("usage() never throws and ignores figures that are not token counts", async
   assert.match(run.preLlmCall() ?? "", /60 of 100 tokens/);
   assert.ok(await waitFor(() => record(run.checkpointFile)?.tier === 1));
   await ac.close();
+});
+
+test("explain shows the token and dollar caps and when their tiers fire", () => {
+  const home = tempHome();
+  writeConfig(home, "agent_checkpoint:\n  caps: { tokens: 200000, usd: 5 }\n");
+  const e = explain({ home, env: {}, sqlite: null });
+  assert.equal(e.run.capless, false, "a run with only token and dollar caps is not capless");
+  assert.deepEqual(e.run.caps.tokens, { value: 200_000, source: "caps.tokens" });
+  assert.deepEqual(
+    e.schedule.map((t) => [t.tier, t.fires, t.atTokens, t.atUsd]),
+    [[1, true, 100_000, 2.5], [2, true, 180_000, 4.5]],
+  );
+  const text = explainText(e, paint(memoryIo().io));
+  assert.match(text, /cost cap +\$5\.00 +\(caps\.usd\)/);
+  assert.match(text, /the first model call after 180000 tokens or \$4\.50/);
 });
