@@ -3,7 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { createAgentCheckpoint, discoverCaps } from "../mod.ts";
-import { parseRecord } from "../_record.ts";
+import { parseRecord, summaryLine } from "../_record.ts";
 import { auditSummary, usageCell } from "../cli/_checkpoints.ts";
 import { listCheckpoints } from "../cli/_inspect.ts";
 import { explain } from "../cli/_explain_report.ts";
@@ -222,8 +222,12 @@ test("the resume text names the tool call that timed out in the earlier attempt"
   assert.equal(again.previous?.kind, "tool_timeout");
   const text = again.preLlmCall()!;
   assert.match(text, /tool call bash \[call_hang\] ran past its 0\.1s deadline/);
-  // The end record of the later attempt still names the timed-out call in its summary.
+  // The later attempt's records keep the earlier attempt's summary, which names the call.
   await again.end({ status: "failed" });
+  assert.match(
+    record(again.checkpointFile)?.attempts?.[0] ?? "",
+    /last checkpoint: tool call bash \[call_hang\] ran past its 0\.1s deadline/,
+  );
   await second.ac.close();
 });
 
@@ -273,4 +277,25 @@ test("explain shows the token and dollar caps and when their tiers fire", () => 
   const text = explainText(e, paint(memoryIo().io));
   assert.match(text, /cost cap +\$5\.00 +\(caps\.usd\)/);
   assert.match(text, /the first model call after 180000 tokens or \$4\.50/);
+});
+
+test("a record's summary names a timed-out call, and its tokens and cost", () => {
+  const line = summaryLine({
+    kind: "end",
+    source: "host",
+    runId: "r",
+    dialect: "chat",
+    turnsUsed: 4,
+    elapsedSeconds: 90,
+    caps: { usd: { value: 2, source: "host" } },
+    tier: 0,
+    persistedAt: "2026-01-01T00:00:00.000Z",
+    message: "",
+    tools: [{ tool: "bash", callId: "c1", status: "failed", startedAt: 10, timedOut: true }],
+    notes: [],
+    usage: { inputTokens: 9000, outputTokens: 1000, usd: 0.5 },
+    end: { status: "failed", at: "2026-01-01T00:00:00.000Z" },
+  });
+  assert.match(line, /after 4 turns and 1m30s, 10000 tokens and \$0\.50 of \$2\.00/);
+  assert.match(line, /tool call bash \[c1\] timed out/);
 });
