@@ -57,7 +57,9 @@ function perCall(n: number, fn: (i: number) => void, rounds = 7): number {
 
 function hooks(): void {
   const n = quick ? 200_000 : 1_000_000;
-  console.log(`\n## A turn's hooks with usage reported: ns per turn, best of 7 × ${n.toLocaleString()}`);
+  console.log(
+    `\n## A turn's hooks with usage reported: ns per turn, best of 7 × ${n.toLocaleString()}`,
+  );
   const ac = createAgentCheckpoint({ home: tempDir(), env: {} });
   // Caps that no tier reaches within the benchmark: the figures are the hot path's.
   const plain = ac.startRun({ sessionId: "plain", caps: { turns: 1e12, timeSeconds: 1e9 } });
@@ -90,7 +92,10 @@ function hooks(): void {
   const rows: Array<[string, number]> = [
     ["preLlmCall(), no usage (the same hooks without it)", turn],
     ["preLlmCall() + usage({ inputTokens, outputTokens, usd }), token and dollar caps", withUsage],
-    ["preLlmCall() + usage({ inputTokens, outputTokens }), priced by the prices setting", withPrices],
+    [
+      "preLlmCall() + usage({ inputTokens, outputTokens }), priced by the prices setting",
+      withPrices,
+    ],
     ["usage() alone", usageAlone],
   ];
   for (const [what, ns] of rows) {
@@ -190,7 +195,9 @@ async function timeouts(): Promise<void> {
         latencies.push(...r.latencies);
         floors.push(...r.floors);
         missed += r.missed;
-      } else console.log(`  (child failed: ${result.stderr.trim().split("\n").slice(-3).join(" / ")})`);
+      } else {console.log(
+          `  (child failed: ${result.stderr.trim().split("\n").slice(-3).join(" / ")})`,
+        );}
     } finally {
       await watcher.stop();
       fs.rmSync(home, { recursive: true, force: true });
@@ -201,7 +208,9 @@ async function timeouts(): Promise<void> {
   const p50 = median(latencies);
   const p99 = pct(latencies, 99);
   console.log(
-    `  deadline → record visible (${latencies.length} calls${missed ? `, ${missed} not seen` : ""}): ` +
+    `  deadline → record visible (${latencies.length} calls${
+      missed ? `, ${missed} not seen` : ""
+    }): ` +
       `p50 ${fmtMs(p50)}, p99 ${fmtMs(p99)}  |  floor: bare write+fsync+rename p50 ${
         fmtMs(median(floors))
       }, p99 ${fmtMs(pct(floors, 99))}  |  target p99 ≤ 50 ms: ${p99 <= 50 ? "met" : "NOT met"}`,
