@@ -78,6 +78,7 @@ const WRITING = 3; // the watchdog's writes in flight
 const SLOTS = 4; // slots in the table
 const LOOKS = 5; // the watchdog's completed looks at the table, its writes flushed
 const SETTINGS_SEEN = 6; // the version of the settings the watchdog last looked with
+const WAKES_SERVED = 7; // the wake counter as the watchdog's last completed look began
 const HEADER_BYTES = 64;
 
 /** Bytes the tool-name table starts with, and grows by. */
@@ -190,10 +191,11 @@ export class RunTable {
     return HEADER_BYTES + slot * SLOT_BYTES + F64_BYTES + I32_BYTES + IDS_BYTES;
   }
 
-  /** Ask the watchdog to look again now. */
-  wake(): void {
-    Atomics.add(this.#h, WAKE, 1);
+  /** Ask the watchdog to look again now; the wake counter after this wake. */
+  wake(): number {
+    const wakes = Atomics.add(this.#h, WAKE, 1) + 1;
     Atomics.notify(this.#h, WAKE);
+    return wakes;
   }
 
   /** The wake counter, read before a look so that no wake is missed. */
@@ -207,10 +209,19 @@ export class RunTable {
     return result.async ? result.value : Promise.resolve(result.value);
   }
 
-  /** Count one completed look of the watchdog (its writes flushed), made with settings `version`. */
-  looked(version: number): void {
+  /**
+   * Count one completed look of the watchdog (its writes flushed), made with
+   * settings `version`, begun when the wake counter read `wakes`.
+   */
+  looked(version: number, wakes: number): void {
     Atomics.store(this.#h, SETTINGS_SEEN, version);
+    Atomics.store(this.#h, WAKES_SERVED, wakes);
     Atomics.add(this.#h, LOOKS, 1);
+  }
+
+  /** The wake counter as the watchdog's last completed look began: every wake up to it is served. */
+  wakesServed(): number {
+    return Atomics.load(this.#h, WAKES_SERVED);
   }
 
   /** The version of the settings (a count of their changes) the watchdog last looked with. */

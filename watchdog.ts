@@ -321,7 +321,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       lastLook = nowMs();
       next = look();
       await flush();
-      shared.looked(source.version);
+      shared.looked(source.version, seen);
     } catch (error) {
       log("error", `watchdog poll failed: ${errorText(error)}`);
       next = nowMs() + 10_000;

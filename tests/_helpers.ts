@@ -111,15 +111,17 @@ export function runScript(
 export interface WatchdogProgress {
   looks(): number;
   settingsSeen(): number;
-  wake(): void;
+  wakesServed(): number;
+  wake(): number;
 }
 
 /**
  * Wake the watchdog and resolve once it has completed `count` more looks at
- * the run table, and every wake this made has been served (a look weighs every run whose moment has come, and flushes
- * its writes): what it has not written by then it will not write without a
- * new reason, so an absence is checked over looks, not wall time. False when
- * the looks did not come within `ms`.
+ * the run table, the last of them begun after this function's last wake (a
+ * look weighs every run whose moment has come, and flushes its writes): what
+ * it has not written by then it will not write without a new reason, so an
+ * absence is checked over looks, not wall time. False when the looks did not
+ * come within `ms`.
  */
 export async function watchdogLooks(
   table: WatchdogProgress,
@@ -127,16 +129,12 @@ export async function watchdogLooks(
   ms = 30_000,
 ): Promise<boolean> {
   const start = table.looks();
-  // A wake made while a look runs is served by the look after it: by then, two more.
-  let served = 0;
+  let wakes = -Infinity;
   const end = Date.now() + ms;
   while (Date.now() < end) {
-    const done = table.looks() - start;
-    if (done >= count && done >= served) return true;
-    if (done >= served) {
-      table.wake();
-      served = done + 2;
-    }
+    const served = table.wakesServed() >= wakes;
+    if (served && table.looks() - start >= count) return true;
+    if (served) wakes = table.wake();
     await sleep(5);
   }
   return false;

@@ -119,29 +119,38 @@ test("capless runs get a file at each multiple of the interval and one kanban co
   const ac = createAgentCheckpoint({
     home: tempHome(),
     env: {},
-    settings: { uncapped_interval_seconds: 0.25 },
+    settings: { uncapped_interval_seconds: 0.5 },
     postComment: (c) => void comments.push(c),
   });
   const run = ac.startRun({ sessionId: "s", taskId: "task-1" });
   run.note("exploring");
   const multiples: number[] = [];
-  const deadline = Date.now() + 3000;
+  const deadline = Date.now() + 60_000;
   while (Date.now() < deadline && (multiples.at(-1) ?? 0) < 3) {
     const r = record(run.checkpointFile);
     if (r && r.multiple !== multiples.at(-1)) multiples.push(r.multiple!);
     await sleep(20);
   }
-  assert.deepEqual(multiples.slice(0, 3), [1, 2, 3]);
+  // On an idle machine every multiple is seen: 1, 2, 3. A watchdog held up past a multiple
+  // writes the latest one only, so a busy machine may show fewer, never one out of order.
+  assert.ok((multiples.at(-1) ?? 0) >= 3, `multiples written: ${multiples}`);
+  assert.ok(multiples.every((m, i) => i === 0 || m > multiples[i - 1]!), `${multiples}`);
   const text = fs.readFileSync(run.checkpointFile, "utf8");
+  const latest = record(run.checkpointFile)!.multiple;
   assert.equal(
     text.match(/agent-checkpoint:begin/g)?.length,
     1,
     "the block is rewritten, not repeated",
   );
-  assert.match(text, /uncapped-run checkpoint 3 persisted \(source: watchdog\)/);
-  assert.match(text, /Uncapped interval: 0s \(checkpoint 3\)/);
-  assert.equal(comments.length, 1);
-  assert.match(comments[0]!.body, /uncapped-run checkpoint 1/);
+  assert.match(
+    text,
+    new RegExp(`uncapped-run checkpoint ${latest} persisted \\(source: watchdog\\)`),
+  );
+  assert.match(text, new RegExp(`Uncapped interval: 0s \\(checkpoint ${latest}\\)`));
+  assert.ok(await waitFor(() => comments.length >= 1));
+  assert.equal(comments.length, 1, "a comment on the first fire only");
+  const first = Number(/uncapped-run checkpoint (\d+)/.exec(comments[0]!.body)?.[1]);
+  assert.ok(first >= 1 && first <= multiples[0]!, comments[0]!.body);
   await ac.close();
 });
 

@@ -1,6 +1,7 @@
 // deno-lint-ignore-file no-import-prefix -- full npm: specifiers let Deno import this by URL
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
 import { createAgent, createMiddleware } from "npm:langchain@1";
 import { tool } from "npm:@langchain/core@1/tools";
 import { AIMessage } from "npm:@langchain/core@1/messages";
@@ -137,10 +138,12 @@ test("createAgent: a recursionLimit too small for maxTurns is a log line and a l
 });
 
 test("createAgent: LangGraph's default recursionLimit is said on stderr once per process, and withRecursionLimit() avoids it", async () => {
-  const host = new URL(
-    `./_recursion_limit_host${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`,
-    import.meta.url,
-  ).pathname;
+  const host = fileURLToPath(
+    new URL(
+      `./_recursion_limit_host${import.meta.url.endsWith(".ts") ? ".ts" : ".js"}`,
+      import.meta.url,
+    ),
+  );
   const { code, stdout, stderr } = await runScript(host, [], { timeoutMs: 120_000 });
   assert.equal(code, 0, stderr);
   assert.deepEqual(JSON.parse(stdout), [10, 10, 12], "model calls: default, default, fixed");

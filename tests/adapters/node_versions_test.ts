@@ -8,12 +8,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
+import { fileURLToPath } from "node:url";
 import * as path from "node:path";
 import process from "node:process";
 import { execFileSync } from "node:child_process";
 import { underDeno } from "../_helpers.ts";
 
-const here = path.dirname(new URL(import.meta.url).pathname);
+const here = path.dirname(fileURLToPath(import.meta.url));
 /** The repository: two levels up in Deno, four from the compiled tests in npm/esm/tests/adapters. */
 const root = path.resolve(here, underDeno ? "../.." : "../../../..");
 
