@@ -6,7 +6,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Agent, setTracingDisabled, tool, Usage } from "npm:@openai/agents@0.x";
+import { Agent, Runner, setTracingDisabled, tool, Usage } from "npm:@openai/agents@0.x";
 import {
   assistantMessage,
   functionCall,
@@ -79,7 +79,6 @@ test("checkpointedRun: a dollar cap priced from the agent's model name", async (
   });
   const { model, received } = scripted(11);
   const agent = new Agent({ name: "a", model: "gpt-test", tools: [search] });
-  const { Runner } = await import("npm:@openai/agents@0.x");
   const runner = new Runner({ modelProvider: { getModel: () => model } });
   await checkpointedRun(ac, { sessionId: "oa-usd", maxTurns: 20, usd: 1 }, agent, "Go", {
     runner,
