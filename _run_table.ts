@@ -54,7 +54,8 @@ const DEADLINE = 10; // 1 once the deadline checkpoint is claimed
 const RING_I = 11; // TOOL_RING × [tool id, status]
 const FILE_LOCK = RING_I + TOOL_RING * 2; // 1 while a thread writes the run's file
 const TIMED_OUT = FILE_LOCK + 1; // a bit per ring entry whose timeout record is claimed
-const I32_PER_SLOT = TIMED_OUT + 2; // an even count keeps slots 8-byte aligned
+const TIMED_CALLS = TIMED_OUT + 1; // tool calls started with a deadline so far
+const I32_PER_SLOT = TIMED_CALLS + 1; // an even count keeps slots 8-byte aligned
 
 /** Bytes of a tool call's id in the ring: a length byte, then up to 47 bytes of UTF-8. */
 const CALL_ID_BYTES = 48;
@@ -446,6 +447,11 @@ export class RunTable {
     return (Atomics.load(this.#i, this.#iAt(slot) + TIMED_OUT) & bit) !== 0;
   }
 
+  /** Tool calls started with a deadline so far: a new one calls for the watchdog's look. */
+  timedCalls(slot: number): number {
+    return Atomics.load(this.#i, this.#iAt(slot) + TIMED_CALLS);
+  }
+
   /** The sequence numbers of the recent tool calls, oldest first. */
   recentTools(slot: number): { from: number; to: number } {
     const count = Atomics.load(this.#i, this.#iAt(slot) + TOOL_COUNT);
@@ -610,6 +616,7 @@ export class RunTable {
     this.#f[f + 1] = -1;
     this.#f[this.#fAt(slot) + TOOL_DEADLINE + k] = deadlineAt;
     Atomics.and(this.#i, i + TIMED_OUT, ~(1 << k));
+    if (deadlineAt > 0) Atomics.add(this.#i, i + TIMED_CALLS, 1);
     const id = this.#idAt(slot, k);
     if (callId === undefined) this.#b[id] = 0;
     else {

@@ -5,7 +5,7 @@
  *
  * It sleeps until the next moment something can be due (a tier crossing on
  * the time axis, the next uncapped multiple, a stall deadline, a run's
- * deadline) or the poll interval, whichever comes first, and reloads the
+ * deadline, a tool call's deadline) or the poll interval, whichever comes first, and reloads the
  * settings on each poll. A look takes in only new and changed runs and those
  * whose moment has come, unless the settings changed. The writes one look finds
  * due go out through the one checkpoint writer: one at once, a burst
@@ -39,8 +39,8 @@ interface Watched {
   /** Its deadline and stall state at its last look: a change calls for a new one. */
   deadlineAt: number;
   stalled: boolean;
-  /** Tool calls started at its last look: a new one may bring a deadline. */
-  toolCount: number;
+  /** Tool calls with a deadline started by its last look: a new one calls for a look. */
+  timedCalls: number;
   /** Whether "stops watching" was logged. */
   stopLogged: boolean;
   plan?: TierPlan;
@@ -253,7 +253,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       nextAt: -Infinity,
       deadlineAt: 0,
       stalled: false,
-      toolCount: -1,
+      timedCalls: -1,
       stopLogged: same && known.stopLogged,
     };
     watched.set(slot, run);
@@ -284,17 +284,17 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       try {
         const run = runIn(slot);
         if (!run) continue;
-        const toolCount = shared.toolCount(slot);
-        if (run.dropped && run.toolCount === toolCount) continue;
+        const timedCalls = shared.timedCalls(slot);
+        if (run.dropped && run.timedCalls === timedCalls) continue;
         if (
           !full && run.nextAt > now && run.deadlineAt === shared.deadlineAt(slot) &&
-          run.stalled === shared.stalled(slot) && run.toolCount === toolCount
+          run.stalled === shared.stalled(slot) && run.timedCalls === timedCalls
         ) {
           next = Math.min(next, run.nextAt);
           continue;
         }
         run.deadlineAt = shared.deadlineAt(slot);
-        run.toolCount = toolCount;
+        run.timedCalls = timedCalls;
         run.dropped = false;
         const due = watch(run, settings, now);
         run.stalled = shared.stalled(slot);

@@ -444,3 +444,21 @@ test("a tool call past its deadline gets its tool_timeout record while the main 
   run.postToolCall("shell", { callId: "call_hang", error: signal.reason });
   await ac.close();
 });
+
+test("a run the watchdog stopped watching for its budget still gets its tool_timeout record", async () => {
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: {},
+    settings: { uncapped_interval_seconds: 0, stall_window_seconds: 0 },
+  });
+  const run = ac.startRun({ sessionId: "capless-hang" });
+  run.activity(); // the watchdog starts, looks once and stops watching this capless run
+  assert.ok(await watchdogLooks(ac.sharedRuns, 1));
+  run.preToolCall("fetch", { callId: "c9", timeoutSeconds: 0.3 });
+  assert.ok(
+    blockUntil(() => record(run.checkpointFile)?.kind === "tool_timeout"),
+    "the watchdog wrote the tool_timeout record during the block",
+  );
+  assert.equal(record(run.checkpointFile)?.timedOut?.callId, "c9");
+  await ac.close();
+});
