@@ -5,8 +5,8 @@
  *
  * It sleeps until the next moment something can be due (a tier crossing on
  * the time axis, the next uncapped multiple, a stall deadline, a run's
- * deadline, a tool call's deadline) or the poll interval, whichever comes first, and reloads the
- * settings on each poll. A look takes in only new and changed runs and those
+ * deadline, a tool call's deadline) or the poll interval, whichever comes
+ * first, and reloads the settings on each poll. A look takes in only new and changed runs and those
  * whose moment has come, unless the settings changed. The writes one look finds
  * due go out through the one checkpoint writer: one at once, a burst
  * concurrently.
