@@ -9,6 +9,11 @@
  * middleware enforces `maxTurns`; LangGraph counts graph steps
  * (`recursionLimit`), where one turn is two steps (the model, then its tools).
  *
+ * Each model call's `AIMessage.usage_metadata` is reported with
+ * `run.usage()` (for `createReactAgent`, when the next model call or the end
+ * of `invoke()` shows it), and each tool call's `config.signal` also aborts
+ * at the call's deadline (`tool_timeout_seconds`).
+ *
  * @example One line in createAgent's middleware
  * ```ts
  * import { createAgentCheckpoint } from "../mod.ts";

@@ -102,6 +102,14 @@ type Status = "done" | "capped" | "failed" | "aborted" | "deadline";
  * (its default error message, a timeout message, or an error rendered as
  * `XxxError: …`); the SDK reports no other outcome.
  *
+ * Usage: what each model response adds to the run context's `usage` is
+ * reported with `run.usage()` before the next model call (and the last at the
+ * end), with the agent's model name for the `prices` setting. Tool deadlines:
+ * with `tool_timeout_seconds` set, the SDK runs a copy of the agent
+ * (`agent.clone()`) whose function tools find the call's deadline signal in
+ * `details.signal`; a call cut off by it tells the model that the tool timed
+ * out, as the SDK's own tool timeouts do. Handoffs' agents are not copied.
+ *
  * @param ac The library instance.
  * @param init The run's init, its `maxTurns` and optionally `timeSeconds`, `placement`, `deadline`.
  * @param agent The agent to start with.
