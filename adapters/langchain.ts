@@ -10,8 +10,8 @@
  * (`recursionLimit`), where one turn is two steps (the model, then its tools).
  *
  * Each model call's `AIMessage.usage_metadata` is reported with
- * `run.usage()` (for `createReactAgent`, when the next model call or the end
- * of `invoke()` shows it), and each tool call's `config.signal` also aborts
+ * `run.usage()` (for `createReactAgent`, when the next model call, a
+ * streamed chunk or the end of `invoke()` shows it), and each tool call's `config.signal` also aborts
  * at the call's deadline (`tool_timeout_seconds`).
  *
  * @example One line in createAgent's middleware
@@ -649,7 +649,8 @@ const REACT_KEY = "__agent_checkpoint_run";
 /** One checkpointed invocation: the config the graph gets, and the ways its run ends (once). */
 interface Invocation {
   config: Record<string, unknown>;
-  activity(): void;
+  /** A sign of life; `chunk`, when given, is what the graph streamed. */
+  activity(chunk?: unknown): void;
   /** The run ended well; `out` is the graph's output, when it gives one. */
   done(out?: unknown): Promise<void>;
   failed(error: unknown): Promise<void>;
@@ -793,7 +794,11 @@ export function checkpointedReactAgent(
         configurable: { ...configurable, [REACT_KEY]: key },
         ...(signal ? { signal } : {}),
       },
-      activity: () => run.activity(),
+      activity: (chunk?: unknown) => {
+        run.activity();
+        // A streamed chunk may show the newest model call's message, usage and all.
+        if (chunk !== undefined) reportNewUsage(live, messagesIn(chunk));
+      },
       done: (out?: unknown) => {
         // The last model call's usage: no prompt comes after it.
         reportNewUsage(live, (out as { messages?: unknown } | undefined)?.messages);
@@ -913,7 +918,7 @@ class ObservedStream<T> extends IterableReadableStream<T> {
           controller.close();
           return;
         }
-        call.activity();
+        call.activity(step.value);
         controller.enqueue(step.value);
       },
       cancel: abandon,
@@ -936,6 +941,25 @@ function observeEvents(out: unknown, call: Invocation): unknown {
   return out;
 }
 
+/**
+ * The messages a streamed chunk holds: a state's (`streamMode: "values"`),
+ * a node's update's (`"updates"`), an event's output's, or a message itself
+ * (`"messages"`, as `[message, metadata]`).
+ */
+function messagesIn(chunk: unknown): unknown[] {
+  const out: unknown[] = [];
+  const visit = (v: unknown, depth: number) => {
+    if (v === null || typeof v !== "object" || depth > 3) return;
+    const o = v as { messages?: unknown; usage_metadata?: unknown };
+    if (o.usage_metadata !== undefined) out.push(v);
+    else if (Array.isArray(o.messages)) out.push(...o.messages);
+    else if (Array.isArray(v)) { for (const x of v.slice(0, 4)) visit(x, depth + 1); }
+    else for (const x of Object.values(o).slice(0, 8)) visit(x, depth + 1);
+  };
+  visit(chunk, 0);
+  return out;
+}
+
 /** A createReactAgent invocation in flight. */
 interface ReactLive {
   run: Run;
@@ -953,10 +977,12 @@ function reportNewUsage(live: ReactLive, messages: unknown): void {
   if (!Array.isArray(messages)) return;
   for (const m of messages) {
     if (m === null || typeof m !== "object") continue;
+    // By identity and by id: a streamed message may get its id in the state later.
     const id = (m as { id?: unknown }).id;
-    const key = typeof id === "string" && id !== "" ? id : m;
-    if (live.reported.has(key)) continue;
-    live.reported.add(key);
+    const named = typeof id === "string" && id !== "";
+    if (live.reported.has(m) || (named && live.reported.has(id))) continue;
+    live.reported.add(m);
+    if (named) live.reported.add(id);
     if (live.primed) reportUsage(live.run, m);
   }
   live.primed = true;

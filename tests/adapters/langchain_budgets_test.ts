@@ -120,3 +120,26 @@ for (const kind of ["createAgent", "createReactAgent"] as const) {
     await ac.close();
   });
 }
+
+for (const streamMode of ["updates", "values", "messages"] as const) {
+  test(`createReactAgent stream (${streamMode}): every call's usage counted once, the last one too`, async () => {
+    const { ac, recordOf } = make({ allow_tiny_tier1: false });
+    const model = new ScriptedChatModel(withUsage(5));
+    const agent = checkpointedReactAgent(ac, { maxTurns: 20, tokens: 10_000 }, {
+      llm: model,
+      tools: [search],
+    });
+    const stream = await agent.stream(
+      { messages: [{ role: "user", content: "Go" }] },
+      { configurable: { thread_id: `lc-stream-${streamMode}` }, streamMode },
+    );
+    for await (const _chunk of stream) { /* read to the end */ }
+    assert.equal(model.received.length, 6);
+    assert.equal(firstWith(model, /5000 of 10000 tokens/), 5);
+    assert.deepEqual(recordOf(`lc-stream-${streamMode}`)?.usage, {
+      inputTokens: 4200,
+      outputTokens: 1800,
+    });
+    await ac.close();
+  });
+}
