@@ -108,8 +108,11 @@ export function templateValues(
   return values;
 }
 
-/** The run's use as a record shows it, or undefined when none was reported. */
-function usageTotals(shared: RunTable, slot: number): UsageTotals | undefined {
+/**
+ * The run's use as a record shows it (its tokens, and its cost when known),
+ * or undefined when none was reported.
+ */
+export function usageTotals(shared: RunTable, slot: number): UsageTotals | undefined {
   const u = shared.usage(slot);
   if (u.inputTokens === 0 && u.outputTokens === 0 && u.usd === 0) return undefined;
   const out: UsageTotals = { inputTokens: u.inputTokens, outputTokens: u.outputTokens };
