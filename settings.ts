@@ -304,6 +304,35 @@ const prices: SettingSpec<Record<string, ModelPrice>> = spec(
 );
 
 /**
+ * A set of tools for workspace snapshots: their `names`, and the input keys
+ * read for what they act on; a key left out keeps its default.
+ */
+function toolSet<const K extends string>(
+  keys: K,
+  doc: string,
+  defaultValue: { names: string[] } & Record<K, string[]>,
+): SettingSpec<{ names: string[] } & Record<K, string[]>> {
+  const words: JsonSchema = { type: "array", items: { type: "string", minLength: 1 } };
+  const rule = `must be a mapping of names and ${keys}, each a list of non-empty strings`;
+  return spec(doc, defaultValue, {
+    type: "object",
+    additionalProperties: false,
+    properties: { names: words, [keys]: words },
+  }, (v) => {
+    if (typeof v !== "object" || v === null || Array.isArray(v)) return reject(rule);
+    const out: Record<string, string[]> = { names: defaultValue.names, [keys]: defaultValue[keys] };
+    for (const [k, list] of Object.entries(v)) {
+      if (k !== "names" && k !== keys) return reject(rule);
+      if (!Array.isArray(list) || !list.every((w) => typeof w === "string" && w !== "")) {
+        return reject(rule);
+      }
+      out[k] = [...list];
+    }
+    return accept(out as { names: string[] } & Record<K, string[]>);
+  });
+}
+
+/**
  * Every setting, each described once: what it does, its default, its JSON
  * Schema and its check. {@linkcode Settings}, {@linkcode defaultSettings},
  * {@linkcode settingsSchema} and {@linkcode resolveSettings} derive from it.
@@ -398,6 +427,27 @@ export const SETTINGS = {
     { integer: true, minimum: 1 },
     "Workspace snapshots kept per project.",
     20,
+  ),
+  workspace_file_tools: toolSet(
+    "path_keys",
+    "Tools that write the files their input names (names), and the input keys that name them (path_keys).",
+    {
+      names: ["write_file", "patch", "Write", "Edit", "MultiEdit", "NotebookEdit"],
+      path_keys: ["path", "file_path", "filePath", "notebook_path", "target_file", "paths"],
+    },
+  ),
+  workspace_shell_tools: toolSet(
+    "command_keys",
+    "Tools that run a shell command (names), and the input keys that hold it (command_keys).",
+    {
+      names: ["bash", "shell", "terminal", "Bash", "run_shell_command", "execute_command"],
+      command_keys: ["command", "cmd"],
+    },
+  ),
+  max_tree_files: number(
+    { integer: true, minimum: 1 },
+    "Trees with more files than this are not snapshotted.",
+    200_000,
   ),
   prices,
   tool_timeout_seconds: budget(

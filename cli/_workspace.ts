@@ -22,6 +22,7 @@ import { loadSettings } from "../config.ts";
 import {
   clearStore,
   listProjects,
+  listSnapshots,
   pruneStore,
   rollback,
   rollbackDiff,
@@ -34,9 +35,12 @@ const ROLLBACK_HELP =
        ${NAME} rollback diff [N|ID] [PATH] [--all] [--project DIR] [--home DIR] [--json]
 
 Rolls the project back to one of its workspace snapshots. N counts back from
-the newest snapshot (1, the default, is the newest); ID is a snapshot's commit
-id or a unique prefix of it. The current tree is snapshotted first, so the
-rollback can itself be rolled back.
+the newest of the agent's snapshots (1, the default, is the newest); ID is a
+snapshot's commit id or a unique prefix of it ('snapshots list' shows both).
+The current tree is snapshotted first, so the rollback can itself be rolled
+back: the output names that snapshot's id. A rollback's own snapshots are not
+numbered (so N means the same snapshot before and after a rollback); reach
+them by id.
 
 Only files whose content is still what the agent last wrote (or that the agent
 deleted) are restored; a file the agent created since the snapshot is removed
@@ -53,12 +57,17 @@ touched by the agent, are left alone and listed.
 and the diff it would apply to the current files.`;
 
 const SNAPSHOTS_HELP = `Usage: ${NAME} snapshots [--home DIR] [--json]
+       ${NAME} snapshots list [--project DIR] [--home DIR] [--json]
        ${NAME} snapshots prune [--home DIR] [--json]
        ${NAME} snapshots clear [--yes] [--home DIR]
 
 Lists the projects in the workspace snapshot store, with their snapshot
 counts, and the store's size.
 
+  list    one project's snapshots (default: the one holding the current
+          directory): number, id, time, reason, and the files each differs
+          in from the one before; a rollback's own snapshots are marked
+          "rollback" and have no number (use their id)
   prune   keep each project at max_snapshots and the store under
           max_total_size_mb, forget projects whose directory is gone, and
           drop every object no snapshot needs
@@ -87,7 +96,13 @@ function printResult(r: RollbackResult, io: CliIo, title: string): void {
     `${p.bold(title)} ${r.snapshot.id.slice(0, 12)} (${r.snapshot.at}, ${r.snapshot.reason})`,
     `project: ${r.project}`,
   ];
-  if (r.before) lines.push(`the tree before this rollback is snapshot ${r.before.slice(0, 12)}`);
+  if (r.before) {
+    lines.push(
+      `snapshot taken first: ${r.before.slice(0, 12)} (to undo: ${NAME} rollback ${
+        r.before.slice(0, 12)
+      })`,
+    );
+  }
   const verb = r.dryRun ? "would restore" : "restored";
   for (const f of r.restored) lines.push(`  ${p.green(verb)}  ${f}`);
   for (const f of r.removed) {
@@ -205,8 +220,30 @@ export const rollbackCommand: Command = {
   },
 };
 
+function snapshotTable(
+  project: string,
+  snapshots: ReturnType<typeof listSnapshots>["snapshots"],
+  p: ReturnType<typeof paint>,
+): string {
+  const rows = [["N", "ID", "TIME", "REASON", "FILES CHANGED"]];
+  for (const s of snapshots) {
+    const why = [s.reason];
+    if (s.runId !== undefined) why.push(`run ${s.runId}`);
+    const shown = s.files.slice(0, 3).join(", ") + (s.files.length > 3 ? ", …" : "");
+    rows.push([
+      s.number === undefined ? "rollback" : String(s.number),
+      s.short,
+      s.at,
+      why.join(", "),
+      `${s.files.length}${shown ? ` (${shown})` : ""}`,
+    ]);
+  }
+  return `snapshots of ${project}, newest first\n${table(rows, p.bold)}\n` +
+    `roll back with: ${NAME} rollback N (or ID)\n`;
+}
+
 /**
- * `agent-checkpoint snapshots [prune|clear]`: the workspace snapshot store's
+ * `agent-checkpoint snapshots [list|prune|clear]`: the workspace snapshot store's
  * projects and size, pruning it, or deleting it.
  *
  * @example
@@ -231,21 +268,35 @@ export const snapshotsCommand: Command = {
   async run(args: string[], io: CliIo): Promise<number> {
     const parsed = parseArgs(args, {
       command: "snapshots",
+      values: ["--project"],
       switches: ["--json", "--yes"],
       aliases: { "-y": "--yes" },
-      optional: ["prune|clear"],
+      optional: ["list|prune|clear"],
     });
     if (parsed.help) {
       io.stdout(SNAPSHOTS_HELP + "\n");
       return 0;
     }
     const sub = parsed.positional[0];
-    if (sub !== undefined && sub !== "prune" && sub !== "clear") {
+    if (sub !== undefined && sub !== "prune" && sub !== "clear" && sub !== "list") {
       throw new UsageError(`unknown snapshots action "${sub}"`, "snapshots --help");
+    }
+    if (parsed.values["--project"] !== undefined && sub !== "list") {
+      throw new UsageError("--project goes with 'snapshots list'", "snapshots --help");
     }
     const home = homeOf(parsed, io);
     const json = parsed.switches.has("--json");
     try {
+      if (sub === "list") {
+        const l = listSnapshots({
+          home,
+          env: io.env,
+          project: path.resolve(io.cwd, parsed.values["--project"] ?? "."),
+        });
+        if (json) writeJson(io, l);
+        else io.stdout(snapshotTable(l.project, l.snapshots, paint(io)));
+        return 0;
+      }
       if (sub === "clear") {
         const summary = listProjects({ home, env: io.env });
         const count = summary.projects.reduce((n, p) => n + p.snapshots, 0);

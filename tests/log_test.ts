@@ -1,6 +1,6 @@
 import { test } from "node:test";
-// deno-lint-ignore no-import-prefix -- the same pinned tokenizer the workspace snapshots use
 // @ts-types="npm:@types/shell-quote@1.7.5"
+// deno-lint-ignore no-import-prefix -- the same pinned tokenizer the workspace snapshots use
 import { parse as parseShell } from "npm:shell-quote@1.8.3";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";

@@ -92,7 +92,7 @@ function rewrite(code: string, map: Map<string, string>): string {
   );
 }
 
-test("README: every ts/js snippet type-checks against this repository", async (t) => {
+test("README: every ts/js snippet type-checks against this repository", (t) => {
   if (!underDeno) return t.skip("deno check runs under Deno");
   const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
   const found = snippets(readme);

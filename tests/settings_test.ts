@@ -283,6 +283,11 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
   max_file_size_mb: [[0.5, 10], [0, -1, true, "10"]],
   max_total_size_mb: [[500], [0, false]],
   max_snapshots: [[1, 20], [0, 1.5, -3, true, "20"]],
+  workspace_file_tools: [[{ names: ["edit_file"] }, { path_keys: [] }], [["edit_file"], {
+    names: "x",
+  }, { name: [] }]],
+  workspace_shell_tools: [[{ names: ["run_command"], command_keys: ["cmd"] }], [{ names: [""] }]],
+  max_tree_files: [[1, 200_000], [0, 1.5, "9"]],
   prices: [[{}, { "gpt-4o": { input: 2.5, output: 10 } }, { free: { input: 0, output: 0 } }], [
     { m: { input: 1 } },
     { m: { input: -1, output: 1 } },

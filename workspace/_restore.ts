@@ -27,7 +27,7 @@ export interface PlanEntry {
   action: "restore" | "remove" | "skip";
   /** Why it is skipped. */
   reason?: string;
-  /** The snapshot's blob and mode (restore). */
+  /** The blob and mode: the snapshot's (restore), or the current tree's (remove). */
   blob?: string;
   mode?: string;
 }
@@ -67,21 +67,32 @@ function underPath(rel: Buffer, only: Buffer): boolean {
     rel.subarray(0, only.length).equals(only);
 }
 
-/** Why a path cannot be written safely, if it cannot. */
-export function pathProblem(root: string, rel: Buffer): string | undefined {
+/**
+ * Why a path cannot be written safely, if it cannot. Paths in `removing` (as
+ * latin1 keys) are about to be removed, so a file or link there is no
+ * obstacle: the directory the snapshot has in its place is made after.
+ */
+export function pathProblem(
+  root: string,
+  rel: Buffer,
+  removing?: Set<string>,
+): string | undefined {
   const parts = splitSlash(rel);
   if (parts.some((p) => p.length === 0 || p.equals(DOT) || p.equals(DOTDOT))) {
     return "not a plain path";
   }
   let cur = Buffer.from(root);
+  let prefix: Buffer = Buffer.alloc(0);
   for (const part of parts.slice(0, -1)) {
     cur = Buffer.concat([cur, SLASH, part]);
+    prefix = prefix.length ? Buffer.concat([prefix, SLASH, part]) : part;
     let st: fs.Stats;
     try {
       st = fs.lstatSync(cur);
     } catch {
       return undefined; // missing directories are created
     }
+    if (removing?.has(prefix.toString("latin1"))) return undefined;
     if (st.isSymbolicLink()) return "behind a symbolic link";
     if (!st.isDirectory()) return "a file is where its directory should be";
   }
@@ -123,8 +134,7 @@ export function planRollback(
   ledger: Ledger,
   options: { all: boolean; only?: Buffer },
 ): PlanEntry[] {
-  const plan: PlanEntry[] = [];
-  for (const c of treeChanges(project, current, target, options.only)) {
+  const changes = treeChanges(project, current, target, options.only).map((c) => {
     // The current tree was just staged from the disk, so its blob is the
     // file's content hash; only a file missing from it is looked at on disk
     // (it may be there, left out of snapshots for its size).
@@ -132,18 +142,39 @@ export function planRollback(
       ? c.srcBlob
       : diskHash(Buffer.concat([Buffer.from(project.root), SLASH, c.rel]));
     const key = ledgerKey(c.rel);
-    const problem = pathProblem(project.root, c.rel);
-    const action = c.status === "D" ? "remove" : "restore";
     let reason: string | undefined;
-    if (problem) reason = problem;
-    else if (now === undefined) reason = "unreadable";
+    if (now === undefined) reason = "unreadable";
     else if (!options.all) {
       if (!(key in ledger)) reason = "not changed by the agent";
       else if (ledger[key] !== now) reason = "edited since the agent wrote it";
     }
+    return { c, reason };
+  });
+  // What the agent put where the snapshot has a directory (a file, a link)
+  // is removed first, so the directory and its files can be restored.
+  const removing = new Set<string>();
+  for (const { c, reason } of changes) {
+    if (c.status === "D" && reason === undefined) removing.add(c.rel.toString("latin1"));
+  }
+  const plan: PlanEntry[] = [];
+  for (const { c, reason: why } of changes) {
+    let reason = why;
+    if (reason === undefined) {
+      reason = pathProblem(project.root, c.rel, removing);
+      if (reason === "a directory is in the way" && c.status !== "D") {
+        // A directory the agent made where the snapshot has a file: fine once
+        // everything the agent put in it is removed.
+        const dir = Buffer.concat([c.rel, SLASH]).toString("latin1");
+        const inside = changes.filter((x) => x.c.rel.toString("latin1").startsWith(dir));
+        if (inside.length && inside.every((x) => removing.has(x.c.rel.toString("latin1")))) {
+          reason = undefined;
+        }
+      }
+    }
     if (reason) plan.push({ rel: c.rel, action: "skip", reason });
-    else if (action === "remove") plan.push({ rel: c.rel, action });
-    else plan.push({ rel: c.rel, action, blob: c.dstBlob, mode: c.dstMode });
+    else if (c.status === "D") {
+      plan.push({ rel: c.rel, action: "remove", blob: c.srcBlob, mode: c.srcMode });
+    } else plan.push({ rel: c.rel, action: "restore", blob: c.dstBlob, mode: c.dstMode });
   }
   return plan;
 }
@@ -151,36 +182,42 @@ export function planRollback(
 /**
  * Carry out a plan; returns the entries done (a write that fails becomes a
  * skip with the error as its reason). Files are written and removed by git
- * itself from temporary indexes of the two trees, so any path git can store
- * (non-UTF-8 bytes included) is restored byte for byte; git replaces a
- * symbolic link in the way and never writes through one. Updates the
- * ledger: what a rollback writes counts as the agent's, so the rollback
+ * itself, from a temporary index holding just the paths concerned (so the
+ * cost follows the files restored, not the size of the tree); any path git
+ * can store (non-UTF-8 bytes included) is restored byte for byte, and git
+ * replaces a symbolic link in the way and never writes through one. Updates
+ * the ledger: what a rollback writes counts as the agent's, so the rollback
  * itself can be rolled back.
  */
-export function applyPlan(
-  project: Project,
-  plan: PlanEntry[],
-  ledger: Ledger,
-  trees: { current: string; target: string },
-): PlanEntry[] {
+export function applyPlan(project: Project, plan: PlanEntry[], ledger: Ledger): PlanEntry[] {
   const done: PlanEntry[] = [];
-  const restore: PlanEntry[] = [];
-  const remove: PlanEntry[] = [];
-  for (const e of plan) {
-    const problem = e.action === "skip" ? undefined : pathProblem(project.root, e.rel);
-    if (e.action === "skip") done.push(e);
-    else if (problem) done.push({ rel: e.rel, action: "skip", reason: problem });
-    else (e.action === "restore" ? restore : remove).push(e);
-  }
+  for (const e of plan) if (e.action === "skip") done.push(e);
+  // Removals first: a file or link the agent put where the snapshot has a
+  // directory must be gone before the directory's files are written.
+  const checked = (action: PlanEntry["action"]) => {
+    const list: PlanEntry[] = [];
+    for (const e of plan) {
+      if (e.action !== action) continue;
+      const problem = pathProblem(project.root, e.rel);
+      if (problem) done.push({ rel: e.rel, action: "skip", reason: problem });
+      else list.push(e);
+    }
+    return list;
+  };
   const tmp = path.join(project.dir, `rollback-index-${process.pid}`);
-  const withIndex = (tree: string, list: PlanEntry[], args: string[], extraEnv = {}) => {
+  const withIndex = (list: PlanEntry[], args: string[], extraEnv = {}) => {
     if (list.length === 0) return;
     fs.rmSync(tmp, { force: true });
+    const o = { gitDir: project.store.gitDir, index: tmp };
     try {
-      project.store.git.run(["read-tree", tree], { gitDir: project.store.gitDir, index: tmp });
+      project.store.git.run(["update-index", "-z", "--index-info"], {
+        ...o,
+        input: Buffer.concat(
+          list.flatMap((e) => [Buffer.from(`${e.mode} ${e.blob}\t`), e.rel, Buffer.from([0])]),
+        ),
+      });
       project.store.git.run(args, {
-        gitDir: project.store.gitDir,
-        index: tmp,
+        ...o,
         workTree: project.root,
         cwd: project.root,
         input: joinZ(list.map((e) => e.rel)),
@@ -197,23 +234,23 @@ export function applyPlan(
       fs.rmSync(tmp, { force: true });
     }
   };
-  withIndex(trees.target, restore, ["checkout-index", "-f", "-q", "-z", "--stdin"]);
   withIndex(
-    trees.current,
-    remove,
+    checked("remove"),
     ["rm", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul"],
     { GIT_LITERAL_PATHSPECS: "1" },
   );
+  withIndex(checked("restore"), ["checkout-index", "-f", "-q", "-z", "--stdin"]);
   return done;
 }
 
 /** The tree a plan would leave: the current tree with the plan applied. */
 export function resultTree(project: Project, current: string, plan: PlanEntry[]): string {
-  const tmp = path.join(project.dir, `diff-index-${process.pid}`);
+  const tmp = path.join(project.workDir, `diff-index-${process.pid}`);
   const gitDir = project.store.gitDir;
+  const env = project.gitEnv();
   fs.rmSync(tmp, { force: true });
   try {
-    project.store.git.run(["read-tree", current], { gitDir, index: tmp });
+    project.store.git.run(["read-tree", current], { gitDir, index: tmp, env });
     const lines: Buffer[] = [];
     for (const e of plan) {
       if (e.action === "skip") continue;
@@ -224,10 +261,11 @@ export function resultTree(project: Project, current: string, plan: PlanEntry[])
       project.store.git.run(["update-index", "-z", "--index-info"], {
         gitDir,
         index: tmp,
+        env,
         input: Buffer.concat(lines),
       });
     }
-    return project.store.git.run(["write-tree"], { gitDir, index: tmp }).toString().trim();
+    return project.store.git.run(["write-tree"], { gitDir, index: tmp, env }).toString().trim();
   } finally {
     fs.rmSync(tmp, { force: true });
   }

@@ -10,48 +10,27 @@
 // deno-lint-ignore no-import-prefix -- a full npm: specifier lets Deno import this by URL
 import { parse } from "npm:shell-quote@1.8.3";
 
-/** Tools that write the files their input names. */
-export const FILE_TOOLS: ReadonlySet<string> = new Set([
-  "write_file",
-  "patch",
-  "Write",
-  "Edit",
-  "MultiEdit",
-  "NotebookEdit",
-]);
-
-/** Tools that run a shell command given as `input.command`. */
-export const SHELL_TOOLS: ReadonlySet<string> = new Set([
-  "bash",
-  "shell",
-  "terminal",
-  "Bash",
-  "run_shell_command",
-  "execute_command",
-]);
-
-/** The paths a file tool's input names, if any. */
-export function filePathsOf(input: unknown): string[] {
+/** The paths a file tool's input names under `keys` (a string, or a list of strings), if any. */
+export function filePathsOf(input: unknown, keys: readonly string[]): string[] {
   if (typeof input !== "object" || input === null) return [];
   const record = input as Record<string, unknown>;
   const out: string[] = [];
-  for (const key of ["path", "file_path", "filePath", "notebook_path", "target_file"]) {
+  for (const key of keys) {
     const value = record[key];
     if (typeof value === "string" && value !== "") out.push(value);
-  }
-  const paths = record.paths;
-  if (Array.isArray(paths)) {
-    for (const p of paths) if (typeof p === "string" && p !== "") out.push(p);
+    else if (Array.isArray(value)) {
+      for (const p of value) if (typeof p === "string" && p !== "") out.push(p);
+    }
   }
   return out;
 }
 
-/** The command string of a shell tool's input, if it has one. */
-export function commandOf(input: unknown): string | undefined {
+/** The command string of a shell tool's input (the input itself, or under one of `keys`), if any. */
+export function commandOf(input: unknown, keys: readonly string[]): string | undefined {
   if (typeof input === "string") return input;
   if (typeof input !== "object" || input === null) return undefined;
-  const command = (input as Record<string, unknown>).command ??
-    (input as Record<string, unknown>).cmd;
+  const record = input as Record<string, unknown>;
+  const command = keys.map((k) => record[k]).find((v) => v !== undefined && v !== null);
   if (typeof command === "string") return command;
   if (Array.isArray(command) && command.every((c) => typeof c === "string")) {
     return command.map((c) => `'${String(c).replaceAll("'", `'\\''`)}'`).join(" ");

@@ -17,6 +17,8 @@ import { createHash } from "node:crypto";
 import { spawnSync } from "node:child_process";
 import { deflateSync } from "node:zlib";
 import { writeFileAtomicSync } from "../persist.ts";
+import { SETTINGS } from "../settings.ts";
+import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
 
 /** Settings the workspace snapshots read (all optional until read). */
 export interface WorkspaceSettings {
@@ -30,6 +32,12 @@ export interface WorkspaceSettings {
   max_total_size_mb?: number;
   /** Snapshots kept per project. @default {20} */
   max_snapshots?: number;
+  /** Trees with more files than this are not snapshotted. @default {200000} */
+  max_tree_files?: number;
+  /** File tools: their names, and the input keys naming the files they write. */
+  workspace_file_tools?: { names?: string[]; path_keys?: string[] };
+  /** Shell tools: their names, and the input keys holding the command. */
+  workspace_shell_tools?: { names?: string[]; command_keys?: string[] };
 }
 
 /** The limits in force, resolved from settings and options. */
@@ -40,18 +48,49 @@ export interface Limits {
   maxFiles: number;
 }
 
-/** The most files a tree may hold to be snapshotted. */
-export const MAX_TREE_FILES = 50_000;
+/** From this many files to add, staging lets `git add -A` walk the tree itself. */
+const BULK = 2000;
 
-/** Resolve the limits, taking each setting's default when missing or invalid. */
-export function limitsOf(settings: WorkspaceSettings, maxFiles = MAX_TREE_FILES): Limits {
+/** The most files a tree may hold to be snapshotted, unless `max_tree_files` says otherwise. */
+export const MAX_TREE_FILES: number = SETTINGS.max_tree_files.default;
+
+/**
+ * Resolve the limits, taking each setting's default when missing or invalid;
+ * `maxFiles`, when given, wins over `max_tree_files`.
+ */
+export function limitsOf(settings: WorkspaceSettings, maxFiles?: number): Limits {
   const positive = (v: unknown, d: number) =>
     typeof v === "number" && Number.isFinite(v) && v > 0 ? v : d;
   return {
-    maxFileBytes: positive(settings.max_file_size_mb, 10) * 1024 * 1024,
-    maxTotalBytes: positive(settings.max_total_size_mb, 500) * 1024 * 1024,
-    maxSnapshots: Math.max(1, Math.floor(positive(settings.max_snapshots, 20))),
-    maxFiles,
+    maxFileBytes: positive(settings.max_file_size_mb, SETTINGS.max_file_size_mb.default) * 1024 *
+      1024,
+    maxTotalBytes: positive(settings.max_total_size_mb, SETTINGS.max_total_size_mb.default) *
+      1024 * 1024,
+    maxSnapshots: Math.max(
+      1,
+      Math.floor(positive(settings.max_snapshots, SETTINGS.max_snapshots.default)),
+    ),
+    maxFiles: Math.max(
+      1,
+      Math.floor(maxFiles ?? positive(settings.max_tree_files, MAX_TREE_FILES)),
+    ),
+  };
+}
+
+/** The tool names and input keys in force: the settings', each part defaulting. */
+export function toolsOf(settings: WorkspaceSettings): {
+  file: ReadonlySet<string>;
+  pathKeys: readonly string[];
+  shell: ReadonlySet<string>;
+  commandKeys: readonly string[];
+} {
+  const file = { ...SETTINGS.workspace_file_tools.default, ...settings.workspace_file_tools };
+  const shell = { ...SETTINGS.workspace_shell_tools.default, ...settings.workspace_shell_tools };
+  return {
+    file: new Set(file.names),
+    pathKeys: file.path_keys,
+    shell: new Set(shell.names),
+    commandKeys: shell.command_keys,
   };
 }
 
@@ -107,7 +146,6 @@ const CONFIG = [
   "gc.auto=0",
   "maintenance.auto=false",
   "commit.gpgSign=false",
-  "index.threads=1",
   "advice.detachedHead=false",
 ].flatMap((c) => ["-c", c]);
 
@@ -188,7 +226,7 @@ export function blobId(content: Buffer): string {
 
 /**
  * The content hash of what is at `file` now (a symlink: its target text), or
- * null when nothing is there; undefined for a directory or something unreadable.
+ * null when no file is there (nothing, or a directory); undefined when unreadable.
  */
 export function diskHash(file: string | Buffer): string | null | undefined {
   let st: fs.Stats;
@@ -200,6 +238,7 @@ export function diskHash(file: string | Buffer): string | null | undefined {
   try {
     if (st.isSymbolicLink()) return blobId(fs.readlinkSync(file, { encoding: "buffer" }));
     if (st.isFile()) return blobId(fs.readFileSync(file));
+    if (st.isDirectory()) return null;
   } catch { /* unreadable */ }
   return undefined;
 }
@@ -279,10 +318,14 @@ export interface ProjectState {
   head?: string;
   /** The tree the index held when last written. */
   indexTree?: string;
-  /** The ref's value when `ids` was read, and the snapshot ids it lists. */
+  /** The ref's value when `ids` was read, the snapshot ids it lists, and their kinds. */
   list?: string;
   ids?: string[];
+  kinds?: SnapshotKind[];
 }
+
+/** Whose snapshot: taken for the agent, or by a rollback just before it restored files. */
+export type SnapshotKind = "agent" | "rollback";
 
 /** One snapshot of a project. */
 export interface SnapshotInfo {
@@ -294,10 +337,69 @@ export interface SnapshotInfo {
   reason: string;
   /** Its tree's id. */
   tree: string;
+  /** Taken for the agent (numbered), or by a rollback (reached by id). */
+  kind: SnapshotKind;
+  /** The tool it was taken before, if one. */
+  tool?: string;
+  /** The run's turn, if known. */
+  turn?: number;
+  /** The run's id, if known. */
+  runId?: string;
+}
+
+/** What a snapshot's commit message says besides its reason. */
+export interface SnapshotMeta {
+  kind?: SnapshotKind;
+  tool?: string;
+  turn?: number;
+  runId?: string;
+}
+
+/** A snapshot's commit message: the reason, then one `key: value` line per fact. */
+export function snapshotMessage(reason: string, root: string, meta: SnapshotMeta = {}): string {
+  const lines = [`project: ${root}`, `kind: ${meta.kind ?? "agent"}`];
+  if (meta.tool !== undefined) lines.push(`tool: ${oneLine(meta.tool)}`);
+  if (meta.turn !== undefined) lines.push(`turn: ${meta.turn}`);
+  if (meta.runId !== undefined) lines.push(`run: ${oneLine(meta.runId)}`);
+  return `${oneLine(reason)}\n\n${lines.join("\n")}\n`;
+}
+
+const oneLine = (s: string) => s.replace(/[\r\n]+/g, " ");
+
+/** Read a snapshot's commit message back. */
+export function parseMessage(body: string): { reason: string } & SnapshotMeta {
+  const [reason = "", ...rest] = body.split("\n");
+  const out: { reason: string } & SnapshotMeta = { reason };
+  for (const line of rest) {
+    const i = line.indexOf(": ");
+    if (i < 0) continue;
+    const key = line.slice(0, i);
+    const value = line.slice(i + 2);
+    if (key === "kind" && (value === "agent" || value === "rollback")) out.kind = value;
+    else if (key === "tool") out.tool = value;
+    else if (key === "turn" && /^\d+$/.test(value)) out.turn = Number(value);
+    else if (key === "run") out.runId = value;
+  }
+  // Snapshots from before kinds were written: a rollback's says so in its reason.
+  out.kind ??= reason.startsWith("before rollback") ? "rollback" : "agent";
+  return out;
+}
+
+/**
+ * The snapshots kept under `max`: the newest `max` of the agent's, and the
+ * newest `max` taken by rollbacks (which never push out the agent's, so a
+ * snapshot's number does not move when a rollback is made).
+ */
+export function keptIds(snapshots: { id: string; kind: SnapshotKind }[], max: number): string[] {
+  const seen = { agent: 0, rollback: 0 };
+  return snapshots.filter((s) => ++seen[s.kind] <= max).map((s) => s.id);
 }
 
 /** The ledger: what the agent last wrote to each path (null: deleted it). */
 export type Ledger = Record<string, string | null>;
+
+/** The project locks this process holds (taking one again is a no-op). */
+const HELD = new Set<string>();
 
 /** One project in the store. */
 export class Project {
@@ -305,11 +407,51 @@ export class Project {
   readonly dir: string;
   readonly ref: string;
   readonly index: string;
-  constructor(readonly store: Store, readonly root: string) {
+  /**
+   * @param store The store.
+   * @param root The project root.
+   * @param scratch For a read-only view: a directory outside the store that
+   *   holds its index and the objects it writes (the store's are read as
+   *   alternates), so that dry runs and diffs leave the store as it was.
+   */
+  constructor(readonly store: Store, readonly root: string, readonly scratch?: string) {
     this.key = projectKey(root);
     this.dir = path.join(store.projectsDir, this.key);
     this.ref = `refs/agent-checkpoint/${this.key}`;
-    this.index = path.join(this.dir, "index");
+    this.index = path.join(scratch ?? this.dir, "index");
+  }
+
+  /** Where temporary indexes go: the project's directory, or a view's scratch directory. */
+  get workDir(): string {
+    return this.scratch ?? this.dir;
+  }
+
+  /** What git's environment needs for this view (objects written to the scratch directory). */
+  gitEnv(): Record<string, string> {
+    if (this.scratch === undefined) return {};
+    return {
+      GIT_OBJECT_DIRECTORY: path.join(this.scratch, "objects"),
+      GIT_ALTERNATE_OBJECT_DIRECTORIES: path.join(this.store.gitDir, "objects"),
+    };
+  }
+
+  /** Run `body` on a view of this project that writes nothing to the store. */
+  readOnlyView<T>(body: (view: Project) => T): T {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ws-view-"));
+    try {
+      fs.mkdirSync(path.join(dir, "objects"));
+      try {
+        const copy = path.join(dir, "index");
+        fs.copyFileSync(this.index, copy);
+        // Git tells a file changed within the index's own second by the index's
+        // time ("racily clean"): the copy must keep it.
+        const st = fs.statSync(this.index);
+        fs.utimesSync(copy, st.atime, st.mtime);
+      } catch { /* no index yet: staged from scratch */ }
+      return body(new Project(this.store, this.root, dir));
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   }
 
   git(args: string[], o: { input?: Buffer | string; cwd?: string; maxBuffer?: number } = {}) {
@@ -318,6 +460,7 @@ export class Project {
       index: this.index,
       workTree: this.root,
       cwd: o.cwd ?? this.root,
+      env: this.gitEnv(),
       ...(o.input === undefined ? {} : { input: o.input }),
       ...(o.maxBuffer === undefined ? {} : { maxBuffer: o.maxBuffer }),
     });
@@ -332,21 +475,126 @@ export class Project {
   }
 
   saveState(s: ProjectState): void {
+    if (this.scratch !== undefined) return;
     writeAtomic(path.join(this.dir, "project.json"), JSON.stringify(s) + "\n");
   }
 
+  /** How many bytes of `ledger.jsonl` the last {@link Project.ledger} read. */
+  #journalRead = 0;
+
+  /**
+   * The ledger: `ledger.json`, then the writes appended to `ledger.jsonl`
+   * since (appends need no lock, so a write is recorded even when its
+   * snapshot could not be taken), and any journal a killed compaction left.
+   */
   ledger(): Ledger {
+    let files: Ledger = {};
     try {
       const l = JSON.parse(fs.readFileSync(path.join(this.dir, "ledger.json"), "utf8"));
       if (l && typeof l === "object" && l.files && typeof l.files === "object") {
-        return l.files as Ledger;
+        files = l.files as Ledger;
       }
     } catch { /* none yet */ }
-    return {};
+    let names: string[] = [];
+    try {
+      names = fs.readdirSync(this.dir).filter((n) => /^ledger\.jsonl\.\d+-\w+\.old$/.test(n));
+    } catch { /* no project yet */ }
+    for (const name of names) applyJournal(files, readText(path.join(this.dir, name)));
+    const journal = readText(path.join(this.dir, "ledger.jsonl"));
+    this.#journalRead = Buffer.byteLength(journal);
+    applyJournal(files, journal);
+    return files;
   }
 
+  /** Record writes of the agent (content hash, or null: deleted) by appending one line. */
+  recordWrites(entries: Ledger): void {
+    if (Object.keys(entries).length === 0) return;
+    fs.mkdirSync(this.dir, { recursive: true });
+    // One write(2) to a file opened for appending: lines from several processes never interleave.
+    fs.appendFileSync(path.join(this.dir, "ledger.jsonl"), JSON.stringify(entries) + "\n");
+  }
+
+  /**
+   * Replace the ledger as a whole with `files` (read by {@link Project.ledger}
+   * and changed since), under the project's lock. Writes appended by other
+   * processes since that read are kept: the journal is moved aside first (new
+   * appends start a new one) and what it gained since the read is applied.
+   */
   saveLedger(files: Ledger): void {
-    writeAtomic(path.join(this.dir, "ledger.json"), JSON.stringify({ v: 1, files }) + "\n");
+    const journal = path.join(this.dir, "ledger.jsonl");
+    const aside = `${journal}.${process.pid}-${Math.random().toString(36).slice(2)}.old`;
+    let moved = false;
+    try {
+      fs.renameSync(journal, aside);
+      moved = true;
+    } catch { /* no journal */ }
+    const merged = { ...files };
+    if (moved) {
+      let since = "";
+      try {
+        since = fs.readFileSync(aside).subarray(this.#journalRead).toString("utf8");
+      } catch { /* gone */ }
+      applyJournal(merged, since);
+    }
+    writeAtomic(path.join(this.dir, "ledger.json"), JSON.stringify({ v: 1, files: merged }) + "\n");
+    for (const name of fs.readdirSync(this.dir)) {
+      if (/^ledger\.jsonl\.\d+-\w+\.old$/.test(name)) {
+        fs.rmSync(path.join(this.dir, name), { force: true });
+      }
+    }
+    this.#journalRead = 0;
+  }
+
+  /** Fold the appended writes into `ledger.json` once they grow (under the project's lock). */
+  compactLedger(): void {
+    try {
+      if (fs.statSync(path.join(this.dir, "ledger.jsonl")).size < 256 * 1024) return;
+    } catch {
+      return;
+    }
+    this.saveLedger(this.ledger());
+  }
+
+  /**
+   * Run `body` holding the project's lock (waiting up to `waitMs` while
+   * another process snapshots this project). Git's own lock files of this
+   * project can only be left over from a process killed while holding the
+   * project's lock, so they are cleared first, with a log line.
+   */
+  locked<T>(body: () => T, waitMs = this.store.lockWaitMs): T {
+    const file = path.join(this.dir, "lock");
+    if (HELD.has(file)) return body();
+    fs.mkdirSync(this.dir, { recursive: true });
+    const lock = new FileLock(file, this.store.log);
+    lock.acquire(waitMs);
+    HELD.add(file);
+    try {
+      this.clearGitLocks();
+      return body();
+    } finally {
+      HELD.delete(file);
+      lock.release();
+    }
+  }
+
+  /** Remove git lock files of this project left by a killed process (the project lock is held). */
+  clearGitLocks(): void {
+    const locks = [
+      `${this.index}.lock`,
+      path.join(this.dir, "nested-index.lock"),
+      path.join(this.store.gitDir, `${this.ref}.lock`),
+      path.join(this.store.gitDir, `${this.pendingRef}.lock`),
+    ];
+    for (const name of fs.readdirSync(this.dir)) {
+      if (/^(rollback|diff)-index-\d+(\.lock)?$/.test(name)) locks.push(path.join(this.dir, name));
+    }
+    for (const file of locks) {
+      if (!fs.existsSync(file)) continue;
+      fs.rmSync(file, { force: true });
+      this.store.log(
+        `cleared ${file}, left by a snapshot that was interrupted (its process is gone)`,
+      );
+    }
   }
 
   /** The snapshot ids, newest first. */
@@ -378,19 +626,39 @@ export class Project {
       .toString("utf8");
     return out.split("\0").filter((s) => s !== "").map((rec) => {
       const [id = "", tree = "", at = "", body = ""] = rec.split("\x01");
-      return { id, tree, at, reason: body.split("\n")[0] ?? "" };
+      return { id, tree, at, ...parseMessage(body) } as SnapshotInfo;
     });
   }
 
+  /** The snapshot ids with their kinds, newest first (from the state file when it is current). */
+  snapshotKinds(): { id: string; kind: SnapshotKind }[] {
+    const head = this.refHead();
+    if (head === undefined) return [];
+    const state = this.state();
+    if (
+      state.list === head && Array.isArray(state.ids) && Array.isArray(state.kinds) &&
+      state.kinds.length === state.ids.length
+    ) {
+      return state.ids.map((id, i) => ({ id, kind: (state.kinds as SnapshotKind[])[i]! }));
+    }
+    return this.snapshots().map((s) => ({ id: s.id, kind: s.kind }));
+  }
+
   /** Point the ref at a list commit whose parents are `ids` (newest first). */
-  setSnapshots(ids: string[], tree: string, old: string | undefined): void {
+  setSnapshots(
+    ids: string[],
+    tree: string,
+    old: string | undefined,
+    kinds?: SnapshotKind[],
+  ): void {
     if (ids.length === 0) {
       this.git(["update-ref", "-d", this.ref]);
       return;
     }
     const list = this.store.writeCommit(tree, ids, "agent-checkpoint snapshot list\n");
     this.store.updateRef(this.ref, list, old);
-    this.saveState({ ...this.state(), list, ids });
+    const { kinds: _, ...state } = this.state();
+    this.saveState({ ...state, list, ids, ...(kinds ? { kinds } : {}) });
   }
 
   refHead(): string | undefined {
@@ -401,6 +669,37 @@ export class Project {
     } catch { /* not loose */ }
     try {
       return this.git(["rev-parse", "-q", "--verify", this.ref]).toString().trim() || undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The ref that keeps the tree before a shell tool's command until the tool ends. */
+  get pendingRef(): string {
+    return `refs/agent-checkpoint-pending/${this.key}`;
+  }
+
+  /**
+   * Keep `tree` reachable (so no prune takes it) while a tool runs; returns
+   * the commit that holds it, for {@link Project.release}.
+   */
+  hold(tree: string): string {
+    const id = this.store.writeCommit(tree, [], "agent-checkpoint: the tree before a command\n");
+    this.store.updateRef(this.pendingRef, id, this.readRef(this.pendingRef));
+    return id;
+  }
+
+  /** Let a tree kept by {@link Project.hold} go, unless a later hold replaced it. */
+  release(id: string): void {
+    if (this.readRef(this.pendingRef) === id) {
+      fs.rmSync(path.join(this.store.gitDir, this.pendingRef), { force: true });
+    }
+  }
+
+  readRef(ref: string): string | undefined {
+    try {
+      const id = fs.readFileSync(path.join(this.store.gitDir, ref), "utf8").trim();
+      return /^[0-9a-f]{40,64}$/.test(id) ? id : undefined;
     } catch {
       return undefined;
     }
@@ -427,61 +726,86 @@ export class Project {
    * store's excludes and the size limits); returns whether anything changed.
    */
   stage(limits: Limits): { changed: boolean; tooBig: Buffer[]; bytes: number } {
-    fs.mkdirSync(this.dir, { recursive: true });
+    fs.mkdirSync(this.workDir, { recursive: true });
     // Nested repositories are listed as "dir/" until their files are in the
     // index; list their files with their own work tree and an empty index.
     const budget = limits.maxFiles * 512;
+    // Each path comes tagged: "? " not in the index, "C " changed, "R " deleted.
     const listed = splitZ(
-      this.git(["ls-files", "-z", "-o", "-m", "-d", "--exclude-standard", ...this.excludeStore()], {
-        maxBuffer: budget,
-      }),
+      this.git(
+        ["ls-files", "-z", "-t", "-o", "-m", "-d", "--exclude-standard", ...this.excludeStore()],
+        { maxBuffer: budget },
+      ),
     );
     const candidates: Buffer[] = [];
     const nested: Buffer[] = [];
-    for (const p of listed) (p[p.length - 1] === 0x2f ? nested : candidates).push(p);
+    const others = new Set<string>();
+    const deleted = new Set<string>();
+    for (const rec of listed) {
+      const p = rec.subarray(2);
+      if (p[p.length - 1] === 0x2f) nested.push(p);
+      else {
+        candidates.push(p);
+        if (rec[0] === 0x3f) others.add(p.toString("latin1"));
+        else if (rec[0] === 0x52) deleted.add(p.toString("latin1"));
+      }
+    }
+    const hadNested = nested.length > 0;
     while (nested.length) {
       const sub = nested.pop() as Buffer;
-      if (candidates.length > limits.maxFiles) break;
+      if (others.size > limits.maxFiles) break;
       for (const p of this.listNested(sub, budget)) {
-        (p[p.length - 1] === 0x2f ? nested : candidates).push(p);
+        if (p[p.length - 1] === 0x2f) nested.push(p);
+        else {
+          candidates.push(p);
+          others.add(p.toString("latin1"));
+        }
       }
+    }
+    // The tree's files: the index's, plus those not in it, less those deleted.
+    const total = this.indexEntries() + others.size - deleted.size;
+    if (total > limits.maxFiles) {
+      throw new GuardError(this.root, `the tree has more than ${limits.maxFiles} files`);
     }
     const unique = dedupe(candidates);
-    if (unique.length + this.indexEntries() > limits.maxFiles) {
-      // Count only what is really there: deleted entries are in both.
-      let present = 0;
-      const rootBuf = Buffer.from(this.root + path.sep);
-      for (const p of unique) {
-        try {
-          fs.lstatSync(Buffer.concat([rootBuf, p]));
-          present++;
-        } catch { /* deleted */ }
-      }
-      if (present + this.indexEntries() > limits.maxFiles) {
-        throw new GuardError(this.root, `the tree has more than ${limits.maxFiles} files`);
-      }
-    }
     if (unique.length === 0) return { changed: false, tooBig: [], bytes: 0 };
     const rootBuf = Buffer.from(this.root + path.sep);
+    const rootText = this.root + path.sep;
+    // One lstat per changed path (all of them on the first snapshot): by its
+    // name as text where the bytes are UTF-8, which is quicker than a Buffer.
+    const stats = unique.map((p) => {
+      const text = p.toString("utf8");
+      const name = Buffer.byteLength(text) === p.length && !text.includes("\uFFFD")
+        ? rootText + text
+        : Buffer.concat([rootBuf, p]);
+      try {
+        return fs.lstatSync(name, { throwIfNoEntry: false });
+      } catch {
+        return undefined;
+      }
+    });
     const add: Buffer[] = [];
     const drop: Buffer[] = [];
     const tooBig: Buffer[] = [];
     const linked = symlinkedParent(rootBuf);
     let bytes = 0;
-    for (const p of unique) {
+    for (const [i, p] of unique.entries()) {
       // git refuses paths beyond a symbolic link: they are gone from the tree.
       if (linked(p)) {
         drop.push(p);
         continue;
       }
-      let st: fs.Stats;
-      try {
-        st = fs.lstatSync(Buffer.concat([rootBuf, p]));
-      } catch {
+      const st = stats[i];
+      if (st === undefined) {
         // Deleted (update-index --remove drops it), or a name this runtime
         // cannot pass to the file system (Deno's node:fs is lossy for
         // non-UTF-8 bytes): git, given the bytes, knows which.
         add.push(p);
+        continue;
+      }
+      if (st.isDirectory()) {
+        // A directory where the index has a file: its files are listed on their own.
+        drop.push(p);
         continue;
       }
       if (st.isFile() && st.size > limits.maxFileBytes) {
@@ -495,31 +819,46 @@ export class Project {
     if (drop.length) {
       this.git(["update-index", "--force-remove", "-z", "--stdin"], { input: joinZ(drop) });
     }
-    if (add.length) {
+    const excluded = [...tooBig, ...this.storeInside()];
+    if (
+      add.length >= BULK && nested.length === 0 && !hadNested &&
+      excluded.every((p) => Buffer.from(p.toString("utf8")).equals(p))
+    ) {
+      // Many files (a first snapshot): git's own walk and add cost less than
+      // feeding it every path. What the walk above left out stays out.
+      const pathspecs = excluded.map((p) => `:(exclude,literal,top)${p.toString("utf8")}`);
+      this.git(["add", "-A", "--", ":/", ...pathspecs]);
+    } else if (add.length) {
       this.git(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], {
         input: joinZ(add),
       });
     }
-    this.store.grew(bytes);
+    if (this.scratch === undefined) this.store.grew(bytes);
     return { changed: true, tooBig, bytes };
   }
 
   /** A store kept inside the project's tree must not be snapshotted into itself. */
   excludeStore(): string[] {
+    return this.storeInside().map((rel) => `--exclude=/${rel.toString("utf8")}/`);
+  }
+
+  /** The store's directory relative to the root, when it is inside the project's tree. */
+  storeInside(): Buffer[] {
     const rel = path.relative(this.root, this.store.base);
     if (rel === "" || rel.startsWith("..") || path.isAbsolute(rel)) return [];
-    return [`--exclude=/${rel.split(path.sep).join("/")}/`];
+    return [Buffer.from(rel.split(path.sep).join("/"))];
   }
 
   listNested(sub: Buffer, budget: number): Buffer[] {
     const dir = Buffer.concat([Buffer.from(this.root + path.sep), sub]).toString("utf8");
-    const tmpIndex = path.join(this.dir, "nested-index");
+    const tmpIndex = path.join(this.workDir, "nested-index");
     fs.rmSync(tmpIndex, { force: true });
     const out = this.store.git.run(["ls-files", "-z", "-o", "--exclude-standard"], {
       gitDir: this.store.gitDir,
       index: tmpIndex,
       workTree: dir,
       cwd: dir,
+      env: this.gitEnv(),
       maxBuffer: budget,
     });
     return splitZ(out).map((p) => Buffer.concat([sub, p]));
@@ -546,6 +885,25 @@ export class Project {
     }
     this.saveState({ ...this.state(), indexTree: tree });
     return { tree, changed: true };
+  }
+}
+
+function readText(file: string): string {
+  try {
+    return fs.readFileSync(file, "utf8");
+  } catch {
+    return "";
+  }
+}
+
+/** Apply the lines of a ledger journal (a line torn by a kill is skipped). */
+function applyJournal(files: Ledger, text: string): void {
+  for (const line of text.split("\n")) {
+    if (line === "") continue;
+    try {
+      const entries = JSON.parse(line);
+      if (entries && typeof entries === "object") Object.assign(files, entries);
+    } catch { /* torn */ }
   }
 }
 
@@ -592,35 +950,131 @@ export function writeAtomic(file: string, text: string): void {
   writeFileAtomicSync(file, text);
 }
 
+/** How long a snapshot waits for another process's snapshot of the same project. */
+export const LOCK_WAIT_MS = 30_000;
+
+/**
+ * How old an unreachable object must be before a prune that runs while other
+ * processes are writing may delete it: far longer than any snapshot takes,
+ * and git refreshes the time of an object it is asked to write again.
+ */
+export const PRUNE_GRACE = "1.hour.ago";
+
 /** The shared store under `<home>/checkpoints/`. */
 export class Store {
   readonly base: string;
   readonly gitDir: string;
   readonly projectsDir: string;
-  constructor(home: string, readonly git: Git) {
+  readonly locksDir: string;
+  /**
+   * @param home The home directory.
+   * @param git The git runner.
+   * @param log Told about stale locks cleared.
+   * @param lockWaitMs How long to wait for a project another process snapshots.
+   */
+  constructor(
+    home: string,
+    readonly git: Git,
+    readonly log: (message: string) => void = () => {},
+    readonly lockWaitMs = LOCK_WAIT_MS,
+  ) {
     this.base = path.join(home, "checkpoints");
     this.gitDir = path.join(this.base, "store");
     this.projectsDir = path.join(this.base, "projects");
+    this.locksDir = path.join(this.base, "locks");
+  }
+
+  /**
+   * Mark this process as writing objects until the returned function is
+   * called; waits (bounded) while a prune runs. Together with {@link prune}
+   * this is Dekker's handshake on files: a writer marks itself then looks for
+   * a pruner, a pruner locks then looks for writers, so at least one of them
+   * sees the other.
+   */
+  beginWrite(): () => void {
+    const dir = path.join(this.locksDir, "writers");
+    fs.mkdirSync(dir, { recursive: true });
+    const mark = path.join(dir, `${process.pid}-${Math.random().toString(36).slice(2)}`);
+    const pruneLock = path.join(this.locksDir, "prune.lock");
+    const end = Date.now() + this.lockWaitMs;
+    for (let delay = 2;; delay = Math.min(delay * 2, 50)) {
+      fs.writeFileSync(mark, JSON.stringify(me()));
+      if (!isHeld(pruneLock) || Date.now() >= end) break;
+      fs.rmSync(mark, { force: true });
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, delay);
+    }
+    return () => fs.rmSync(mark, { force: true });
+  }
+
+  /** Run `body` marked as writing objects (see {@link beginWrite}). */
+  writing<T>(body: () => T): T {
+    const done = this.beginWrite();
+    try {
+      return body();
+    } finally {
+      done();
+    }
+  }
+
+  /** Whether a live process other than the caller's own marks is writing objects. */
+  #othersWriting(): boolean {
+    const dir = path.join(this.locksDir, "writers");
+    let names: string[];
+    try {
+      names = fs.readdirSync(dir);
+    } catch {
+      return false;
+    }
+    let busy = false;
+    for (const name of names) {
+      const file = path.join(dir, name);
+      const owner = readOwner(file);
+      if (owner === null) continue;
+      if (owner !== undefined && !ownerAlive(owner)) {
+        fs.rmSync(file, { force: true });
+        continue;
+      }
+      busy = true;
+    }
+    return busy;
   }
 
   exists(): boolean {
     return fs.existsSync(path.join(this.gitDir, "HEAD"));
   }
 
-  /** Create the bare repository (no templates, so no hooks) if missing. */
+  /**
+   * Create the bare repository (no templates, so no hooks) if missing: made
+   * beside it and renamed into place, so processes that start together never
+   * see it half made.
+   */
   ensure(): void {
-    if (!this.exists()) {
-      fs.mkdirSync(this.gitDir, { recursive: true });
-      this.git.run(["init", "-q", "--bare", "--template=", this.gitDir], {
-        gitDir: this.gitDir,
-        cwd: this.base,
-      });
-    }
-    const info = path.join(this.gitDir, "info");
-    if (!fs.existsSync(path.join(info, "attributes"))) {
+    if (this.exists()) return;
+    fs.mkdirSync(this.base, { recursive: true });
+    const tmp = path.join(this.base, `store.${process.pid}.${Math.random().toString(36).slice(2)}`);
+    try {
+      this.git.run(["init", "-q", "--bare", "--template=", tmp], { gitDir: tmp, cwd: this.base });
+      const info = path.join(tmp, "info");
       fs.mkdirSync(info, { recursive: true });
       fs.writeFileSync(path.join(info, "exclude"), EXCLUDES);
       fs.writeFileSync(path.join(info, "attributes"), ATTRIBUTES);
+      try {
+        fs.renameSync(tmp, this.gitDir);
+        // Empty: the estimate grows by the bytes staged, and nothing is measured until it is large.
+        writeAtomic(path.join(this.base, "size.json"), JSON.stringify({ bytes: 0 }));
+      } catch (error) {
+        // Another process made it first, or a directory left without a repository.
+        if (!this.exists()) {
+          if (!fs.existsSync(this.gitDir)) throw error;
+          this.git.run(["init", "-q", "--bare", "--template=", this.gitDir], {
+            gitDir: this.gitDir,
+            cwd: this.base,
+          });
+          fs.cpSync(path.join(tmp, "info"), path.join(this.gitDir, "info"), { recursive: true });
+        }
+      }
+    } finally {
+      fs.rmSync(tmp, { recursive: true, force: true });
     }
   }
 
@@ -636,6 +1090,20 @@ export class Store {
     } catch {
       return false;
     }
+  }
+
+  /** Those of `ids` the store has, asking git once for any that are not loose. */
+  present(ids: string[]): string[] {
+    const loose = (id: string) =>
+      fs.existsSync(path.join(this.gitDir, "objects", id.slice(0, 2), id.slice(2)));
+    const rest = ids.filter((id) => !loose(id));
+    if (rest.length === 0) return ids;
+    const out = this.git.run(["cat-file", "--batch-check=%(objectname)"], {
+      gitDir: this.gitDir,
+      input: rest.join("\n") + "\n",
+    }).toString();
+    const found = new Set(out.split("\n").filter((l) => /^[0-9a-f]+$/.test(l)));
+    return ids.filter((id) => !rest.includes(id) || found.has(id));
   }
 
   /**
@@ -654,11 +1122,27 @@ export class Store {
     const id = createHash("sha1").update(raw).digest("hex");
     const dir = path.join(this.gitDir, "objects", id.slice(0, 2));
     const file = path.join(dir, id.slice(2));
-    if (!fs.existsSync(file)) {
-      fs.mkdirSync(dir, { recursive: true });
-      const tmp = path.join(dir, `tmp_obj_${process.pid}_${Math.random().toString(36).slice(2)}`);
-      fs.writeFileSync(tmp, deflateSync(raw), { mode: 0o444 });
-      fs.renameSync(tmp, file);
+    if (fs.existsSync(file)) {
+      // As git does: a fresh time keeps a concurrent prune's grace window off it.
+      try {
+        const now = new Date();
+        fs.utimesSync(file, now, now);
+      } catch { /* not ours to touch: it is reachable, or will be written again */ }
+    } else {
+      const data = deflateSync(raw);
+      // A prune removes empty fan-out directories, also between our mkdir and write: retry.
+      for (let attempt = 0;; attempt++) {
+        fs.mkdirSync(dir, { recursive: true });
+        const tmp = path.join(dir, `tmp_obj_${process.pid}_${Math.random().toString(36).slice(2)}`);
+        try {
+          fs.writeFileSync(tmp, data, { mode: 0o444 });
+          fs.renameSync(tmp, file);
+          break;
+        } catch (error) {
+          fs.rmSync(tmp, { force: true });
+          if ((error as NodeJS.ErrnoException).code !== "ENOENT" || attempt >= 5) throw error;
+        }
+      }
     }
     return id;
   }
@@ -763,12 +1247,32 @@ export class Store {
     return kib * 1024;
   }
 
-  /** Drop objects no snapshot reaches. */
-  prune(repack = false): void {
-    if (repack) {
-      this.git.run(["repack", "-a", "-d", "-q"], { gitDir: this.gitDir });
+  /**
+   * Drop objects no snapshot reaches. When no other process is writing, at
+   * once; while one is, only objects older than {@link PRUNE_GRACE}, so an
+   * object written for a snapshot whose ref is not yet updated is never lost
+   * (and a repack waits for a quiet moment). One prune at a time.
+   *
+   * @returns Whether the prune ran at once (false: deferred in part).
+   */
+  prune(repack = false): boolean {
+    const lock = new FileLock(path.join(this.locksDir, "prune.lock"), this.log);
+    if (!lock.tryAcquire()) return false;
+    try {
+      const quiet = !this.#othersWriting();
+      if (quiet && repack) this.git.run(["repack", "-a", "-d", "-q"], { gitDir: this.gitDir });
+      // What each project's index holds is kept too (named by the tree it was
+      // last written as), so the next snapshot need not hash the tree anew.
+      const indexes = this.present(
+        this.projects().map((p) => p.state().indexTree).filter((t) => typeof t === "string"),
+      );
+      this.git.run(["prune", `--expire=${quiet ? "now" : PRUNE_GRACE}`, ...indexes], {
+        gitDir: this.gitDir,
+      });
+      return quiet;
+    } finally {
+      lock.release();
     }
-    this.git.run(["prune", "--expire=now"], { gitDir: this.gitDir });
   }
 
   /**
@@ -777,14 +1281,25 @@ export class Store {
    */
   enforce(limits: Limits, only?: Project): number {
     let dropped = 0;
-    for (const p of only ? [only] : this.projects()) {
-      const ids = p.snapshotIds();
-      if (ids.length > limits.maxSnapshots) {
-        const head = p.refHead();
-        const keep = ids.slice(0, limits.maxSnapshots);
-        p.setSnapshots(keep, this.treeOf(keep[0] as string), head);
-        dropped += ids.length - keep.length;
+    // Another project's ref is rewritten only under its lock, and not at all
+    // while another process snapshots it (its next snapshot enforces the limit).
+    const each = (p: Project, body: () => void) => {
+      try {
+        p.locked(body, p === only ? undefined : 0);
+      } catch (error) {
+        if (!(error instanceof LockTimeout)) throw error;
       }
+    };
+    for (const p of only ? [only] : this.projects()) {
+      each(p, () => {
+        const all = p.snapshotKinds();
+        const keep = keptIds(all, limits.maxSnapshots);
+        if (keep.length < all.length) {
+          const kinds = all.filter((s) => keep.includes(s.id)).map((s) => s.kind);
+          p.setSnapshots(keep, this.treeOf(keep[0] as string), p.refHead(), kinds);
+          dropped += all.length - keep.length;
+        }
+      });
     }
     if (dropped) this.prune();
     let size = this.measure();
@@ -793,11 +1308,13 @@ export class Store {
     for (;;) {
       let progress = false;
       for (const p of this.projects()) {
-        const ids = p.snapshotIds();
-        if (ids.length <= 1) continue;
-        p.setSnapshots(ids.slice(0, -1), this.treeOf(ids[0] as string), p.refHead());
-        dropped++;
-        progress = true;
+        each(p, () => {
+          const ids = p.snapshotIds();
+          if (ids.length <= 1) return;
+          p.setSnapshots(ids.slice(0, -1), this.treeOf(ids[0] as string), p.refHead());
+          dropped++;
+          progress = true;
+        });
       }
       this.prune(!packed && fs.readdirSync(path.join(this.gitDir, "objects", "pack")).length > 0);
       packed = true;

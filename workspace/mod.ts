@@ -18,13 +18,20 @@ import {
   diskHash,
   Git,
   GuardError,
+  keptIds,
+  type Ledger,
   ledgerKey,
   limitsOf,
-  MAX_TREE_FILES,
   type Project,
   projectRootOf,
+  showPath,
   type SnapshotInfo,
+  type SnapshotKind,
+  snapshotMessage,
+  type SnapshotMeta,
+  splitZ,
   Store,
+  toolsOf,
   type WorkspaceSettings,
 } from "./_store.ts";
 import {
@@ -36,15 +43,10 @@ import {
   resultTree,
   treeChanges,
 } from "./_restore.ts";
-import {
-  commandOf,
-  FILE_TOOLS,
-  filePathsOf,
-  isDestructiveCommand,
-  SHELL_TOOLS,
-} from "./_shell_words.ts";
+import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts";
+import { LockTimeout } from "./_lock.ts";
 
-export type { SnapshotInfo, WorkspaceSettings };
+export type { SnapshotInfo, SnapshotKind, WorkspaceSettings };
 export { isDestructiveCommand };
 
 /** Writes a log line; never throws. */
@@ -66,8 +68,10 @@ export interface WorkspacesOptions {
   env?: Record<string, string | undefined>;
   /** The user's home directory, which is never snapshotted. @default {os.homedir()} */
   userHome?: string;
-  /** Trees with more files than this are not snapshotted. @default {50000} */
+  /** Trees with more files than this are not snapshotted (wins over `max_tree_files`). */
   maxFiles?: number;
+  /** How long a snapshot waits while another process snapshots the same project. @default {30000} */
+  lockWaitMs?: number;
 }
 
 /** A snapshot as a checkpoint record names it. */
@@ -81,6 +85,8 @@ export interface WorkspaceRef {
 interface Pending {
   root: string;
   base: string;
+  /** The commit that keeps `base` from being pruned until the tool ends. */
+  hold?: string;
   paths: string[];
   shell: boolean;
 }
@@ -122,6 +128,7 @@ export class Workspaces {
   readonly #pending = new Map<string, Pending>();
   readonly #said = new Set<string>();
   readonly #skip = new Map<string, string>();
+  readonly #unknownTools = new Set<string>();
 
   /**
    * Set up the snapshots of one library instance; nothing is read or run yet.
@@ -149,11 +156,11 @@ export class Workspaces {
   }
 
   /**
-   * For a tool about to run: when it is a file tool (`write_file`, `patch`,
-   * `Write`, `Edit`, `MultiEdit`, `NotebookEdit`) or a shell tool whose
-   * `command` is destructive, snapshot the project (once per turn) and
+   * For a tool about to run: when it is a file tool (setting
+   * `workspace_file_tools`) or a shell tool (`workspace_shell_tools`) whose
+   * command is destructive, snapshot the project (once per turn) and
    * remember the call so {@link Workspaces.afterTool} can record what it
-   * wrote.
+   * wrote. Any other tool gets one log line per name.
    *
    * @returns The new snapshot's commit id, or undefined (none taken).
    */
@@ -165,27 +172,61 @@ export class Workspaces {
     options: { callId?: string; runId?: string } = {},
   ): string | undefined {
     return this.#guarded(options.runId, () => {
-      const file = FILE_TOOLS.has(tool);
+      const tools = toolsOf(this.#options.settings());
+      const file = tools.file.has(tool);
       let shell = false;
       if (!file) {
-        if (!SHELL_TOOLS.has(tool)) return undefined;
-        const command = commandOf(input);
+        if (!tools.shell.has(tool)) {
+          if (!this.#unknownTools.has(tool) && this.#unknownTools.size < 1000) {
+            this.#unknownTools.add(tool);
+            this.#say(
+              "info",
+              `workspace snapshots: tool ${
+                JSON.stringify(tool)
+              } is in neither workspace_file_tools nor workspace_shell_tools, so no snapshot is taken before it`,
+              options.runId,
+            );
+          }
+          return undefined;
+        }
+        const command = commandOf(input, tools.commandKeys);
         if (command === undefined || !isDestructiveCommand(command)) return undefined;
         shell = true;
       }
       const root = this.#root(dir);
       if (root === undefined) return undefined;
-      const id = this.#turnSnapshot(root, turn, options.runId, `before ${tool}`);
       const key = pendingKey(tool, options.callId, options.runId);
-      if (shell) {
-        // The tree before the command, to see afterwards what it changed.
-        const store = this.#store() as Store;
-        const base = store.project(root).writeTree(this.#limits()).tree;
-        this.#remember(key, { root, base, paths: [], shell });
-      } else {
-        const paths = filePathsOf(input).map((p) => path.resolve(dir, p));
+      // Remembered before the snapshot: the tool runs whether or not the
+      // snapshot could be taken, and what it writes is the agent's all the same.
+      if (!shell) {
+        const paths = filePathsOf(input, tools.pathKeys).map((p) => path.resolve(dir, p));
         this.#remember(key, { root, base: "", paths, shell });
       }
+      let failure: unknown;
+      let id: string | undefined;
+      try {
+        id = this.#turnSnapshot(root, turn, options.runId, `before ${tool}`, tool);
+      } catch (error) {
+        failure = error;
+      }
+      // After waiting out the lock once, the tool is not held up a second time.
+      if (shell && !(failure instanceof LockTimeout)) {
+        try {
+          // The tree before the command, to see afterwards what it changed.
+          const store = this.#store() as Store;
+          const project = store.project(root);
+          const { base, hold } = project.locked(() =>
+            store.writing(() => {
+              const base = project.writeTree(this.#limits()).tree;
+              return { base, hold: project.hold(base) };
+            })
+          );
+          this.#remember(key, { root, base, hold, paths: [], shell });
+        } catch (error) {
+          failure ??= error;
+        }
+      }
+      if (failure !== undefined) throw failure;
       return id;
     });
   }
@@ -211,15 +252,23 @@ export class Workspaces {
       }
       const store = this.#store() as Store;
       const project = store.project(pending.root);
-      const after = project.writeTree(this.#limits()).tree;
-      if (after === pending.base) return;
-      const ledger = project.ledger();
-      for (const c of treeChanges(project, pending.base, after)) {
+      const changes = project.locked(() =>
+        store.writing(() => {
+          try {
+            const after = project.writeTree(this.#limits()).tree;
+            return after === pending.base ? [] : treeChanges(project, pending.base, after);
+          } finally {
+            if (pending.hold) project.release(pending.hold);
+          }
+        })
+      );
+      const entries: Ledger = {};
+      for (const c of changes) {
         const abs = Buffer.concat([Buffer.from(pending.root + "/"), c.rel]);
         const now = c.status === "D" ? diskHash(abs) : c.dstBlob;
-        if (now !== undefined) ledger[ledgerKey(c.rel)] = now;
+        if (now !== undefined) entries[ledgerKey(c.rel)] = now;
       }
-      project.saveLedger(ledger);
+      project.recordWrites(entries);
     });
   }
 
@@ -230,17 +279,15 @@ export class Workspaces {
       const root = this.#root(dir);
       if (root === undefined) return;
       const project = (this.#store() as Store).project(root);
-      const ledger = project.ledger();
-      let changed = false;
+      const entries: Ledger = {};
       for (const p of paths) {
         const rel = relativeToRoot(root, dir, p);
         if (rel === undefined || rel.length === 0) continue;
         const hash = diskHash(Buffer.concat([Buffer.from(root + "/"), rel]));
         if (hash === undefined) continue;
-        ledger[ledgerKey(rel)] = hash;
-        changed = true;
+        entries[ledgerKey(rel)] = hash;
       }
-      if (changed) project.saveLedger(ledger);
+      project.recordWrites(entries);
     });
   }
 
@@ -254,7 +301,13 @@ export class Workspaces {
     return this.#guarded(runId, () => {
       const root = this.#root(dir);
       if (root === undefined) return undefined;
-      const taken = takeSnapshot(this.#store() as Store, root, this.#limits(), reason, runId);
+      const taken = takeSnapshot(
+        this.#store() as Store,
+        root,
+        this.#limits(),
+        reason,
+        runId === undefined ? {} : { runId },
+      );
       return taken ? { snapshot: taken.id, project: root } : undefined;
     });
   }
@@ -301,11 +354,18 @@ export class Workspaces {
         this.#say("warn", `workspace snapshots are off: git was not found on PATH (${problem})`);
       } else this.#git = git;
     }
-    return this.#git ? new Store(this.#options.home, this.#git) : undefined;
+    return this.#git
+      ? new Store(
+        this.#options.home,
+        this.#git,
+        (m) => this.#say("info", m),
+        this.#options.lockWaitMs,
+      )
+      : undefined;
   }
 
   #limits() {
-    return limitsOf(this.#options.settings(), this.#options.maxFiles ?? MAX_TREE_FILES);
+    return limitsOf(this.#options.settings(), this.#options.maxFiles);
   }
 
   /** The project root for `dir`, or undefined (with one log line) when it is guarded. */
@@ -327,7 +387,13 @@ export class Workspaces {
     return root;
   }
 
-  #turnSnapshot(root: string, turn: number, runId: string | undefined, reason: string) {
+  #turnSnapshot(
+    root: string,
+    turn: number,
+    runId: string | undefined,
+    reason: string,
+    tool?: string,
+  ) {
     const key = `${runId ?? ""}\0${root}`;
     if (this.#turns.get(key) === turn) return undefined;
     this.#turns.set(key, turn);
@@ -336,7 +402,11 @@ export class Workspaces {
       root,
       this.#limits(),
       `${reason} (turn ${turn})`,
-      runId,
+      {
+        turn,
+        ...(runId === undefined ? {} : { runId }),
+        ...(tool === undefined ? {} : { tool }),
+      },
     );
     return taken?.created ? taken.id : undefined;
   }
@@ -357,41 +427,63 @@ function guardOf(root: string, userHome: string): string | undefined {
   return undefined;
 }
 
-/** Snapshot `root` into the store unless its tree is unchanged since the newest snapshot. */
+/**
+ * Snapshot `root` into the store unless its tree is unchanged since the
+ * newest snapshot; holds the project's lock (waiting for another process's
+ * snapshot of it) and marks the store as being written until the ref names
+ * the new objects.
+ */
 function takeSnapshot(
   store: Store,
   root: string,
   limits: ReturnType<typeof limitsOf>,
   reason: string,
-  runId?: string,
+  meta: SnapshotMeta = {},
 ): { id: string; created: boolean } | undefined {
   store.ensure();
   const project = store.project(root);
-  const { tree } = project.writeTree(limits);
-  const head = project.refHead();
-  const ids = head ? project.snapshotIds() : [];
-  const state = project.state();
-  const newest = ids[0];
-  if (newest !== undefined) {
-    const newestTree = newest === state.head && state.lastTree
-      ? state.lastTree
-      : store.treeOf(newest);
-    if (newestTree === tree) {
-      if (newest !== state.head) project.saveState({ ...state, lastTree: tree, head: newest });
-      return { id: newest, created: false };
+  return project.locked(() => {
+    let dropped = false;
+    let taken: { id: string; created: boolean };
+    const done = store.beginWrite();
+    try {
+      const { tree } = project.writeTree(limits);
+      const head = project.refHead();
+      const all = head ? project.snapshotKinds() : [];
+      const state = project.state();
+      const newest = all[0]?.id;
+      let unchanged = false;
+      if (newest !== undefined) {
+        const newestTree = newest === state.head && state.lastTree
+          ? state.lastTree
+          : store.treeOf(newest);
+        if (newestTree === tree) {
+          if (newest !== state.head) project.saveState({ ...state, lastTree: tree, head: newest });
+          unchanged = true;
+        }
+      }
+      if (unchanged) taken = { id: newest as string, created: false };
+      else {
+        const id = store.writeCommit(tree, [], snapshotMessage(reason, root, meta));
+        const next = [{ id, kind: meta.kind ?? "agent" as const }, ...all];
+        const keep = keptIds(next, limits.maxSnapshots);
+        const kinds = next.filter((s) => keep.includes(s.id)).map((s) => s.kind);
+        project.setSnapshots(keep, tree, head, kinds);
+        project.saveState({ ...project.state(), lastTree: tree, head: id });
+        dropped = keep.length < next.length;
+        taken = { id, created: true };
+      }
+    } finally {
+      done();
     }
-  }
-  const message = `${reason}\n\nproject: ${root}\n${runId ? `run: ${runId}\n` : ""}`;
-  const id = store.writeCommit(tree, [], message);
-  const keep = [id, ...ids].slice(0, limits.maxSnapshots);
-  project.setSnapshots(keep, tree, head);
-  project.saveState({ ...project.state(), lastTree: tree, head: id });
-  if (ids.length + 1 > keep.length) store.prune();
-  const estimate = store.estimate();
-  if (estimate === undefined || estimate > limits.maxTotalBytes) {
-    if (store.measure() > limits.maxTotalBytes) store.enforce(limits);
-  }
-  return { id, created: true };
+    if (dropped) store.prune();
+    const estimate = store.estimate();
+    if (estimate === undefined || estimate > limits.maxTotalBytes) {
+      if (store.measure() > limits.maxTotalBytes) store.enforce(limits, undefined);
+    }
+    project.compactLedger();
+    return taken;
+  });
 }
 
 /** How {@link rollback} and {@link rollbackDiff} find the store and the project. */
@@ -414,6 +506,8 @@ export interface RollbackOptions {
   env?: Record<string, string | undefined>;
   /** Limits for the safety snapshot taken before restoring. */
   settings?: WorkspaceSettings;
+  /** Told about a stale lock cleared (left by a killed process). */
+  log?: (message: string) => void;
 }
 
 /** What a rollback did (or, with `dryRun`, would do). */
@@ -464,37 +558,33 @@ export interface RollbackResult {
  * ```
  */
 export function rollback(options: RollbackOptions): RollbackResult {
+  if (options.dryRun) return preview(options, false);
   const { project, target } = openProject(options);
-  const ledger = project.ledger();
   const limits = limitsOf(options.settings ?? {});
-  let current: string;
-  let before: string | undefined;
-  if (options.dryRun) current = project.writeTree(limits).tree;
-  else {
+  const only = onlyPath(project.root, options);
+  const { before, done } = project.locked(() => {
     const taken = takeSnapshot(
       project.store,
       project.root,
       limits,
       `before rollback to ${target.id.slice(0, 12)}`,
+      { kind: "rollback" },
     );
-    before = taken?.id;
-    current = project.state().lastTree ?? project.writeTree(limits).tree;
-  }
-  const only = onlyPath(project.root, options);
-  const plan = planRollback(project, current, target.tree, ledger, {
-    all: options.all === true,
-    ...(only === undefined ? {} : { only }),
+    const current = project.state().lastTree ?? project.writeTree(limits).tree;
+    const ledger = project.ledger();
+    const plan = planRollback(project, current, target.tree, ledger, {
+      all: options.all === true,
+      ...(only === undefined ? {} : { only }),
+    });
+    const done = applyPlan(project, plan, ledger);
+    project.saveLedger(ledger);
+    return { before: taken?.id, done };
   });
-  const done = options.dryRun ? plan : applyPlan(project, plan, ledger, {
-    current,
-    target: target.tree,
-  });
-  if (!options.dryRun) project.saveLedger(ledger);
   return {
     project: project.root,
     snapshot: target,
     ...(before === undefined ? {} : { before }),
-    dryRun: options.dryRun === true,
+    dryRun: false,
     ...summarize(done),
   };
 }
@@ -533,23 +623,36 @@ export interface RollbackDiff extends RollbackResult {
  * ```
  */
 export function rollbackDiff(options: RollbackOptions): RollbackDiff {
+  return preview(options, true) as RollbackDiff;
+}
+
+/** A rollback's plan, and with `withPatch` its diff, worked out on a view that writes nothing. */
+function preview(
+  options: RollbackOptions,
+  withPatch: boolean,
+): RollbackResult & { patch?: string } {
   const { project, target } = openProject(options);
   const limits = limitsOf(options.settings ?? {});
-  const current = project.writeTree(limits).tree;
   const only = onlyPath(project.root, options);
-  const plan = planRollback(project, current, target.tree, project.ledger(), {
-    all: options.all === true,
-    ...(only === undefined ? {} : { only }),
+  return project.readOnlyView((view) => {
+    const current = view.writeTree(limits).tree;
+    const plan = planRollback(view, current, target.tree, view.ledger(), {
+      all: options.all === true,
+      ...(only === undefined ? {} : { only }),
+    });
+    const result: RollbackResult & { patch?: string } = {
+      project: project.root,
+      snapshot: target,
+      dryRun: true,
+      ...summarize(plan),
+    };
+    if (withPatch) {
+      const after = resultTree(view, current, plan);
+      const args = ["diff-tree", "-p", "-r", "--no-renames", "--no-color", current, after];
+      result.patch = view.git(args).toString("utf8");
+    }
+    return result;
   });
-  const after = resultTree(project, current, plan);
-  const args = ["diff-tree", "-p", "-r", "--no-renames", "--no-color", current, after];
-  return {
-    project: project.root,
-    snapshot: target,
-    dryRun: true,
-    ...summarize(plan),
-    patch: project.git(args).toString("utf8"),
-  };
 }
 
 function onlyPath(root: string, options: RollbackOptions): Buffer | undefined {
@@ -572,40 +675,108 @@ function summarize(done: PlanEntry[]) {
   };
 }
 
-function openStore(home: string, env?: Record<string, string | undefined>): Store {
+function openStore(
+  home: string,
+  env?: Record<string, string | undefined>,
+  log?: (message: string) => void,
+): Store {
   const git = new Git("git", env ?? process.env);
   const problem = git.probe();
   if (problem) throw new Error(`git was not found on PATH (${problem})`);
-  return new Store(home, git);
+  return new Store(home, git, log);
 }
 
 function openProject(options: RollbackOptions): { project: Project; target: SnapshotInfo } {
+  const store = openStore(options.home, options.env, options.log);
+  const root = projectRootOf(options.project ?? process.cwd());
+  const project = store.project(root);
+  const snapshots = store.exists() ? project.snapshots() : [];
+  if (snapshots.length === 0) throw new RangeError(`No snapshots of ${root}`);
+  return { project, target: findSnapshot(root, snapshots, String(options.target ?? 1)) };
+}
+
+/**
+ * A snapshot by number (counting the agent's snapshots only, 1 = newest) or
+ * by id or unique id prefix (any snapshot, a rollback's included).
+ */
+function findSnapshot(root: string, snapshots: SnapshotInfo[], wanted: string): SnapshotInfo {
+  if (/^\d{1,3}$/.test(wanted) && !/^0[0-9]/.test(wanted)) {
+    const numbered = snapshots.filter((s) => s.kind === "agent");
+    const target = numbered[Number(wanted) - 1];
+    if (target === undefined || Number(wanted) < 1) {
+      throw new RangeError(
+        `No snapshot ${wanted} of ${root}: it has ${numbered.length} (1 is the newest)`,
+      );
+    }
+    return target;
+  }
+  const matches = snapshots.filter((s) => s.id.startsWith(wanted.toLowerCase()));
+  if (matches.length !== 1 || wanted.length < 4) {
+    throw new RangeError(
+      matches.length > 1
+        ? `Snapshot id "${wanted}" is ambiguous`
+        : `No snapshot "${wanted}" of ${root}`,
+    );
+  }
+  return matches[0] as SnapshotInfo;
+}
+
+/** One snapshot as `snapshots list` shows it. */
+export interface SnapshotEntry extends SnapshotInfo {
+  /** Its number for `rollback N` (the agent's snapshots only; a rollback's has none). */
+  number?: number;
+  /** The first 12 hex digits of its id. */
+  short: string;
+  /** The files it differs in from the next older snapshot (all of its files for the oldest). */
+  files: string[];
+}
+
+/**
+ * A project's snapshots, newest first: number, id, time, reason, and the
+ * files each differs in from the one before it. A rollback's snapshots are
+ * listed with `kind: "rollback"` and no number.
+ *
+ * @throws {RangeError} When the project has no snapshots.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { listSnapshots, Workspaces } from "./mod.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-list-doc-"));
+ * const project = fs.mkdtempSync(path.join(os.tmpdir(), "ac-list-proj-"));
+ * fs.writeFileSync(path.join(project, "a.txt"), "one");
+ * const ws = new Workspaces({ home, log: () => {}, settings: () => ({ workspace_snapshots: true }) });
+ * ws.beforeTool(project, 1, "write_file", { path: "a.txt" }, { runId: "r1" });
+ * const [newest] = listSnapshots({ home, project }).snapshots;
+ * assert.equal(newest?.number, 1);
+ * assert.equal(newest?.tool, "write_file");
+ * assert.deepEqual(newest?.files, ["a.txt"]);
+ * ```
+ */
+export function listSnapshots(
+  options: { home: string; project?: string; env?: Record<string, string | undefined> },
+): { project: string; snapshots: SnapshotEntry[] } {
   const store = openStore(options.home, options.env);
   const root = projectRootOf(options.project ?? process.cwd());
   const project = store.project(root);
   const snapshots = store.exists() ? project.snapshots() : [];
   if (snapshots.length === 0) throw new RangeError(`No snapshots of ${root}`);
-  const wanted = String(options.target ?? 1);
-  let target: SnapshotInfo | undefined;
-  if (/^\d{1,3}$/.test(wanted) && !/^0[0-9]/.test(wanted)) {
-    target = snapshots[Number(wanted) - 1];
-    if (target === undefined || Number(wanted) < 1) {
-      throw new RangeError(
-        `No snapshot ${wanted} of ${root}: it has ${snapshots.length} (1 is the newest)`,
-      );
-    }
-  } else {
-    const matches = snapshots.filter((s) => s.id.startsWith(wanted.toLowerCase()));
-    if (matches.length !== 1 || wanted.length < 4) {
-      throw new RangeError(
-        matches.length > 1
-          ? `Snapshot id "${wanted}" is ambiguous`
-          : `No snapshot "${wanted}" of ${root}`,
-      );
-    }
-    target = matches[0] as SnapshotInfo;
-  }
-  return { project, target };
+  let n = 0;
+  const entries = snapshots.map((s, i) => {
+    const older = snapshots[i + 1];
+    const args = older
+      ? ["diff-tree", "-r", "-z", "--name-only", "--no-renames", older.tree, s.tree]
+      : ["ls-tree", "-r", "-z", "--name-only", s.tree];
+    const files = splitZ(project.git(args)).map((p) => showPath(p));
+    const entry: SnapshotEntry = { ...s, short: s.id.slice(0, 12), files };
+    if (s.kind === "agent") entry.number = ++n;
+    return entry;
+  });
+  return { project: root, snapshots: entries };
 }
 
 /** One project in the store, for `snapshots`. */
@@ -705,6 +876,7 @@ export function pruneStore(
     if (fs.existsSync(p.root)) continue;
     dropped += p.snapshotIds().length;
     p.setSnapshots([], "", p.refHead());
+    fs.rmSync(path.join(store.gitDir, p.pendingRef), { force: true });
     fs.rmSync(p.dir, { recursive: true, force: true });
     forgotten.push(p.root);
   }

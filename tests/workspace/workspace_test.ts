@@ -18,6 +18,8 @@ import {
 import { rollbackCommand, snapshotsCommand } from "../../cli/_workspace.ts";
 import { memoryIo } from "../../cli/_common.ts";
 import { tempHome } from "../_helpers.ts";
+import { SETTINGS } from "../../settings.ts";
+import { Git, Store } from "../../workspace/_store.ts";
 
 const GIT_ENV = {
   ...process.env,
@@ -121,8 +123,9 @@ test("snapshots and rollbacks never change the project's own .git", () => {
   const r = rollback({ home, project: dir, target: 2 });
   assert.deepEqual(r.restored.sort(), ["a.txt", "src/b.ts"]);
   assert.equal(read(dir, "a.txt"), "uncommitted\n");
-  // Snapshot 1 is now the one taken just before that rollback: undo it.
-  rollback({ home, project: dir, target: 1 });
+  // The snapshot taken just before that rollback undoes it (reached by id).
+  assert.ok(r.before);
+  rollback({ home, project: dir, target: r.before });
   pruneStore({ home });
   assert.deepEqual(hashTree(path.join(dir, ".git")), before);
   assert.equal(read(dir, "a.txt"), "agent\n");
@@ -192,7 +195,7 @@ test("hand edits are kept and listed; the agent's writes are restored", async ()
   assert.equal(read(dir, "mine.txt"), "my edit\n");
   // The text output lists what was kept, and --all restores everything.
   const t = memoryIo({ cwd: dir });
-  assert.equal(await rollbackCommand.run(["2", "--home", home, "--all"], t.io), 0);
+  assert.equal(await rollbackCommand.run(["1", "--home", home, "--all"], t.io), 0);
   assert.match(t.stdout(), /restored +both\.txt/);
   assert.equal(read(dir, "mine.txt"), "v1\n");
   assert.equal(read(dir, "both.txt"), "v1\n");
@@ -260,8 +263,8 @@ test("a single path restores that file alone", async () => {
   assert.equal(await rollbackCommand.run(["1", "b.txt", "--home", home], m.io), 0, m.stderr());
   assert.equal(read(dir, "a.txt"), "a2\n");
   assert.equal(read(dir, "b.txt"), "b1\n");
-  // A path alone (no N) means the newest snapshot: now the one taken just
-  // before that rollback, with a2 and b2.
+  // A path alone (no N) means the newest of the agent's snapshots.
+  assert.ok(ws.beforeWrite(dir, 2));
   write(dir, "a.txt", "a3\n");
   write(dir, "b.txt", "b3\n");
   ws.afterWrite(dir, ["a.txt", "b.txt"]);
@@ -408,10 +411,13 @@ test("a restore never follows a symbolic link out of the tree", () => {
   const r = rollback({ home, project: dir, all: true });
   assert.equal(read(outside, "victim.txt"), "outside\n");
   assert.equal(read(outside, "d/file.txt"), "outside d\n");
-  // The link itself is replaced by the file; what is behind a linked directory is skipped.
+  // The links themselves are replaced: by the file, and by the directory with its file.
   assert.equal(fs.lstatSync(path.join(dir, "a.txt")).isFile(), true);
   assert.equal(read(dir, "a.txt"), "a1\n");
-  assert.ok(r.skipped.some((s) => s.path === "d/file.txt" && /symbolic link/.test(s.reason)));
+  assert.equal(fs.lstatSync(path.join(dir, "d")).isDirectory(), true);
+  assert.equal(read(dir, "d/file.txt"), "d1\n");
+  assert.deepEqual(r.removed, ["d"]);
+  assert.deepEqual(r.skipped, []);
 });
 
 /** Run `script` in sh; the only way to name non-UTF-8 files under Deno, whose node:fs is lossy. */
@@ -601,4 +607,296 @@ test("a staged tree pruned from the store is rebuilt, never committed broken", (
   assert.equal(snapshotFiles(home, id).size, 1);
   const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
   execFileSync("git", ["fsck", "--strict", "--no-dangling"], { env: storeEnv, stdio: "pipe" });
+});
+
+test("one rollback restores a directory the agent replaced by a file, a link, or the reverse", () => {
+  for (const replace of ["echo oops > docs", "ln -s /tmp docs"]) {
+    const dir = project({ "docs/guide.md": "the guide\n", "docs/api/ref.md": "ref\n", "x": "x\n" });
+    const { home, ws } = setup();
+    const command = `rm -rf docs && ${replace} && rm x && mkdir x && echo in > x/inside`;
+    assert.ok(ws.beforeTool(dir, 1, "bash", { command }, { callId: "c" }));
+    sh(dir, command);
+    ws.afterTool(dir, "bash", { callId: "c", ok: true });
+    const r = rollback({ home, project: dir });
+    assert.deepEqual(r.skipped, [], replace);
+    assert.deepEqual(r.restored.sort(), ["docs/api/ref.md", "docs/guide.md", "x"], replace);
+    assert.deepEqual(r.removed.sort(), ["docs", "x/inside"], replace);
+    assert.equal(fs.lstatSync(path.join(dir, "docs")).isDirectory(), true, replace);
+    assert.equal(read(dir, "docs/guide.md"), "the guide\n");
+    assert.equal(read(dir, "docs/api/ref.md"), "ref\n");
+    assert.equal(read(dir, "x"), "x\n");
+  }
+});
+
+/**
+ * Every entry under `dir` (directories too) with its content hash and mode.
+ * Not modification times: git refreshes the time of an object it is asked to
+ * write again, also in a read-only view's alternate store (where it may).
+ */
+function fullState(dir: string): Map<string, string> {
+  const out = new Map<string, string>();
+  const walk = (d: string) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name);
+      const st = fs.lstatSync(p);
+      if (e.isDirectory()) {
+        out.set(p, `dir:${st.mode}`);
+        walk(p);
+      } else if (e.isSymbolicLink()) out.set(p, `link:${fs.readlinkSync(p)}`);
+      else {
+        const hash = createHash("sha256").update(fs.readFileSync(p)).digest("hex");
+        out.set(p, `${hash}:${st.mode}`);
+      }
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+test("--dry-run and diff write nothing to the store, and work on a read-only store", async () => {
+  const dir = project({ "a.txt": "a1\n", "b.txt": "b1\n" });
+  const { home, ws } = setup();
+  ws.beforeWrite(dir, 1);
+  write(dir, "a.txt", "a2\n");
+  ws.afterWrite(dir, ["a.txt"]);
+  ws.beforeWrite(dir, 2);
+  // Changes since the newest snapshot, so a preview must stage the tree to see them.
+  write(dir, "a.txt", "a3\n");
+  write(dir, "new.txt", "n\n");
+  ws.afterWrite(dir, ["a.txt", "new.txt"]);
+  const checkpoints = path.join(home, "checkpoints");
+  const before = fullState(checkpoints);
+  const tree = fullState(dir);
+  const run = async (args: string[]) => {
+    const m = memoryIo({ cwd: dir });
+    assert.equal(await rollbackCommand.run([...args, "--home", home], m.io), 0, m.stderr());
+    return m.stdout();
+  };
+  const check = async (expected: Map<string, string>) => {
+    assert.match(await run(["2", "--dry-run"]), /would restore +a\.txt\n.*would remove +new\.txt/s);
+    assert.match(await run(["diff", "2"]), /-a3\n\+a1/);
+    const one = await run(["diff", "1", "--all", "a.txt"]);
+    assert.match(one, /-a3\n\+a2/);
+    assert.match(await run(["2", "--dry-run", "--json"]), /"dryRun": true/);
+    assert.deepEqual(fullState(checkpoints), expected, "the store is as it was");
+    assert.deepEqual(fullState(dir), tree, "the tree is as it was");
+  };
+  await check(before);
+  // Read-only: tests may run as root, who writes anyway, so the check above
+  // (nothing changed) is what proves it; this proves nothing needs writing.
+  execFileSync("chmod", ["-R", "a-w", checkpoints]);
+  try {
+    await check(fullState(checkpoints));
+  } finally {
+    execFileSync("chmod", ["-R", "u+w", checkpoints]);
+  }
+});
+
+test("snapshots list numbers the agent's snapshots; a rollback's are marked and reached by id", async () => {
+  const dir = project({ "a.txt": "a1\n", "b.txt": "b1\n" });
+  const { home, ws } = setup();
+  for (let turn = 1; turn <= 4; turn++) {
+    ws.beforeTool(dir, turn, "write_file", { path: "a.txt" }, { callId: `c${turn}`, runId: "r1" });
+    write(dir, "a.txt", `a${turn + 1}\n`);
+    if (turn === 2) write(dir, "b.txt", "b2\n");
+    ws.afterTool(dir, "write_file", { callId: `c${turn}`, runId: "r1", ok: true });
+  }
+  ws.afterWrite(dir, ["b.txt"]);
+  const list = async () => {
+    const m = memoryIo({ cwd: dir });
+    assert.equal(await snapshotsCommand.run(["list", "--home", home, "--json"], m.io), 0);
+    return JSON.parse(m.stdout()).snapshots as Record<string, unknown>[];
+  };
+  const four = await list();
+  assert.deepEqual(four.map((s) => s.number), [1, 2, 3, 4]);
+  assert.deepEqual(four.map((s) => s.turn), [4, 3, 2, 1]);
+  assert.equal(four[0]!.tool, "write_file");
+  assert.equal(four[0]!.runId, "r1");
+  assert.match(four[0]!.short as string, /^[0-9a-f]{12}$/);
+  assert.deepEqual(four[1]!.files, ["a.txt", "b.txt"], "differs from the one before in both");
+  assert.deepEqual(four[0]!.files, ["a.txt"]);
+  // rollback 4, twice: the second finds the same snapshot and nothing to undo.
+  const first = memoryIo({ cwd: dir });
+  assert.equal(await rollbackCommand.run(["4", "--home", home], first.io), 0, first.stderr());
+  const restoredId = (four[3]!.id as string).slice(0, 12);
+  assert.match(first.stdout(), new RegExp(`rolled back to snapshot ${restoredId}`));
+  const took = first.stdout().match(/snapshot taken first: ([0-9a-f]{12})/)?.[1];
+  assert.ok(took, first.stdout());
+  assert.equal(read(dir, "a.txt"), "a1\n");
+  assert.equal(read(dir, "b.txt"), "b1\n");
+  const after = await list();
+  assert.deepEqual(after.map((s) => s.number), [undefined, 1, 2, 3, 4]);
+  assert.equal(after[0]!.kind, "rollback");
+  assert.equal(after[0]!.short, took);
+  const text = memoryIo({ cwd: dir });
+  assert.equal(await snapshotsCommand.run(["list", "--home", home], text.io), 0);
+  assert.match(text.stdout(), new RegExp(`^rollback +${took} `, "m"));
+  assert.match(text.stdout(), new RegExp(`^4 +${restoredId} `, "m"));
+  // The user keeps a file the rollback restored, by hand, then runs rollback 4 again.
+  write(dir, "b.txt", "b1, then mine\n");
+  const second = memoryIo({ cwd: dir });
+  assert.equal(await rollbackCommand.run(["4", "--home", home], second.io), 0);
+  assert.match(second.stdout(), new RegExp(`rolled back to snapshot ${restoredId}`));
+  assert.equal(read(dir, "a.txt"), "a1\n", "the user's rollback is not undone");
+  assert.equal(read(dir, "b.txt"), "b1, then mine\n");
+  // The rollback's snapshot is reached by id: undo the first rollback.
+  const undo = memoryIo({ cwd: dir });
+  assert.equal(await rollbackCommand.run([took, "a.txt", "--home", home], undo.io), 0);
+  assert.equal(read(dir, "a.txt"), "a5\n");
+});
+
+test("tool names and input keys come from settings; any other tool is logged once per name", () => {
+  const dir = project({ "a.txt": "a1\n", "b.txt": "b1\n" });
+  const { home, ws, logs } = setup({
+    workspace_file_tools: { names: ["edit_file"], path_keys: ["target"] },
+    workspace_shell_tools: { names: ["run_command"], command_keys: ["cmdline"] },
+  });
+  // Built-in names not in the settings' lists are other tools now.
+  assert.equal(ws.beforeTool(dir, 1, "write_file", { path: "a.txt" }), undefined);
+  assert.equal(ws.beforeTool(dir, 2, "write_file", { path: "a.txt" }), undefined);
+  assert.equal(ws.beforeTool(dir, 3, "web_search", { query: "x" }), undefined);
+  assert.deepEqual(logs, [
+    'info: workspace snapshots: tool "write_file" is in neither workspace_file_tools nor workspace_shell_tools, so no snapshot is taken before it',
+    'info: workspace snapshots: tool "web_search" is in neither workspace_file_tools nor workspace_shell_tools, so no snapshot is taken before it',
+  ]);
+  assert.equal(fs.existsSync(path.join(home, "checkpoints")), false);
+  // A file tool of the settings, its path under the settings' key.
+  assert.ok(ws.beforeTool(dir, 4, "edit_file", { target: "a.txt" }, { callId: "e" }));
+  write(dir, "a.txt", "a2\n");
+  ws.afterTool(dir, "edit_file", { callId: "e", ok: true });
+  // A shell tool of the settings, its command under the settings' key.
+  assert.ok(ws.beforeTool(dir, 5, "run_command", { cmdline: "rm b.txt" }, { callId: "r" }));
+  fs.rmSync(path.join(dir, "b.txt"));
+  ws.afterTool(dir, "run_command", { callId: "r", ok: true });
+  assert.equal(ws.beforeTool(dir, 6, "run_command", { cmdline: "ls" }), undefined);
+  const r = rollback({ home, project: dir, target: 2 });
+  assert.deepEqual(r.restored.sort(), ["a.txt", "b.txt"]);
+  assert.equal(logs.length, 2);
+});
+
+test("max_tree_files sets the file limit (200,000 by default) and the skip is logged once", () => {
+  assert.equal(SETTINGS.max_tree_files.default, 200_000);
+  const many = project(Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`f${i}`, "x"])));
+  const over = setup({ max_tree_files: 7 });
+  assert.equal(over.ws.beforeWrite(many, 1), undefined);
+  assert.equal(over.ws.beforeWrite(many, 2), undefined);
+  assert.deepEqual(over.logs, [
+    `info: workspace snapshots skip ${many}: the tree has more than 7 files`,
+  ]);
+  const fits = setup({ max_tree_files: 8 });
+  assert.ok(fits.ws.beforeWrite(many, 1));
+  // A tree at the limit stays snapshotted as files change, go and come.
+  write(many, "f0", "changed");
+  assert.ok(fits.ws.beforeWrite(many, 2));
+  fs.rmSync(path.join(many, "f1"));
+  write(many, "new", "n");
+  assert.ok(fits.ws.beforeWrite(many, 3));
+  assert.deepEqual(fits.logs, []);
+  write(many, "ninth", "n");
+  assert.equal(fits.ws.beforeWrite(many, 4), undefined);
+  assert.deepEqual(fits.logs, [
+    `info: workspace snapshots skip ${many}: the tree has more than 8 files`,
+  ]);
+});
+
+test("the tree before a shell command outlives a prune by another project until the tool ends", () => {
+  const dir = project({ "a.txt": "1\n" });
+  const other = project({ "b.txt": "1\n" });
+  const { home, ws } = setup({ max_snapshots: 1 });
+  ws.beforeWrite(dir, 1);
+  // A second command in the same turn: no snapshot, but its tree before is staged.
+  write(dir, "a.txt", "2, by a first command\n");
+  assert.equal(
+    ws.beforeTool(dir, 1, "bash", { command: "echo 3 > a.txt" }, { callId: "s" }),
+    undefined,
+  );
+  // Meanwhile another project's snapshots drop old ones and prune at once.
+  write(other, "b.txt", "2\n");
+  ws.beforeWrite(other, 1);
+  write(other, "b.txt", "3\n");
+  ws.beforeWrite(other, 2);
+  write(dir, "a.txt", "3, by the command\n");
+  ws.afterTool(dir, "bash", { callId: "s", ok: true });
+  // The command's write is the agent's: rolling back to the newest snapshot restores a.txt.
+  const r = rollback({ home, project: dir });
+  assert.deepEqual(r.restored, ["a.txt"]);
+  assert.equal(read(dir, "a.txt"), "1\n");
+  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
+  assert.equal(
+    execFileSync("git", ["for-each-ref", "refs/agent-checkpoint-pending/"], { env: storeEnv })
+      .toString(),
+    "",
+    "nothing held once the tool ended",
+  );
+});
+
+test("replacing the ledger keeps writes appended by another process since it was read", () => {
+  const dir = project({ "a.txt": "a\n" });
+  const home = tempHome();
+  const store = new Store(home, new Git("git", process.env));
+  const mine = store.project(dir);
+  const theirs = store.project(dir);
+  theirs.recordWrites({ "a.txt": "1".repeat(40) });
+  const files = mine.ledger();
+  // Another process appends while this one holds what it read.
+  theirs.recordWrites({ "b.txt": "2".repeat(40), "é.txt": null });
+  files["a.txt"] = "3".repeat(40);
+  mine.saveLedger(files);
+  assert.deepEqual(store.project(dir).ledger(), {
+    "a.txt": "3".repeat(40),
+    "b.txt": "2".repeat(40),
+    "é.txt": null,
+  });
+  // And later appends go on top of the new ledger.
+  theirs.recordWrites({ "a.txt": "4".repeat(40) });
+  assert.equal(store.project(dir).ledger()["a.txt"], "4".repeat(40));
+});
+
+test("a first snapshot of many files leaves out what a small one does", () => {
+  const files: Record<string, string> = { ".gitignore": "*.log\n" };
+  for (let i = 0; i < 2100; i++) files[`src/m${i % 30}/f${i}.ts`] = `export const x${i} = ${i};\n`;
+  files["debug.log"] = "noise\n";
+  files["node_modules/pkg/index.js"] = "m\n";
+  const dir = project(files);
+  fs.writeFileSync(path.join(dir, "big.bin"), Buffer.alloc(2 * 1024 * 1024));
+  fs.symlinkSync("src", path.join(dir, "link"));
+  // The home (and so the store) inside the project's tree.
+  const home = path.join(dir, "home");
+  const ws = new Workspaces({
+    home,
+    log: () => {},
+    settings: () => ({ workspace_snapshots: true, max_file_size_mb: 1 }),
+  });
+  const id = ws.beforeWrite(dir, 1) as string;
+  assert.ok(id);
+  const stored = snapshotFiles(home, id);
+  assert.equal(
+    stored.size,
+    2100 + 2,
+    [...stored.keys()].filter((f) => !f.startsWith("src/")).join(),
+  );
+  assert.ok(stored.has(".gitignore"));
+  assert.equal(stored.get("link"), "120000");
+  for (const left of ["big.bin", "debug.log", "node_modules/pkg/index.js"]) {
+    assert.equal(stored.has(left), false, left);
+  }
+  assert.ok(![...stored.keys()].some((f) => f.startsWith("home/")), "the store is not stored");
+});
+
+test("a prune keeps what every project's index holds, so it is not hashed anew", () => {
+  const dir = project({ "a.txt": "1\n" });
+  const other = project({ "b.txt": "1\n" });
+  const { home, ws } = setup({ max_snapshots: 1 });
+  ws.beforeWrite(dir, 1);
+  // A command's change is staged after it ends, and in no snapshot.
+  ws.beforeTool(dir, 2, "bash", { command: "echo staged > a.txt" }, { callId: "s" });
+  write(dir, "a.txt", "staged, in no snapshot\n");
+  ws.afterTool(dir, "bash", { callId: "s", ok: true });
+  write(other, "b.txt", "2\n");
+  ws.beforeWrite(other, 1);
+  write(other, "b.txt", "3\n");
+  ws.beforeWrite(other, 2);
+  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
+  const blob = createHash("sha1").update("blob 23\0staged, in no snapshot\n").digest("hex");
+  execFileSync("git", ["cat-file", "-e", blob], { env: storeEnv, stdio: "pipe" });
 });
