@@ -682,6 +682,24 @@ export class RunTable {
     Atomics.store(this.#i, i + RING_I + k * 2 + 1, status);
   }
 
+  /**
+   * A number that changes when what a run's ledger record shows does: a
+   * turn, a tool call's start or end, a tier, its description. Reads only,
+   * allocates nothing: the watchdog compares it for every run each interval.
+   */
+  changeStamp(slot: number): number {
+    const i = this.#iAt(slot);
+    let h = Atomics.load(this.#i, i + TURNS);
+    h = (h * 31 + Atomics.load(this.#i, i + TOOL_COUNT)) | 0;
+    h = (h * 31 + Atomics.load(this.#i, i + INFO_SEQ)) | 0;
+    h = (h * 31 + Atomics.load(this.#i, i + MID_LATCH)) | 0;
+    h = (h * 31 + Atomics.load(this.#i, i + GEN)) | 0;
+    for (let k = 0; k < TOOL_RING; k++) {
+      h = (h * 31 + Atomics.load(this.#i, i + RING_I + k * 2 + 1)) | 0;
+    }
+    return h;
+  }
+
   /** The recent tool calls, oldest first, with their sequence numbers. */
   tools(slot: number): (ToolCall & { seq: number })[] {
     const i = this.#iAt(slot);

@@ -18,6 +18,8 @@ import { createRequire } from "node:module";
 export interface SqliteDb {
   /** The first row of a query, or undefined. */
   get(sql: string, ...params: unknown[]): Record<string, unknown> | undefined;
+  /** Every row of a query. */
+  all(sql: string, ...params: unknown[]): Record<string, unknown>[];
   /** Run SQL with no result. */
   exec(sql: string): void;
   /** Run one statement with parameters. */
@@ -60,6 +62,7 @@ export const SQLITE_COPY_LIMIT = 64 * 1024 * 1024;
 
 interface Statement {
   get(...params: unknown[]): unknown;
+  all(...params: unknown[]): unknown;
   run(...params: unknown[]): unknown;
 }
 interface RawDb {
@@ -68,12 +71,31 @@ interface RawDb {
   close(): unknown;
 }
 
-const wrap = (db: RawDb): SqliteDb => ({
-  get: (sql, ...params) => db.prepare(sql).get(...params) as Record<string, unknown> | undefined,
-  exec: (sql) => void db.exec(sql),
-  run: (sql, ...params) => void db.prepare(sql).run(...params),
-  close: () => void db.close(),
-});
+/** Prepared statements kept per database: a store's few statements run many times. */
+const STATEMENTS_KEPT = 64;
+
+const wrap = (db: RawDb): SqliteDb => {
+  const prepared = new Map<string, Statement>();
+  const prepare = (sql: string): Statement => {
+    let statement = prepared.get(sql);
+    if (statement === undefined) {
+      statement = db.prepare(sql);
+      if (prepared.size >= STATEMENTS_KEPT) prepared.clear();
+      prepared.set(sql, statement);
+    }
+    return statement;
+  };
+  return {
+    get: (sql, ...params) => prepare(sql).get(...params) as Record<string, unknown> | undefined,
+    all: (sql, ...params) => prepare(sql).all(...params) as Record<string, unknown>[],
+    exec: (sql) => void db.exec(sql),
+    run: (sql, ...params) => void prepare(sql).run(...params),
+    close: () => {
+      prepared.clear();
+      db.close();
+    },
+  };
+};
 
 /** A `file:` URI for SQLite, with the path's special characters escaped. */
 const fileUri = (file: string, query: string) =>

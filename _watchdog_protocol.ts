@@ -28,6 +28,10 @@ export interface WatchdogData {
 export interface WatchdogStats {
   heapUsed: number;
   watched: number;
+  /** Commits of the run ledger so far. */
+  ledgerCommits?: number;
+  /** Ledger records waiting for the store. */
+  ledgerBacklog?: number;
 }
 
 /** Worker to main thread. */

@@ -11,7 +11,13 @@ import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, deniedRead, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, readCheckpoint } from "./persist.ts";
 import { MAX_ATTEMPTS, summaryLine } from "./_record.ts";
-import { type PreviousAttempt, Run, type RunHost, type WorkspaceHooks } from "./run.ts";
+import {
+  type PreviousAttempt,
+  Run,
+  type RunHost,
+  type RunStart,
+  type WorkspaceHooks,
+} from "./run.ts";
 import { Workspaces } from "./workspace/mod.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
@@ -25,6 +31,19 @@ import {
   type WriterSinks,
 } from "./_writer.ts";
 import type { FromWorker, WatchdogData, WatchdogStats } from "./_watchdog_protocol.ts";
+import {
+  endRecord,
+  ledgerFailed,
+  type LedgerStore,
+  ledgerSummary,
+  recordOf,
+  remainingCaps,
+  resumeNote,
+  unknownCalls,
+} from "./_ledger.ts";
+import { openStore, type RunRecord, type RunView, thisHost } from "./store/mod.ts";
+import { existsSync } from "node:fs";
+import type { EndStatus } from "./_record.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
 // watchdog with it: a worker that fetched it later would do so while the host may be
 // blocked. Outside a worker the module does nothing.
@@ -106,6 +125,14 @@ function cloneableOverrides(
   return out;
 }
 
+const fileExists = (file: string) => {
+  try {
+    return existsSync(file);
+  } catch {
+    return false;
+  }
+};
+
 /** A run whose hooks do nothing, for when a real one cannot be had. */
 const inertRun = (runId: string) =>
   new Run(undefined, {
@@ -122,6 +149,10 @@ const inertRun = (runId: string) =>
     attempt: 1,
   });
 
+/** How long the main thread waits before it tries to open a store that failed to open again. */
+const LEDGER_REOPEN_MS = 30_000;
+/** Ledger records the main thread keeps while the store cannot take them. */
+const LEDGER_PENDING = 10_000;
 /** How long `close()` waits for the watchdog's write in flight. */
 const CLOSE_WAIT_MS = 5000;
 
@@ -134,11 +165,76 @@ function workspaceOf(dir: unknown): string {
   }
 }
 
+/** What a resumed run starts with: its earlier attempt, their summaries, and what they used. */
+interface Earlier {
+  previous: PreviousAttempt;
+  attempts: string[];
+  prior: { turns: number; seconds: number };
+  resumeNote?: string;
+}
+
+/** The earlier attempt as the run ledger recorded it, with what its file adds when it has one. */
+function ledgerAttempt(
+  view: RunView,
+  file: Earlier | undefined,
+  now: number,
+): Earlier | undefined {
+  const r = view.record;
+  if (r.status === "done") return undefined;
+  const same = file && file.previous.attempt === r.attempt ? file.previous : undefined;
+  const status = view.state === "ended" ? r.status as EndStatus : view.state;
+  const host = { machine: r.host.machine, pid: r.host.pid };
+  if (same && Date.parse(same.persistedAt) > r.updatedAt) {
+    // The file was written after the ledger's last record (the process died within an interval).
+    return {
+      ...file!,
+      previous: { ...same, status, host },
+      prior: {
+        turns: (r.prior?.turns ?? 0) + same.turnsUsed,
+        seconds: (r.prior?.seconds ?? 0) + same.elapsedSeconds,
+      },
+    };
+  }
+  const summary = ledgerSummary(view, now);
+  const calls = view.state === "ended" ? [] : unknownCalls(view, now);
+  // The file adds the agent's own record, when it is this attempt's.
+  const previous: PreviousAttempt = {
+    attempt: r.attempt,
+    kind: same?.kind ?? "progress",
+    tier: Math.max(r.tier, same?.tier ?? 0),
+    source: same?.source ?? "ledger",
+    turnsUsed: r.turnsUsed,
+    elapsedSeconds: r.elapsedSeconds,
+    caps: r.caps,
+    persistedAt: new Date(r.updatedAt).toISOString(),
+    incomplete: file?.previous.incomplete ?? false,
+    summary: summary +
+      (same ? `; last checkpoint file write: ${same.kind} at ${same.persistedAt}` : "") +
+      (file?.previous.incomplete ? "; its file is marked INCOMPLETE" : ""),
+    status,
+    host,
+  };
+  if (r.end) previous.endStatus = r.end.status;
+  if (calls.length > 0) previous.inFlight = calls;
+  const attempts = [...(r.attempts ?? file?.attempts.slice(0, -1) ?? []), previous.summary]
+    .slice(-MAX_ATTEMPTS);
+  const used = Math.max(r.elapsedSeconds, (now - r.startedAt) / 1000);
+  const seconds = view.state === "live" ? used : r.end ? r.elapsedSeconds : Math.max(
+    r.elapsedSeconds,
+    ((view.heartbeat?.at ?? r.updatedAt) - r.startedAt) / 1000,
+  );
+  const prior = {
+    turns: (r.prior?.turns ?? 0) + r.turnsUsed,
+    seconds: (r.prior?.seconds ?? 0) + Math.max(0, seconds),
+  };
+  return { previous, attempts, prior };
+}
+
 /** The earlier attempt recorded in a checkpoint file, when it did not end done (S16). */
 function earlierAttempt(
   file: string,
   log: (message: string) => void,
-): { previous: PreviousAttempt; attempts: string[] } | undefined {
+): Earlier | undefined {
   const found = readCheckpoint(file);
   if (found.dropped) {
     log(
@@ -163,7 +259,27 @@ function earlierAttempt(
   };
   if (record.end) previous.endStatus = record.end.status;
   const attempts = [...(record.attempts ?? []), summary].slice(-MAX_ATTEMPTS);
-  return { previous, attempts };
+  return {
+    previous,
+    attempts,
+    prior: { turns: record.turnsUsed, seconds: record.elapsedSeconds },
+  };
+}
+
+/** The keepers whose live runs' ledger records are written when the process exits. */
+const exiting = new Set<WeakRef<AgentCheckpoint>>();
+
+/** Write a keeper's live runs' records when the process exits; one listener for them all. */
+let listening = false;
+function atExit(keeper: AgentCheckpoint): void {
+  if (!listening) {
+    listening = true;
+    process.on("exit", () => {
+      for (const ref of exiting) ref.deref()?.ledgerAtExit();
+    });
+  }
+  for (const ref of exiting) if (ref.deref() === undefined) exiting.delete(ref);
+  exiting.add(new WeakRef(keeper));
 }
 
 /**
@@ -193,6 +309,12 @@ export class AgentCheckpoint {
   #stats: WatchdogStats | undefined;
   #closed = false;
   readonly #host: RunHost;
+  /** The run ledger's store on the main thread, once opened. */
+  #ledger: LedgerStore | undefined;
+  #ledgerRetryAt = 0;
+  #ledgerPending: RunRecord[] = [];
+  #ledgerFailures = 0;
+  #ledgerTimer: ReturnType<typeof setTimeout> | undefined;
 
   /** @internal Use {@linkcode createAgentCheckpoint}. */
   constructor(options: AgentCheckpointOptions) {
@@ -229,13 +351,22 @@ export class AgentCheckpoint {
       settingsAt: (now) => source.at(now),
       settingsVersion: () => source.version,
       contact: (settings) => {
-        if (this.#worker === undefined && settings.watchdog) this.#startWatchdog();
+        if (
+          this.#worker === undefined &&
+          (settings.watchdog || (settings.ledger && this.#ledger !== undefined))
+        ) this.#startWatchdog();
       },
       toolId: (name) => this.#toolId(name),
       workspaces: (settings) => settings.workspace_snapshots ? this.#workspaceHooks() : undefined,
       publish: (info) => this.#publish(info),
-      ended: (info) => this.#free(info.slot, "ended"),
+      ended: (info, end) => {
+        if (end) this.#ledgerEnd(shared, info, end);
+        this.#free(info.slot, "ended");
+      },
     };
+    // Opened now, not in the first startRun: creating a store costs a few disk flushes.
+    const settings = source.at(nowMs());
+    if (settings.enabled && settings.ledger) this.#ledgerStore(settings);
   }
 
   /** The settings in force now. */
@@ -321,14 +452,33 @@ export class AgentCheckpoint {
       if (found.taskId !== undefined) info.taskId = found.taskId;
       const model = (init as { model?: unknown } | undefined)?.model;
       if (typeof model === "string" && model !== "") info.model = model.slice(0, 200);
-      const earlier = settings.resume === false ? undefined : earlierAttempt(
+      const fromFile = settings.resume === false ? undefined : earlierAttempt(
         info.checkpointFile,
         (message) => this.#log("warn", message, runId),
       );
+      const table = own ? own.host.shared : this.#shared;
+      // The run ledger first (where the earlier attempt was when it stopped), the file second.
+      const ledger = this.#ledgerStart(info, table, settings, fromFile);
+      const earlier = ledger.seen ? ledger.earlier : fromFile;
+      let resumeText: string | undefined;
       if (earlier) {
-        info.attempt = earlier.previous.attempt + 1;
+        if (!ledger.recorded && !ledger.numbered) info.attempt = earlier.previous.attempt + 1;
         info.attempts = earlier.attempts;
+        info.prior = earlier.prior;
+        const remaining = settings.resume_budget === "remaining"
+          ? remainingCaps(info.caps, earlier.prior)
+          : undefined;
+        if (remaining) info.caps = remaining;
+        resumeText = resumeNote(
+          earlier.previous.inFlight ?? [],
+          remaining,
+          fileExists(info.checkpointFile),
+        );
         this.#log("info", `resuming: ${earlier.previous.summary}`, runId);
+        // The record names what the attempt starts with: its number, caps and what came before.
+        if (ledger.recorded) {
+          this.#ledgerWrite([recordOf(info, table, thisHost(), now)], "the run's start");
+        }
       }
       if (claimed) {
         this.#runs[info.slot] = info;
@@ -337,16 +487,20 @@ export class AgentCheckpoint {
         this.#publish(info);
         this.#shared.wake();
       } else this.#live.set(runId, -1);
-      const start = {
+      // The worker keeps the run's ledger record up to date from now on. Started once startRun
+      // has returned: starting a thread takes tens of milliseconds, the host's, not the run's.
+      if (claimed && settings.enabled && settings.ledger && this.#ledger) {
+        queueMicrotask(() => this.#host.contact(this.#source.at(nowMs())));
+      }
+      const start: RunStart = {
         info,
         dialect: found.dialect,
         attempt: info.attempt ?? 1,
         workspace: workspaceOf(init?.workspace),
       };
-      return new Run(
-        own?.host ?? this.#host,
-        earlier ? { ...start, previous: earlier.previous } : start,
-      );
+      if (earlier) start.previous = earlier.previous;
+      if (resumeText !== undefined) start.resumeNote = resumeText;
+      return new Run(own?.host ?? this.#host, start);
     } catch (error) {
       if (claimed && !taken) {
         this.#shared.free(claimed.slot);
@@ -416,12 +570,190 @@ export class AgentCheckpoint {
       ...this.#host,
       shared: table,
       writer: new CheckpointWriter(table, this.#sinks),
-      ended: () => {
+      ended: (info, end) => {
+        if (end) this.#ledgerEnd(table, info, end);
         table.free(0);
         if (this.#live.get(runId) === -1) this.#live.delete(runId);
       },
     };
     return { host, gen: table.claim(0, now) };
+  }
+
+  /**
+   * The run ledger's store on the main thread: opened on first use, with
+   * short lock waits; after a failure to open, tried again a while later.
+   */
+  #ledgerStore(settings: Settings): LedgerStore | undefined {
+    if (this.#ledger !== undefined) return this.#ledger;
+    if (nowMs() < this.#ledgerRetryAt) return undefined;
+    const store = openStore({
+      home: this.#home,
+      settings,
+      mode: "quick",
+      log: (level, message) => this.#log(level, message),
+    });
+    if (!store) this.#ledgerRetryAt = nowMs() + LEDGER_REOPEN_MS;
+    else {
+      this.#ledger = store;
+      atExit(this);
+    }
+    return store;
+  }
+
+  /** @internal The process exits: the live runs' records as they stand (an exception, `process.exit`). */
+  ledgerAtExit(): void {
+    if (!this.#closed) this.#ledgerLive("the live runs at exit");
+  }
+
+  /** The live runs' records as they stand. */
+  #ledgerLive(what: string): void {
+    if (!this.#ledger) return;
+    try {
+      const now = nowMs();
+      const host = thisHost();
+      const records: RunRecord[] = [];
+      for (const info of this.#runs) {
+        if (info) records.push(recordOf(info, this.#shared, host, now));
+      }
+      this.#ledgerWrite(records, what);
+    } catch (error) {
+      ledgerFailed(this.#log, what, error);
+    }
+  }
+
+  /**
+   * Record a run's start in the ledger, which gives its attempt number, and
+   * read the newest earlier record of its run id. `recorded` is false when
+   * the ledger is off or failed; `seen` is true when it had a record of the
+   * run id, which then decides over the file.
+   */
+  #ledgerStart(
+    info: RunInfo,
+    table: RunTable,
+    settings: Settings,
+    fromFile: Earlier | undefined,
+  ): { recorded: boolean; seen?: boolean; numbered?: boolean; earlier?: Earlier } {
+    if (!settings.enabled || !settings.ledger) return { recorded: false };
+    const store = this.#ledgerStore(settings);
+    if (!store?.startAttemptSync) return { recorded: false };
+    try {
+      const host = thisHost();
+      const now = nowMs();
+      const started = store.startAttemptSync(recordOf(info, table, host, now), {
+        minAttempt: fromFile ? fromFile.previous.attempt + 1 : 1,
+        fresh: settings.resume === false,
+        heartbeat: {
+          host,
+          at: Math.round(now),
+          intervalSeconds: settings.progress_interval_seconds,
+        },
+      });
+      info.attempt = started.attempt;
+      const previous = started.previous;
+      if (!previous || settings.resume === false) return { recorded: true };
+      const seen = { recorded: true, seen: true };
+      if (previous.state === "live") {
+        this.#log(
+          "warn",
+          `run id ${info.runId} is still live in another process (${previous.record.host.machine}, pid ${previous.record.host.pid}); this is attempt ${started.attempt}`,
+          info.runId,
+        );
+      }
+      const earlier = ledgerAttempt(previous, fromFile, Date.now());
+      return earlier ? { ...seen, earlier } : seen;
+    } catch (error) {
+      ledgerFailed(this.#log, "the run's start", error, info.runId);
+      // Busy or failing for writes, it may still be read (a reader never waits): the ledger
+      // still decides, and the worker records the run within an interval.
+      try {
+        const previous = settings.resume === false ? undefined : store.latestSync?.(info.runId);
+        if (!previous) return { recorded: false };
+        const earlier = ledgerAttempt(previous, fromFile, Date.now());
+        if (!earlier) return { recorded: false, seen: true };
+        info.attempt = Math.max(earlier.previous.attempt, fromFile?.previous.attempt ?? 0) + 1;
+        return { recorded: false, seen: true, numbered: true, earlier };
+      } catch {
+        return { recorded: false };
+      }
+    }
+  }
+
+  /** Record a run's end in the ledger. */
+  #ledgerEnd(table: RunTable, info: RunInfo, end: { status: EndStatus; summary?: string }): void {
+    try {
+      const now = nowMs();
+      const settings = this.#source.at(now);
+      if (!settings.enabled || !settings.ledger || this.#ledgerStore(settings) === undefined) {
+        return;
+      }
+      const record = endRecord(
+        recordOf(info, table, thisHost(), now),
+        end.status,
+        end.summary,
+        now,
+      );
+      this.#ledgerWrite([record], "the run's end");
+    } catch (error) {
+      ledgerFailed(this.#log, "the run's end", error, info.runId);
+    }
+  }
+
+  /**
+   * Write records on the main thread (a start, an end): at once when the
+   * store takes them without waiting; else they wait, bounded, and are tried
+   * again with a growing wait.
+   */
+  #ledgerWrite(records: RunRecord[], what: string): void {
+    const store = this.#ledger;
+    if (!store) return;
+    const batch = [...this.#ledgerPending, ...records];
+    try {
+      if (store.writeSync) store.writeSync({ records: batch });
+      else {
+        store.write({ records: batch }).catch((error) => this.#ledgerKeep(batch, what, error));
+      }
+      this.#ledgerPending = [];
+      if (this.#ledgerFailures > 0) {
+        this.#ledgerFailures = 0;
+        this.#log("info", "the run ledger takes the main thread's records again");
+      }
+    } catch (error) {
+      this.#ledgerKeep(batch, what, error);
+    }
+  }
+
+  #ledgerKeep(batch: RunRecord[], what: string, error: unknown): void {
+    const dropped = Math.max(0, batch.length - LEDGER_PENDING);
+    this.#ledgerPending = batch.slice(dropped);
+    this.#ledgerFailures++;
+    if (this.#ledgerFailures === 1 || dropped > 0) {
+      ledgerFailed(
+        this.#log,
+        `${what} (${this.#ledgerPending.length} record(s) wait in memory${
+          dropped > 0 ? `, ${dropped} dropped` : ""
+        })`,
+        error,
+      );
+    }
+    if (this.#ledgerTimer === undefined && !this.#closed) {
+      const wait = Math.min(60_000, 1000 * 2 ** Math.min(6, this.#ledgerFailures - 1));
+      this.#ledgerTimer = setTimeout(() => {
+        this.#ledgerTimer = undefined;
+        if (this.#ledgerPending.length > 0) this.#ledgerWrite([], "records kept in memory");
+      }, wait);
+      (this.#ledgerTimer as { unref?: () => void }).unref?.();
+    }
+  }
+
+  /** At close: the live runs' records as they stand, the last kept ones, and the store closed. */
+  #ledgerClose(): void {
+    const store = this.#ledger;
+    if (!store) return;
+    this.#ledgerLive("the live runs at close");
+    if (this.#ledgerTimer !== undefined) clearTimeout(this.#ledgerTimer);
+    this.#ledger = undefined;
+    this.#ledgerRetryAt = Infinity;
+    store.close().catch(() => {});
   }
 
   /** The working-tree snapshots, made on first use. */
@@ -471,6 +803,7 @@ export class AgentCheckpoint {
     if (this.#closed) return;
     this.#closed = true;
     this.#shared.beginClose();
+    this.#ledgerClose();
     for (let slot = 0; slot < this.#runs.length; slot++) {
       if (this.#runs[slot]) this.#free(slot, "closed");
     }

@@ -44,7 +44,8 @@ export interface RunHost {
   workspaces(settings: Settings): WorkspaceHooks | undefined;
   /** Put the run's description where the watchdog reads it. */
   publish(info: RunInfo): void;
-  ended(info: RunInfo): void;
+  /** The run ended (its end goes to the run ledger), or its slot is let go without one. */
+  ended(info: RunInfo, end?: { status: EndStatus; summary?: string }): void;
 }
 
 /** What a run calls of the working-tree snapshots (S19). @internal */
@@ -78,16 +79,19 @@ interface WorkspaceRef {
   project: string;
 }
 
-/** The earlier attempt of a resumed run, as its checkpoint file recorded it (S16). */
+/**
+ * The earlier attempt of a resumed run, as the run ledger recorded it (where
+ * it was when it stopped), else as its checkpoint file did (S16).
+ */
 export interface PreviousAttempt {
   /** Its attempt number. */
   attempt: number;
-  /** Why its last checkpoint was written. */
-  kind: RecordKind;
+  /** Why its last checkpoint was written; `progress` when it wrote no checkpoint file. */
+  kind: RecordKind | "progress";
   /** The budget tier it had reached. */
   tier: number;
-  /** Who wrote its last checkpoint. */
-  source: RecordSource;
+  /** Who wrote its last checkpoint; `ledger` when it wrote no checkpoint file. */
+  source: RecordSource | "ledger";
   /** Model calls it had made. */
   turnsUsed: number;
   /** Seconds it had run. */
@@ -102,6 +106,12 @@ export interface PreviousAttempt {
   incomplete: boolean;
   /** One line saying where it got to. */
   summary: string;
+  /** From the run ledger: `live` (another process still runs it), `cut-off`, or how it ended. */
+  status?: "live" | "cut-off" | EndStatus;
+  /** From the run ledger: where it ran. */
+  host?: { machine: string; pid: number };
+  /** From the run ledger: the tool calls in flight when it stopped, whose outcome is unknown. */
+  inFlight?: { tool: string; callId?: string; runningSeconds: number }[];
 }
 
 /** What a run starts with besides its hooks' host. @internal */
@@ -112,6 +122,8 @@ export interface RunStart {
   /** The run's working tree. */
   workspace?: string;
   previous?: PreviousAttempt;
+  /** Sentences the resume text adds (calls of unknown outcome, a shrunk budget). */
+  resumeNote?: string;
 }
 
 const MAX_NOTE = 2000;
@@ -197,6 +209,7 @@ export class Run {
   #planVersion = -1;
   #prologue = 0;
   #resumePending: boolean;
+  readonly #resumeNote: string | undefined;
   /** Sequence numbers of the tool calls in flight, by call id. */
   readonly #calls = new Map<string, number>();
   #deadline: AbortController | undefined;
@@ -224,6 +237,7 @@ export class Run {
     this.attempt = start.attempt;
     this.previous = start.previous;
     this.#resumePending = start.previous !== undefined;
+    this.#resumeNote = start.resumeNote;
     this.#workspace = start.workspace ?? "";
   }
 
@@ -355,6 +369,7 @@ export class Run {
       previous: previous.summary,
       attempt: this.attempt,
     });
+    if (this.#resumeNote !== undefined) text += ` ${this.#resumeNote}`;
     if (this.dialect === "kanban") {
       text += ` The task's comments hold the earlier attempts' checkpoints too.`;
     }
@@ -1092,7 +1107,10 @@ export class Run {
       const prepared = settings.enabled
         ? host.writer.prepare({ info: this.#info, settings, event, source: "host", now })
         : undefined;
-      host.ended(this.#info);
+      host.ended(
+        this.#info,
+        event.summary === undefined ? { status } : { status, summary: event.summary },
+      );
       if (!prepared) return Promise.resolve();
       const commit = () => {
         if (fileExists(this.checkpointFile)) host.writer.commit(prepared);

@@ -449,6 +449,30 @@ export const SETTINGS = {
     "Trees with more files than this are not snapshotted.",
     200_000,
   ),
+  ledger: boolean(
+    "Keep a record of every run, brought up to date throughout, in <home>/checkpoints/runs.db.",
+    true,
+  ),
+  progress_interval_seconds: number(
+    { exclusiveMinimum: 0 },
+    "A run's ledger record is at most this many seconds behind the run.",
+    1,
+  ),
+  host_timeout_seconds: number(
+    { exclusiveMinimum: 0 },
+    "A live run whose process has not been heard of for this many seconds is cut off.",
+    30,
+  ),
+  ledger_retention_days: number(
+    { exclusiveMinimum: 0 },
+    "Ended runs are kept in the ledger this many days.",
+    30,
+  ),
+  resume_budget: choice(
+    ["fresh", "remaining"],
+    "A resumed run's caps: fresh (the full caps again) or remaining (less what earlier attempts used).",
+    "fresh",
+  ),
   prices,
   tool_timeout_seconds: budget(
     false,

@@ -23,6 +23,11 @@ import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } 
 import type { TimedOutCall } from "./_record.ts";
 import { capValues, hasCap, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
 import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
+import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
+import { openStore, thisHost } from "./store/mod.ts";
+
+/** Progress intervals between two tidyings of the run ledger. */
+const MAINTAIN_EVERY = 10;
 
 /** Seconds past the time cap after which a run is no longer watched (S11). */
 export const PAST_CAP_SECONDS = 180;
@@ -260,6 +265,55 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     return run;
   }
 
+  /** The run ledger (S20): opened on first use while the setting is on. */
+  let ledger: { store: LedgerStore; progress: LedgerProgress } | undefined;
+  let ledgerOff = false;
+  let nextProgress = 0;
+  let progressTicks = 0;
+
+  function openLedger(settings: Settings, now: number): LedgerProgress | undefined {
+    if (ledger || ledgerOff) return ledger?.progress;
+    const store = openStore({
+      home: data.home,
+      settings,
+      // The main thread said it already when there is no driver (the one "info" line).
+      log: (level, message) => level !== "info" && log(level, message),
+    });
+    if (!store) {
+      ledgerOff = true;
+      return undefined;
+    }
+    ledger = { store, progress: new LedgerProgress(store, log, thisHost()) };
+    // A bounded batch of ended runs past their retention goes at each process's start.
+    store.prune(now - settings.ledger_retention_days * 86_400_000, PRUNE_AT_START).catch((error) =>
+      log("warn", `pruning the run ledger failed: ${errorText(error)}`)
+    );
+    return ledger.progress;
+  }
+
+  /** Every interval: the changed runs' records and the heartbeat, in one commit. */
+  async function progress(): Promise<number> {
+    const now = nowMs();
+    const settings = source.at(now);
+    const interval = settings.progress_interval_seconds * 1000;
+    if (!settings.enabled || !settings.ledger) return Infinity;
+    if (now < nextProgress) return nextProgress;
+    nextProgress = now + interval;
+    const writer = openLedger(settings, now);
+    if (!writer) return Infinity;
+    const live = writer.collect(shared, (slot) => runIn(slot)?.info, now);
+    await writer.flush(now, settings.progress_interval_seconds, live > 0);
+    // Now and then, the store's log goes into the database (main-thread writes never do that).
+    if (++progressTicks % MAINTAIN_EVERY === 0) {
+      try {
+        ledger?.store.maintain?.();
+      } catch (error) {
+        log("warn", `tidying the run ledger failed: ${errorText(error)}`);
+      }
+    }
+    return nextProgress;
+  }
+
   let nextPoll = 0;
   let lastVersion = -1;
 
@@ -314,25 +368,34 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
   const WAKE_GAP_MS = 5;
   let lastLook = 0;
 
-  async function loop(): Promise<void> {
+  /** When the watchdog's own look is next due (the ledger's interval may wake the loop sooner). */
+  let nextLook = 0;
+
+  async function loop(woken: boolean): Promise<void> {
     const seen = shared.wakes();
     let next: number;
     try {
-      lastLook = nowMs();
-      next = look();
-      await flush();
-      shared.looked(source.version, seen);
+      if (woken || nowMs() >= nextLook) {
+        lastLook = nowMs();
+        nextLook = look();
+        await flush();
+        shared.looked(source.version, seen);
+      }
+      next = Math.min(nextLook, await progress());
     } catch (error) {
       log("error", `watchdog poll failed: ${errorText(error)}`);
       next = nowMs() + 10_000;
     }
-    shared.waitForWake(seen, Math.ceil(next - nowMs())).then(settle, settle);
+    shared.waitForWake(seen, Math.ceil(next - nowMs())).then(
+      (result) => settle(result !== "timed-out"),
+      () => settle(true),
+    );
   }
 
-  function settle(): void {
+  function settle(woken: boolean): void {
     const gap = WAKE_GAP_MS - (nowMs() - lastLook);
-    if (gap > 0) setTimeout(loop, gap);
-    else loop();
+    if (woken && gap > 0) setTimeout(() => loop(true), gap);
+    else loop(woken);
   }
 
   // A pending Atomics.waitAsync does not keep a worker alive by itself. This
@@ -344,11 +407,16 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       gc?.();
       post({
         type: "stats",
-        stats: { heapUsed: process.memoryUsage().heapUsed, watched: watched.size },
+        stats: {
+          heapUsed: process.memoryUsage().heapUsed,
+          watched: watched.size,
+          ledgerCommits: ledger?.progress.commits ?? 0,
+          ledgerBacklog: ledger?.progress.backlog ?? 0,
+        },
       });
     }, data.statsEveryMs);
   }
-  loop();
+  loop(true);
 }
 
 // Imported outside a worker (by a documentation or type check), it does nothing.

@@ -8,19 +8,16 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import {
   ago,
-  checkpointDir,
   type CliIo,
   type Command,
-  homeOption,
+  homeDir,
   NAME,
   type Paint,
   paint,
   parseArgs,
-  parseDuration,
   size,
   table,
   terminalSafe,
-  UsageError,
   writeJson,
 } from "./_common.ts";
 import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
@@ -29,6 +26,17 @@ export type { CheckpointFile };
 import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../persist.ts";
 import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
+import {
+  homeSettings,
+  ledgerAuditText,
+  ledgerLsText,
+  ledgerShowText,
+  limitOption,
+  openLedger,
+  runJson,
+  sinceOption,
+  statusOption,
+} from "./_ledger.ts";
 
 /**
  * A record's tokens and cost, as `ls` shows them: `12000/50000 tok, $0.42/$5.00`
@@ -235,9 +243,21 @@ function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): stri
   return lines.join("\n") + "\n";
 }
 
-const LS_HELP = `Usage: ${NAME} ls [--home DIR] [--json]
+const LS_HELP =
+  `Usage: ${NAME} ls [--status STATE] [--since DURATION] [--files] [--home DIR] [--json]
 
-Lists the checkpoint files, newest first: run id, when last persisted, kind,
+Lists every run the run ledger holds, the most recently started first: live,
+ended (and how) or cut off (its process is gone and it never recorded an
+end), with or without a checkpoint file: its attempt, turns, tier, the tool
+calls in flight, when it was last heard of, and its host (machine:pid). It
+reads the ledger's index, not the checkpoint files.
+
+  --status STATE     only runs that are live, ended or cut-off
+  --since DURATION   only runs heard of in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --limit N          the N most recently started (default 100; 0 lists every run)
+  --files            list the checkpoint files instead (as without a ledger)
+
+Without a run ledger (or with --files), it lists the checkpoint files, newest first: run id, when last persisted, kind,
 tier and source, whether the agent wrote its own text there, whether it is
 marked INCOMPLETE, and size; and, when any run reported model use or had a
 token or dollar cap, its tokens and cost (against its caps). Files without a
@@ -250,8 +270,10 @@ never recorded its end shows its last checkpoint's kind ("tier 2", "stall",
 resumed run adds ", attempt N".
 
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
-  --json       one JSON object: { dir, files } (each file with run: "ended" |
-               "cut off" | null, ended: its end status, and attempt)`;
+  --json       one JSON object: { store, counts, runs } from the ledger (each run with
+               state: "live" | "ended" | "cut-off"); { dir, files } for the
+               files (each file with run: "ended" | "cut off" | null, ended:
+               its end status, and attempt)`;
 
 /**
  * `agent-checkpoint ls`.
@@ -273,26 +295,64 @@ resumed run adds ", attempt N".
  */
 export const lsCommand: Command = {
   name: "ls",
-  summary: "list the checkpoint files, newest first: ended or cut off",
+  summary: "list every run: live, ended or cut off (the run ledger), or the checkpoint files",
   help: LS_HELP,
-  run(args: string[], io: CliIo): Promise<number> {
-    const parsed = parseArgs(args, { command: "ls", switches: ["--json"] });
-    const dir = checkpointDir(homeOption(parsed, io), io.env);
-    const files = listCheckpoints(dir);
+  async run(args: string[], io: CliIo): Promise<number> {
+    const parsed = parseArgs(args, {
+      command: "ls",
+      switches: ["--json", "--files"],
+      values: ["--status", "--since", "--limit"],
+    });
+    const home = homeDir(parsed, io);
+    const settings = homeSettings(home, io);
+    const state = statusOption(parsed.values["--status"], "ls");
+    const since = sinceOption(parsed.values["--since"], "ls", io.now());
+    const ledger = parsed.switches.has("--files") ? undefined : openLedger(home, settings, io);
+    if (ledger) {
+      try {
+        const limit = limitOption(parsed.values["--limit"], "ls");
+        const query: Parameters<typeof ledger.list>[0] = {
+          limit: limit === 0 ? Number.MAX_SAFE_INTEGER : limit,
+        };
+        if (state !== undefined) query.state = state;
+        if (since !== undefined) query.since = since;
+        const runs = await ledger.list(query);
+        const counts = await ledger.summary(since === undefined ? {} : { since });
+        if (parsed.switches.has("--json")) {
+          writeJson(io, {
+            store: ledger.location,
+            counts: counts.byState,
+            runs: runs.map(runJson),
+          });
+        } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io)));
+      } finally {
+        await ledger.close();
+      }
+      return 0;
+    }
+    const dir = settings.checkpoint_dir;
+    let files = listCheckpoints(dir);
+    if (since !== undefined) files = files.filter((f) => f.at >= since);
+    if (state === "ended") files = files.filter((f) => runState(f).state === "ended");
+    else if (state === "cut-off") files = files.filter((f) => runState(f).state === "cut off");
+    else if (state === "live") files = []; // without a ledger, no run can be told live
     if (parsed.switches.has("--json")) writeJson(io, { dir, files: files.map(described) });
     else io.stdout(lsText(files, dir, io, paint(io)));
-    return Promise.resolve(0);
+    return 0;
   },
 };
 
 const SHOW_HELP = `Usage: ${NAME} show RUN [--home DIR] [--json]
 
-Prints the checkpoint file of run RUN (a kanban task id, a session id, or the
-file's name), headed by whether the run ended (and how) or was cut off.
-Control characters in it are shown escaped. Exits 1 when there is no such run.
+Prints run RUN (a kanban task id, a session id, or the file's name): its
+record in the run ledger (live, ended or cut off; turns, tier, the tool calls
+in flight, its host), then its checkpoint file when it has one, headed by
+whether the run ended (and how) or was cut off. Control characters are shown
+escaped. Exits 1 when there is no such run.
 
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
-  --json       the file's description as JSON instead of its text`;
+  --json       the file's description as JSON instead of its text, with the
+               ledger's record under "ledger"`;
 
 /**
  * The file of run `runId` in `dir`: its own file name first (`RUN.md`, or
@@ -370,31 +430,52 @@ function notRegularText(f: CheckpointFile): string {
  */
 export const showCommand: Command = {
   name: "show",
-  summary: "print one run's checkpoint file",
+  summary: "print one run: its ledger record and its checkpoint file",
   help: SHOW_HELP,
-  run(args: string[], io: CliIo): Promise<number> {
+  async run(args: string[], io: CliIo): Promise<number> {
     const parsed = parseArgs(args, { command: "show", switches: ["--json"], positional: ["RUN"] });
-    const dir = checkpointDir(homeOption(parsed, io), io.env);
+    const home = homeDir(parsed, io);
+    const settings = homeSettings(home, io);
+    const dir = settings.checkpoint_dir;
     const runId = parsed.positional[0] as string;
+    const ledger = openLedger(home, settings, io);
+    let view;
+    if (ledger) {
+      try {
+        view = await ledger.latest(runId);
+      } finally {
+        await ledger.close();
+      }
+    }
     const found = findRun(dir, runId);
+    if (view && !found) {
+      if (parsed.switches.has("--json")) writeJson(io, { runId, ledger: runJson(view) });
+      else {
+        io.stdout(`${ledgerShowText(view, io)}\n${paint(io).dim("(no checkpoint file yet)")}\n`);
+      }
+      return 0;
+    }
     if (!found) {
       io.stderr(
         `${NAME}: no checkpoint file for run "${terminalSafe(runId)}" in ${
           terminalSafe(dir)
         } (see ${NAME} ls)\n`,
       );
-      return Promise.resolve(1);
+      return 1;
     }
     if (parsed.switches.has("--json")) {
-      writeJson(io, described(found));
-      return Promise.resolve(0);
+      writeJson(io, view ? { ...described(found), ledger: runJson(view) } : described(found));
+      return 0;
     }
     const p = paint(io);
-    const state = stateLine(found);
-    const head = `${state ? `${p.bold(state)}\n` : ""}${p.bold(terminalSafe(found.file))}\n`;
+    // The ledger knows whether a run without an end is live or cut off; the file alone cannot.
+    const state = view ? undefined : stateLine(found);
+    const head = `${view ? `${ledgerShowText(view, io)}\n` : ""}${
+      state ? `${p.bold(state)}\n` : ""
+    }${p.bold(terminalSafe(found.file))}\n`;
     if (found.state === "not a regular file") {
       io.stdout(`${head}${p.dim(terminalSafe(notRegularText(found)))}\n`);
-      return Promise.resolve(0);
+      return 0;
     }
     let text = "";
     try {
@@ -415,7 +496,7 @@ export const showCommand: Command = {
         )
       }\n\n${text}${text.endsWith("\n") ? "" : "\n"}`,
     );
-    return Promise.resolve(0);
+    return 0;
   },
 };
 
@@ -548,15 +629,21 @@ function auditText(a: AuditSummary, dir: string, since: string | undefined): str
   ]) + "\n";
 }
 
-const AUDIT_HELP = `Usage: ${NAME} audit [--since DURATION] [--home DIR] [--json]
+const AUDIT_HELP = `Usage: ${NAME} audit [--since DURATION] [--files] [--home DIR] [--json]
 
-Summarizes the checkpoint directory: runs with a record, how many ended (by
+Summarizes the run ledger: every run, how many are live, how many ended (by
+status: done, capped, failed, aborted, deadline) and how many were cut off
+(their process is gone and they never recorded an end), in all and by
+machine. It reads the ledger's index, not the checkpoint files.
+
+Without a run ledger (or with --files), it summarizes the checkpoint directory: runs with a record, how many ended (by
 status: done, capped, failed, aborted, deadline) and how many were cut off
 (no end recorded); by kind, source and tier; resumed runs by attempt; how
 many hold the agent's own text; how many are marked INCOMPLETE; the tokens
 and dollars the runs reported.
 
-  --since DURATION   only checkpoints persisted in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --since DURATION   only runs heard of (checkpoints persisted) in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --files            summarize the checkpoint files instead (as without a ledger)
   --home DIR         the profile directory (default $HERMES_HOME, else ~/.hermes)
   --json             one JSON object instead of text`;
 
@@ -580,28 +667,42 @@ and dollars the runs reported.
  */
 export const auditCommand: Command = {
   name: "audit",
-  summary: "summarize the checkpoint directory: ended, cut off, kinds, sources, tiers",
+  summary: "summarize every run: live, ended, cut off, by machine (or the checkpoint files)",
   help: AUDIT_HELP,
-  run(args: string[], io: CliIo): Promise<number> {
-    const parsed = parseArgs(args, { command: "audit", values: ["--since"], switches: ["--json"] });
-    const dir = checkpointDir(homeOption(parsed, io), io.env);
-    let files = listCheckpoints(dir);
+  async run(args: string[], io: CliIo): Promise<number> {
+    const parsed = parseArgs(args, {
+      command: "audit",
+      values: ["--since"],
+      switches: ["--json", "--files"],
+    });
+    const home = homeDir(parsed, io);
+    const settings = homeSettings(home, io);
     const since = parsed.values["--since"];
-    if (since !== undefined) {
-      const seconds = parseDuration(since);
-      if (seconds === undefined) {
-        return Promise.reject(
-          new UsageError(
-            `--since takes a duration such as 30m, 12h or 7d, not "${since}"`,
-            "audit --help",
-          ),
-        );
+    const after = sinceOption(since, "audit", io.now());
+    const ledger = parsed.switches.has("--files") ? undefined : openLedger(home, settings, io);
+    if (ledger) {
+      try {
+        const s = await ledger.summary(after === undefined ? {} : { since: after });
+        if (parsed.switches.has("--json")) {
+          writeJson(io, {
+            store: ledger.location,
+            since: since ?? null,
+            ...s,
+            ended: s.byEnd,
+            cutOff: s.byState["cut-off"],
+          });
+        } else io.stdout(ledgerAuditText(s, ledger.location, since));
+      } finally {
+        await ledger.close();
       }
-      files = files.filter((f) => io.now() - f.at <= seconds * 1000);
+      return 0;
     }
+    const dir = settings.checkpoint_dir;
+    let files = listCheckpoints(dir);
+    if (after !== undefined) files = files.filter((f) => f.at >= after);
     const summary = auditSummary(files);
     if (parsed.switches.has("--json")) writeJson(io, { dir, since: since ?? null, ...summary });
     else io.stdout(auditText(summary, dir, since));
-    return Promise.resolve(0);
+    return 0;
   },
 };

@@ -21,6 +21,8 @@ import { explainCommand } from "./_explain.ts";
 import { errorText } from "../log.ts";
 import { runCommand } from "./_run.ts";
 import { rollbackCommand, snapshotsCommand } from "./_workspace.ts";
+import { pruneCommand } from "./_ledger.ts";
+import { serveCommand } from "./_serve.ts";
 
 export type { CliIo, Command } from "./_common.ts";
 export { ago, parseDuration, UsageError } from "./_common.ts";
@@ -41,9 +43,11 @@ export const COMMANDS: readonly Command[] = [
   lsCommand,
   showCommand,
   auditCommand,
+  pruneCommand,
   runCommand,
   rollbackCommand,
   snapshotsCommand,
+  serveCommand,
 ];
 
 function overview(): string {

@@ -29,6 +29,7 @@ import { Buffer } from "node:buffer";
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { rollback, Workspaces } from "../workspace/mod.ts";
+import { fileURLToPath } from "node:url";
 
 const args = process.argv.slice(2);
 const json = args.includes("--json");
@@ -161,7 +162,7 @@ function workspaces(home: string, logs: string[]) {
   return new Workspaces({ home, log: (_l, m) => logs.push(m), settings: () => SETTINGS });
 }
 
-const CLI = new URL("./cli.ts", import.meta.url).pathname;
+const CLI = fileURLToPath(new URL("./cli.ts", import.meta.url));
 
 const results: Record<string, unknown>[] = [];
 const logs: string[] = [];

@@ -109,6 +109,8 @@ export const NPM_DEPS: NpmDep[] = [
   { spec: "npm:ai@5.0.277", node: "ai-v5", install: "ai-v5@npm:ai@5.0.277" },
   { spec: "npm:ai@6.0.326", node: "ai-v6", install: "ai-v6@npm:ai@6.0.326" },
   { spec: "npm:ai@7.0.173", node: "ai-v7", install: "ai-v7@npm:ai@7.0.173" },
+  // The web view's browser tests and benchmark drive the system's Chromium with it (tests only).
+  { spec: "npm:playwright-core@1", node: "playwright-core", install: "playwright-core@1.65.1" },
 ];
 
 /** What the build and the Node test run need, pinned, besides NPM_DEPS. */
@@ -151,7 +153,7 @@ const walk = (dir: string): string[] =>
 const NODE_YAML = "_yaml_node.ts";
 
 /** The library's subsystems, each a folder with its own `mod.ts`, compiled and shipped. */
-export const ROOMS = ["adapters", "cli", "supervise", "workspace", "store"];
+export const ROOMS = ["adapters", "cli", "supervise", "workspace", "store", "serve"];
 
 /** The sources tsc compiles: the library, the worker, its subsystems, the tests and the demo. */
 function sources(): string[] {

@@ -5,7 +5,9 @@
  * then resume from their checkpoint files). It prints each host's heap,
  * RSS, open file descriptors and run-table slots before and after, and the
  * home's log size and checkpoint files before and after, then checks what
- * the files hold: no torn file, no temporary file left, no agent line lost.
+ * the files hold: no torn file, no temporary file left, no agent line lost;
+ * and what the run ledger holds: every run, each killed host's runs cut off
+ * with its last commit at most 2 intervals before the kill, and its size.
  *
  *   deno task soak [--runs 5000] [--hooks 100] [--hosts 10] [--parallel 2]
  *     [--concurrency 25] [--kill-rate 0.3] [--seed N]
@@ -20,6 +22,7 @@ import process from "node:process";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { readCheckpoint } from "../persist.ts";
+import { openStore } from "../store/mod.ts";
 import { flag, fmtBytes, runtime, tempDir } from "./_bench_util.ts";
 
 const args = process.argv.slice(2);
@@ -58,6 +61,9 @@ interface HostOutcome {
   killed: boolean;
   code: number | null;
   stderr: string;
+  /** The host's pid, and when it was killed (ms since the epoch). */
+  pid?: number;
+  killedAt?: number;
 }
 
 /** The state of the home: checkpoint files, temporary files, log bytes. */
@@ -113,6 +119,7 @@ function runHost(
       "--concurrency",
       String(concurrency),
     ], { stdio: ["ignore", "pipe", "pipe"] });
+    if (child.pid !== undefined) outcome.pid = child.pid;
     let rest = "";
     child.stdout.on("data", (chunk) => {
       const lines = (rest + chunk).split("\n");
@@ -131,6 +138,7 @@ function runHost(
           outcome.finished.add(v.done!);
           if (killAfter !== undefined && !outcome.killed && outcome.finished.size >= killAfter) {
             outcome.killed = true;
+            outcome.killedAt = Date.now();
             child.kill("SIGKILL"); // mid-run: other runs of this host are in flight
           }
         }
@@ -161,6 +169,28 @@ for (let h = 0; h < hosts; h++) {
 }
 const outcomes: HostOutcome[] = [];
 let unfinished = 0;
+
+// ---- the run ledger at each kill: the host's runs are there, cut off, and fresh -----
+/** How far behind the ledger was when each killed host died, ms, by its last commit. */
+const staleness: number[] = [];
+let cutOffAtKill = 0;
+let liveAtKill = 0;
+function ledgerAtKill(out: HostOutcome): void {
+  const store = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" });
+  if (!store) return;
+  try {
+    const mine = store.listSync({ limit: Number.MAX_SAFE_INTEGER })
+      .filter((v) => v.record.host.pid === out.pid && v.record.status === "live");
+    for (const v of mine) {
+      if (v.state === "cut-off") cutOffAtKill++;
+      else liveAtKill++;
+    }
+    const last = Math.max(0, ...mine.map((v) => v.heartbeat?.at ?? v.record.updatedAt));
+    if (mine.length > 0) staleness.push(out.killedAt! - last);
+  } finally {
+    store.closeSync();
+  }
+}
 async function worker(): Promise<void> {
   for (;;) {
     const job = queue.shift();
@@ -169,6 +199,7 @@ async function worker(): Promise<void> {
     const killAfter = kill ? 1 + Math.floor(random() * Math.max(1, job.ids.length - 1)) : undefined;
     const out = await runHost(home, job.name, job.ids, killAfter);
     outcomes.push(out);
+    if (out.killed) ledgerAtKill(out);
     const left = job.ids.filter((i) => !out.finished.has(i));
     const status = out.killed ? `killed after ${out.finished.size} runs` : `exit ${out.code}`;
     console.log(
@@ -274,7 +305,34 @@ console.log(
 );
 console.log(`  torn or unreadable files: ${torn}`);
 console.log(`  agent lines appended: ${lines}, lost: ${lost}`);
-const failed = torn > 0 || lost > 0 || endState.temps > 0 || endState.files !== runs || cutOff > 0;
+// ---- what the run ledger holds ----------------------------------------------------
+const ledger = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" });
+const summary = ledger?.summarySync();
+ledger?.closeSync();
+const db = path.join(home, "checkpoints", "runs.db");
+const dbBytes = ["", "-wal", "-shm"].reduce(
+  (n, ext) => n + (fs.existsSync(db + ext) ? fs.statSync(db + ext).size : 0),
+  0,
+);
+console.log(
+  `  run ledger: ${summary?.total ?? 0} runs (ended ${summary?.byState.ended ?? 0}, cut off ${
+    summary?.byState["cut-off"] ?? 0
+  }, live ${summary?.byState.live ?? 0}); ${fmtBytes(dbBytes)} (${
+    Math.round(dbBytes / Math.max(1, runs))
+  } B per run)`,
+);
+console.log(
+  `  at each kill: ${cutOffAtKill} runs of the killed hosts in the ledger, cut off (${liveAtKill} shown live); ` +
+    `the ledger's last commit before the kill: max ${
+      Math.max(0, ...staleness)
+    } ms ago (goal <= 2000)`,
+);
+const ledgerFailed = !summary || summary.total !== runs ||
+  summary.byState.ended !== runs - unfinished ||
+  liveAtKill > 0 || staleness.some((ms) => ms > 2000);
+const failed = torn > 0 || lost > 0 || endState.temps > 0 || endState.files !== runs ||
+  cutOff > 0 ||
+  ledgerFailed;
 console.log(failed ? "\nsoak: FAILED (see the checks above)" : "\nsoak: all checks passed");
 if (!args.includes("--keep")) fs.rmSync(home, { recursive: true, force: true });
 else console.log(`kept ${home}`);

@@ -36,6 +36,7 @@ import {
 import { supervisorDeadline } from "../discover.ts";
 import { longTimeout, type LongTimer } from "../_timer.ts";
 import { formatDuration } from "../template.ts";
+import { recordSupervisedEnd } from "../store/mod.ts";
 
 /** Where the command's output is passed on to: `process.stdout` or any writable stream. */
 export interface OutputSink {
@@ -426,6 +427,18 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
           ? childEnd
           : { status, at: persistedAt, summary: `supervised command ${commandSummary(command)}` },
       };
+      try {
+        recordSupervisedEnd({
+          env,
+          record,
+          file,
+          status: record.end!.status,
+          startedAt: startedWall,
+          ...(home === undefined ? {} : { home }),
+        });
+      } catch (error) {
+        notice(`could not write the run ledger: ${(error as Error).message}`);
+      }
       persistBlock(file, renderBlock(record));
       ours = { persistedAt, base };
       return true;

@@ -33,12 +33,27 @@ const AGENT_TEXT = "\n## Findings\n- the bug is in parse()\nINCOMPLETE: next, wr
 
 test("a cut-off run resumes in the next process: attempt, previous, the resume text once", async () => {
   const home = tempHome();
-  const first = await attempt(home, { sessionId: "job", turns: 10, calls: 9, append: AGENT_TEXT });
+  // The checkpoint file alone: with the run ledger on, a resume starts from where the run died
+  // (tests/store/), not from its last file write.
+  const settings = { ledger: false };
+  const first = await attempt(home, {
+    sessionId: "job",
+    turns: 10,
+    calls: 9,
+    append: AGENT_TEXT,
+    settings,
+  });
   assert.equal(first.attempt, 1);
   assert.equal(first.previous, undefined);
   assert.deepEqual(first.prologues.map(([call]) => call), [8]); // tier 2 on the penultimate turn
 
-  const second = await attempt(home, { sessionId: "job", turns: 10, calls: 3, end: "capped" });
+  const second = await attempt(home, {
+    sessionId: "job",
+    turns: 10,
+    calls: 3,
+    end: "capped",
+    settings,
+  });
   assert.equal(second.attempt, 2);
   const previous = second.previous!;
   assert.equal(previous.attempt, 1);
@@ -63,13 +78,19 @@ test("a cut-off run resumes in the next process: attempt, previous, the resume t
   assert.equal(record.end?.status, "capped");
 
   // It ended capped, not done: a third attempt resumes from it and carries both summaries.
-  const third = await attempt(home, { sessionId: "job", turns: 10, calls: 1, end: "done" });
+  const third = await attempt(home, {
+    sessionId: "job",
+    turns: 10,
+    calls: 1,
+    end: "done",
+    settings,
+  });
   assert.equal(third.attempt, 3);
   assert.equal(third.previous?.endStatus, "capped");
   assert.equal(parseRecord(fs.readFileSync(third.file))?.attempts?.length, 2);
 
   // It ended done: the next run with this id starts fresh.
-  const fourth = await attempt(home, { sessionId: "job", turns: 10, calls: 1 });
+  const fourth = await attempt(home, { sessionId: "job", turns: 10, calls: 1, settings });
   assert.equal(fourth.attempt, 1);
   assert.equal(fourth.previous, undefined);
   assert.deepEqual(fourth.prologues, []);

@@ -48,10 +48,11 @@ function written(key: string, value: unknown): string {
     return "none";
   }
   if (Array.isArray(value)) return `\`[${value.join(", ")}]\``;
-  if (typeof value === "object" && value !== null && Object.keys(value).length === 0) {
-    return "none";
+  if (typeof value === "object" && value !== null) {
+    // A structured default (the workspace tool lists) is shown in its own section.
+    return Object.keys(value).length === 0 ? "none" : "built in";
   }
-  return `\`${typeof value === "object" ? JSON.stringify(value) : String(value)}\``;
+  return `\`${String(value)}\``;
 }
 
 test("the README's settings table lists every setting once, with its default", () => {

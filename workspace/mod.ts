@@ -886,7 +886,8 @@ export function pruneStore(
 }
 
 /**
- * Delete the whole store: every snapshot of every project, and the ledgers.
+ * Delete the whole store: every snapshot of every project, and the ledgers of
+ * agent writes. The run ledger beside it (`runs.db`) is kept.
  *
  * @example
  * ```ts
@@ -903,5 +904,17 @@ export function pruneStore(
  * ```
  */
 export function clearStore(options: { home: string }): void {
-  fs.rmSync(path.join(options.home, "checkpoints"), { recursive: true, force: true });
+  const base = path.join(options.home, "checkpoints");
+  let names: string[];
+  try {
+    names = fs.readdirSync(base);
+  } catch {
+    return; // no store
+  }
+  // The run ledger (runs.db) shares the directory and is not the snapshots'.
+  const kept = names.filter((name) => /^runs\.db(-wal|-shm|-journal)?$/.test(name));
+  for (const name of names) {
+    if (!kept.includes(name)) fs.rmSync(path.join(base, name), { recursive: true, force: true });
+  }
+  if (kept.length === 0) fs.rmSync(base, { recursive: true, force: true });
 }

@@ -21,10 +21,13 @@ async function cli(args: string[], io: Partial<CliIo> = {}) {
   return { code, stdout: m.stdout(), stderr: m.stderr() };
 }
 
-/** A home with two persisted runs and every kind of odd file. */
+/**
+ * A home with two persisted runs and every kind of odd file, and no run ledger: `ls`, `show`
+ * and `audit` read the checkpoint files (tests/store/ covers them over the ledger).
+ */
 async function populated(): Promise<string> {
   const home = tempHome();
-  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false, ledger: false } });
   for (const [id, turns] of [["alpha", 3], ["beta", 100]] as const) {
     const run = ac.startRun({ sessionId: id, caps: { turns } });
     for (let t = 0; t < (turns === 3 ? 2 : 51); t++) run.preLlmCall();
@@ -582,7 +585,8 @@ test("every command of the table has its help, listed in the overview", async ()
 
 test("ls and audit tell a run that called end() from one that never did", async () => {
   const home = tempHome();
-  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  // The files alone (no run ledger): a run without an end is cut off.
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false, ledger: false } });
   for (const id of ["ends", "never"]) {
     const run = ac.startRun({ sessionId: id, caps: { turns: 3 } });
     run.preLlmCall();

@@ -63,7 +63,8 @@ test("a run snapshots its tree before a file tool and a destructive command, and
 test("with workspace_snapshots off, file tools take no snapshot", async () => {
   const home = tempHome();
   const dir = project();
-  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  // The run ledger off too: it lives in the same <home>/checkpoints directory.
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false, ledger: false } });
   const run = ac.startRun({ sessionId: "off", workspace: dir });
   run.preToolCall("write_file", { input: { path: "a.txt" } });
   run.beforeWrite(["b.txt"]);

@@ -11,6 +11,7 @@ import { processStart } from "../../workspace/_lock.ts";
 import { fixture, scriptCommand, tempHome } from "../_helpers.ts";
 import { rollbackCommand } from "../../cli/_workspace.ts";
 import { memoryIo } from "../../cli/_common.ts";
+import { fileURLToPath } from "node:url";
 
 const GIT_ENV = { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: os.devNull };
 
@@ -185,7 +186,7 @@ test("rollback diff into a pipe closed early (| head -1) stops quietly", async (
   fs.writeFileSync(path.join(dir, "big.txt"), "the agent's line\n".repeat(100_000));
   ws.afterWrite(dir, ["big.txt"]);
   const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
-  const cli = new URL(`../../scripts/cli${ext}`, import.meta.url).pathname;
+  const cli = fileURLToPath(new URL(`../../scripts/cli${ext}`, import.meta.url));
   const [cmd, argv] = scriptCommand(cli, [
     "rollback",
     "diff",

@@ -1,0 +1,384 @@
+/**
+ * The run ledger as the core uses it (S20): a run's record made from shared
+ * memory, the watchdog worker's progress writer (every changed run of the
+ * process in one commit per interval, plus the heartbeat; fail open with
+ * backoff and a bounded backlog), and the main thread's side (a run's start,
+ * which gives its attempt number, and its end).
+ *
+ * The store itself is a subsystem (`store/`); the core sees it only as the
+ * {@linkcode LedgerStore} below.
+ *
+ * @module
+ */
+import { errorText, type Log } from "./log.ts";
+import type { EndStatus, RunCaps, ToolCall } from "./_record.ts";
+import type { RunTable } from "./_run_table.ts";
+import type { RunInfo } from "./_writer.ts";
+import { formatDuration } from "./template.ts";
+import type {
+  AttemptStart,
+  CallInFlight,
+  Heartbeat,
+  HostId,
+  RunRecord,
+  RunView,
+  WriteBatch,
+} from "./store/types.ts";
+
+/** What the core needs of a store: asynchronous writes (worker), synchronous starts and ends (main thread). */
+export interface LedgerStore {
+  write(batch: WriteBatch): Promise<void>;
+  writeSync?(batch: WriteBatch): void;
+  startAttemptSync?(
+    record: RunRecord,
+    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
+  ): AttemptStart;
+  latestSync?(runId: string): RunView | undefined;
+  /** Tidy the store now and then (the embedded one: move its log into the database). */
+  maintain?(): void;
+  prune(before: number, limit: number): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** The most records the worker keeps while the store cannot take them. */
+export const MAX_BACKLOG = 50_000;
+/** The longest wait between two tries of a failing store, ms. */
+const MAX_BACKOFF_MS = 60_000;
+/** Ended runs a process prunes at start. */
+export const PRUNE_AT_START = 500;
+
+/** A run's record as it stands now in shared memory. */
+export function recordOf(
+  info: RunInfo,
+  shared: RunTable,
+  host: HostId,
+  now: number,
+): RunRecord {
+  const slot = info.slot;
+  const start = shared.start(slot);
+  const inFlight: CallInFlight[] = [];
+  const recent: ToolCall[] = [];
+  for (const { seq, ...call } of shared.tools(slot)) {
+    if (call.status === "in flight") {
+      const c: CallInFlight = {
+        tool: call.tool,
+        startedAt: Math.round(start + call.startedAt * 1000),
+      };
+      if (call.callId !== undefined) c.callId = call.callId;
+      inFlight.push(c);
+    } else {
+      // Rounded: a record is rewritten every interval, and its size is what that costs.
+      call.startedAt = Math.round(call.startedAt * 1000) / 1000;
+      if (call.durationMs !== undefined) call.durationMs = Math.round(call.durationMs * 10) / 10;
+      const error = info.toolErrors?.[seq];
+      recent.push(error === undefined ? call : { ...call, error });
+    }
+  }
+  const record: RunRecord = {
+    runId: info.runId,
+    attempt: info.attempt ?? 1,
+    dialect: info.dialect,
+    caps: info.caps,
+    turnsUsed: shared.turns(slot),
+    elapsedSeconds: Math.max(0, Math.round(now - start) / 1000),
+    tier: shared.tierClaimed(slot, 2) ? 2 : shared.tierClaimed(slot, 1) ? 1 : 0,
+    inFlight,
+    recent,
+    notes: info.notes,
+    checkpointFile: info.checkpointFile,
+    host,
+    status: "live",
+    startedAt: Math.round(start),
+    updatedAt: Math.round(now),
+  };
+  if (info.taskId !== undefined) record.taskId = info.taskId;
+  if (info.attempts?.length) record.attempts = info.attempts;
+  if (info.prior) record.prior = info.prior;
+  return record;
+}
+
+/** The record of a run that ends now. */
+export function endRecord(
+  record: RunRecord,
+  status: EndStatus,
+  summary: string | undefined,
+  now: number,
+): RunRecord {
+  const end: RunRecord["end"] = { status, at: Math.round(now) };
+  if (summary !== undefined) end.summary = summary;
+  return { ...record, status, end, updatedAt: Math.round(now) };
+}
+
+const key = (r: RunRecord) => `${r.attempt}\u0000${r.runId}`;
+
+/**
+ * The worker's side: bring every changed run's record up to date once per
+ * interval, in one commit with the heartbeat. A store that fails is tried
+ * again with a growing wait; its records wait in memory (the newest of each
+ * run, at most {@linkcode MAX_BACKLOG}), and what the bound dropped is said.
+ */
+export class LedgerProgress {
+  readonly #store: LedgerStore;
+  readonly #log: Log;
+  readonly #host: HostId;
+  /** The fingerprint each slot's record was last taken at, by slot, with its generation. */
+  readonly #stamps = new Map<number, { gen: number; stamp: number }>();
+  /** Records not yet written, by run and attempt. */
+  #backlog = new Map<string, RunRecord>();
+  #dropped = 0;
+  #failures = 0;
+  #retryAt = 0;
+  #writing = false;
+
+  constructor(store: LedgerStore, log: Log, host: HostId) {
+    this.#store = store;
+    this.#log = log;
+    this.#host = host;
+  }
+
+  /** Commits made so far. */
+  commits = 0;
+
+  /** Records waiting for the store. */
+  get backlog(): number {
+    return this.#backlog.size;
+  }
+
+  /**
+   * Take in the changed runs' records; `infoOf` gives a live slot's
+   * description, and is asked only for a slot whose fingerprint changed.
+   * Returns how many runs are live.
+   */
+  collect(
+    shared: RunTable,
+    infoOf: (slot: number) => RunInfo | undefined,
+    now: number,
+  ): number {
+    let live = 0;
+    const slots = shared.slots;
+    shared.refresh(); // after reading the count: the views cover every slot counted
+    for (let slot = 0; slot < slots; slot++) {
+      if (!shared.live(slot)) {
+        this.#stamps.delete(slot);
+        continue;
+      }
+      live++;
+      const stamp = shared.changeStamp(slot);
+      const known = this.#stamps.get(slot);
+      if (known && known.gen === shared.gen(slot) && known.stamp === stamp) continue;
+      const info = infoOf(slot);
+      if (!info) continue;
+      const record = recordOf(info, shared, this.#host, now);
+      // Made from a slot that was let go meanwhile: the run ended, and its end is written.
+      if (!shared.live(slot) || shared.gen(slot) !== info.gen) continue;
+      this.#stamps.set(slot, { gen: info.gen, stamp });
+      this.#keep(record);
+    }
+    return live;
+  }
+
+  #keep(record: RunRecord): void {
+    const k = key(record);
+    this.#backlog.delete(k); // re-inserted last: the oldest run first out at the bound
+    this.#backlog.set(k, record);
+    while (this.#backlog.size > MAX_BACKLOG) {
+      const oldest = this.#backlog.keys().next().value as string;
+      this.#backlog.delete(oldest);
+      this.#dropped++;
+    }
+  }
+
+  /**
+   * Write what is waiting, with the heartbeat, in one commit; nothing when a
+   * failing store's wait has not passed. Never rejects.
+   */
+  async flush(now: number, intervalSeconds: number, beat: boolean): Promise<void> {
+    if (this.#writing || now < this.#retryAt) return;
+    if (this.#backlog.size === 0 && !beat) return;
+    const batch = this.#backlog;
+    this.#backlog = new Map();
+    this.#writing = true;
+    try {
+      const records = [...batch.values()];
+      const write: WriteBatch = { records };
+      if (beat) write.heartbeat = { host: this.#host, at: Math.round(now), intervalSeconds };
+      await this.#store.write(write);
+      this.commits++;
+      if (this.#failures > 0 || this.#dropped > 0) {
+        this.#log(
+          "info",
+          `the run ledger takes records again${
+            this.#dropped > 0
+              ? `; ${this.#dropped} record update(s) were dropped meanwhile (at most ${MAX_BACKLOG} wait in memory)`
+              : ""
+          }`,
+        );
+      }
+      this.#failures = 0;
+      this.#dropped = 0;
+    } catch (error) {
+      // Back in, behind anything newer taken meanwhile.
+      const newer = this.#backlog;
+      this.#backlog = new Map();
+      for (const [k, record] of batch) if (!newer.has(k)) this.#keep(record);
+      for (const record of newer.values()) this.#keep(record);
+      this.#failures++;
+      const wait = Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(16, this.#failures - 1));
+      this.#retryAt = now + wait;
+      if (this.#failures === 1 || Number.isInteger(Math.log2(this.#failures))) {
+        this.#log(
+          "warn",
+          `the run ledger could not be written (${
+            errorText(error)
+          }); ${this.#backlog.size} record(s) wait in memory, next try in ${
+            formatDuration(wait / 1000)
+          }`,
+        );
+      }
+    } finally {
+      this.#writing = false;
+    }
+  }
+}
+
+/**
+ * Capped values less what earlier attempts used, for `resume_budget: remaining`.
+ *
+ * @example
+ * ```ts
+ * import { remainingCaps } from "./_ledger.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const caps = remainingCaps({ turns: { value: 12, source: "host" } }, { turns: 5, seconds: 40 });
+ * assert.equal(caps.turns?.value, 7);
+ * ```
+ */
+export function remainingCaps(caps: RunCaps, prior: { turns: number; seconds: number }): RunCaps {
+  const out: RunCaps = {};
+  if (caps.turns) {
+    out.turns = {
+      value: Math.max(1, caps.turns.value - prior.turns),
+      source: `${caps.turns.source}, less ${prior.turns} used by earlier attempts`,
+    };
+  }
+  if (caps.time) {
+    out.time = {
+      value: Math.max(1, caps.time.value - prior.seconds),
+      source: `${caps.time.source}, less ${formatDuration(prior.seconds)} used by earlier attempts`,
+    };
+  }
+  return out;
+}
+
+/** A call in flight when an attempt stopped, and for how long it had run. */
+export interface UnknownCall {
+  tool: string;
+  callId?: string;
+  runningSeconds: number;
+}
+
+/** When an attempt was last heard of: its end, or its last record or heartbeat. */
+export function lastSeen(view: RunView, now: number): number {
+  if (view.record.end) return view.record.end.at;
+  if (view.state === "live") return now;
+  return Math.max(view.record.updatedAt, view.heartbeat?.at ?? 0);
+}
+
+/** The calls in flight when the attempt of `view` stopped (or now, while it is live). */
+export function unknownCalls(view: RunView, now: number): UnknownCall[] {
+  const seen = lastSeen(view, now);
+  return view.record.inFlight.map((c) => {
+    const out: UnknownCall = {
+      tool: c.tool,
+      runningSeconds: Math.max(0, (seen - c.startedAt) / 1000),
+    };
+    if (c.callId !== undefined) out.callId = c.callId;
+    return out;
+  });
+}
+
+const callText = (c: UnknownCall) =>
+  `${c.tool} (${c.callId !== undefined ? `call id ${c.callId}, ` : ""}for ${
+    formatDuration(c.runningSeconds)
+  })`;
+
+/** Characters of a one-line summary. */
+const SUMMARY_CHARS = 300;
+
+/**
+ * One line saying where an earlier attempt got to, from its ledger record:
+ * cut off, still live, or how it ended.
+ */
+export function ledgerSummary(view: RunView, now: number): string {
+  const r = view.record;
+  const turns = `${r.turnsUsed}${r.caps.turns ? ` of ${r.caps.turns.value}` : ""} turns`;
+  const seen = lastSeen(view, now);
+  const elapsed = Math.max(r.elapsedSeconds, (seen - r.startedAt) / 1000);
+  const time = `${formatDuration(elapsed)}${
+    r.caps.time ? ` of ${formatDuration(r.caps.time.value)}` : ""
+  }`;
+  const how = view.state === "ended"
+    ? `ended ${r.status}`
+    : view.state === "live"
+    ? `is still live on ${r.host.machine} (pid ${r.host.pid}) at`
+    : "cut off after";
+  let text = `attempt ${r.attempt} ${how}${
+    view.state === "ended" ? " after" : ""
+  } ${turns} and ${time}`;
+  const calls = unknownCalls(view, now);
+  if (view.state !== "ended" && calls.length > 0) {
+    text += `, inside tool ${calls.map(callText).join(", ")}`;
+  }
+  if (r.end?.summary) text += `: ${r.end.summary}`;
+  const chars = Array.from(text.replace(/\s*[\r\n]+\s*/g, " "));
+  return chars.length <= SUMMARY_CHARS
+    ? chars.join("")
+    : chars.slice(0, SUMMARY_CHARS - 1).join("") + "…";
+}
+
+/**
+ * The sentences a resume text adds for calls whose outcome is unknown, and for a shrunk budget.
+ *
+ * @example
+ * ```ts
+ * import { resumeNote } from "./_ledger.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const note = resumeNote([{ tool: "deploy", callId: "c4", runningSeconds: 12 }], undefined, true);
+ * assert.match(note!, /outcome unknown: deploy \(call id c4, for 12s\)/);
+ * ```
+ */
+export function resumeNote(
+  calls: UnknownCall[],
+  remaining: RunCaps | undefined,
+  hasFile: boolean,
+): string | undefined {
+  const parts: string[] = [];
+  if (!hasFile) {
+    parts.push(
+      "It stopped before it wrote a checkpoint file; the figures above are from the run ledger.",
+    );
+  }
+  if (calls.length > 0) {
+    parts.push(
+      `Tool calls in flight when it stopped, outcome unknown: ${
+        calls.map(callText).join("; ")
+      }. Check whether each took effect before you repeat it.`,
+    );
+  }
+  if (remaining) {
+    const axes = [
+      remaining.turns ? `${remaining.turns.value} turns` : undefined,
+      remaining.time ? formatDuration(remaining.time.value) : undefined,
+    ].filter((a) => a !== undefined);
+    if (axes.length > 0) {
+      parts.push(`This attempt has only what the earlier attempts left: ${axes.join(" and ")}.`);
+    }
+  }
+  return parts.length > 0 ? parts.join(" ") : undefined;
+}
+
+/** Log a failure of the main thread's ledger write, once per kind of failure. */
+export function ledgerFailed(log: Log, what: string, error: unknown, runId?: string): void {
+  log("warn", `the run ledger could not record ${what}: ${errorText(error)}`, runId);
+}

@@ -1,0 +1,341 @@
+/**
+ * The command line's view of the run ledger: `ls`, `show` and `audit` read
+ * every run (live, ended, cut off; with or without a checkpoint file) from
+ * the store's index, and `prune` removes ended runs past their retention.
+ *
+ * @module
+ */
+import * as fs from "node:fs";
+import { loadSettings } from "../config.ts";
+import type { Settings } from "../settings.ts";
+import { formatDuration } from "../template.ts";
+import {
+  openStore,
+  RUN_STATES,
+  type RunState,
+  type RunView,
+  type SqliteRunStore,
+  storeFile,
+  type StoreSummary,
+} from "../store/mod.ts";
+import {
+  ago,
+  type CliIo,
+  type Command,
+  homeDir,
+  NAME,
+  type Paint,
+  parseArgs,
+  parseDuration,
+  table,
+  terminalSafe,
+  UsageError,
+  writeJson,
+} from "./_common.ts";
+
+/** The home's settings, as the command line reads them. */
+export function homeSettings(home: string, io: Pick<CliIo, "env">): Settings {
+  return loadSettings({ home, env: io.env }).settings;
+}
+
+/**
+ * The home's run ledger, opened to read, or undefined when there is none
+ * (no file yet, the ledger off, no driver). A file that cannot be read is
+ * said on stderr and treated as none.
+ */
+export function openLedger(
+  home: string,
+  settings: Settings,
+  io: Pick<CliIo, "stderr">,
+): SqliteRunStore | undefined {
+  if (!settings.ledger || !fs.existsSync(storeFile(home))) return undefined;
+  return openStore({
+    home,
+    settings,
+    mode: "read",
+    log: (_level, message) => io.stderr(`${NAME}: ${terminalSafe(message)}\n`),
+  });
+}
+
+/** A state as the command line spells it. */
+export const stateText = (view: RunView): string =>
+  view.state === "ended"
+    ? `ended ${view.record.status}`
+    : view.state === "live"
+    ? "live"
+    : "cut off";
+
+const turnsText = (view: RunView) =>
+  `${view.record.turnsUsed}${view.record.caps.turns ? ` of ${view.record.caps.turns.value}` : ""}`;
+
+/** When the run was last heard of: its end, its heartbeat, or its record. */
+const heardAt = (view: RunView) =>
+  view.record.end?.at ?? Math.max(view.record.updatedAt, view.heartbeat?.at ?? 0);
+
+const inFlightText = (view: RunView, now: number) => {
+  if (view.state === "ended") return "-";
+  const until = view.state === "live" ? now : heardAt(view);
+  return view.record.inFlight.map((c) =>
+    `${c.tool}${c.callId !== undefined ? ` (${c.callId})` : ""} ${
+      formatDuration(Math.max(0, (until - c.startedAt) / 1000))
+    }`
+  ).join(", ") || "-";
+};
+
+/** A run as `ls --json` gives it. */
+export function runJson(view: RunView): Record<string, unknown> {
+  const { fileContent: _, ...record } = view.record;
+  return {
+    ...record,
+    state: view.state,
+    startedAt: new Date(record.startedAt).toISOString(),
+    updatedAt: new Date(record.updatedAt).toISOString(),
+    heartbeatAt: view.heartbeat ? new Date(view.heartbeat.at).toISOString() : null,
+    inFlight: record.inFlight.map((c) => ({
+      ...c,
+      startedAt: new Date(c.startedAt).toISOString(),
+    })),
+    ...(record.end ? { end: { ...record.end, at: new Date(record.end.at).toISOString() } } : {}),
+  };
+}
+
+/** `ls` over the ledger: the runs shown, and the counts over every run. */
+export function ledgerLsText(
+  views: RunView[],
+  counts: StoreSummary,
+  file: string,
+  io: CliIo,
+  p: Paint,
+): string {
+  if (counts.total === 0) return `No runs in the run ledger ${terminalSafe(file)}.\n`;
+  const now = io.now();
+  const rows = views.map((v) => [
+    terminalSafe(v.record.runId),
+    stateText(v),
+    String(v.record.attempt),
+    turnsText(v),
+    v.record.tier === 0 ? "-" : `tier ${v.record.tier}`,
+    terminalSafe(inFlightText(v, now)),
+    ago(now - heardAt(v)),
+    terminalSafe(`${v.record.host.machine}:${v.record.host.pid}`),
+  ]);
+  const cut = views.filter((v) => v.state === "cut-off").map((v) => terminalSafe(v.record.runId));
+  const n = (x: number) => x.toLocaleString("en");
+  const shown = views.length < counts.total
+    ? `${n(views.length)} of ${n(counts.total)} runs shown (--limit 0 lists them all); `
+    : "";
+  return [
+    table(
+      [["RUN", "STATE", "ATTEMPT", "TURNS", "TIER", "IN FLIGHT", "HEARD", "HOST"], ...rows],
+      p.bold,
+    ),
+    "",
+    `${shown}${n(counts.total)} run${counts.total === 1 ? "" : "s"}: ${
+      n(counts.byState.live)
+    } live, ${n(counts.byState.ended)} ended, ${n(counts.byState["cut-off"])} cut off${
+      cut.length > 0
+        ? ` (${cut.slice(0, 5).join(", ")}${cut.length > 5 ? ` and ${cut.length - 5} more` : ""})`
+        : ""
+    }`,
+    `run ledger: ${terminalSafe(file)}`,
+  ].join("\n") + "\n";
+}
+
+/** The runs `ls` shows unless told otherwise. */
+export const LS_LIMIT = 100;
+
+/**
+ * The `--limit` option's value, checked: a whole number >= 0 (0: no limit).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { limitOption, LS_LIMIT } from "./_ledger.ts";
+ *
+ * assert.equal(limitOption(undefined, "ls"), LS_LIMIT);
+ * assert.equal(limitOption("0", "ls"), 0);
+ * assert.throws(() => limitOption("ten", "ls"), /--limit takes a whole number/);
+ * ```
+ */
+export function limitOption(value: string | undefined, command: string): number {
+  if (value === undefined) return LS_LIMIT;
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n)) {
+    throw new UsageError(`--limit takes a whole number, not "${value}"`, `${command} --help`);
+  }
+  return n;
+}
+
+/**
+ * The `--status` option's value, checked.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { statusOption } from "./_ledger.ts";
+ *
+ * assert.equal(statusOption("cut-off", "ls"), "cut-off");
+ * assert.throws(() => statusOption("dead", "ls"), /--status takes live, ended or cut-off/);
+ * ```
+ */
+export function statusOption(value: string | undefined, command: string): RunState | undefined {
+  if (value === undefined) return undefined;
+  if ((RUN_STATES as readonly string[]).includes(value)) return value as RunState;
+  throw new UsageError(
+    `--status takes live, ended or cut-off, not "${value}"`,
+    `${command} --help`,
+  );
+}
+
+/** The `--since` option as ms since the epoch, checked. */
+export function sinceOption(
+  value: string | undefined,
+  command: string,
+  now: number,
+): number | undefined {
+  if (value === undefined) return undefined;
+  const seconds = parseDuration(value);
+  if (seconds === undefined) {
+    throw new UsageError(
+      `--since takes a duration such as 30m, 12h or 7d, not "${value}"`,
+      `${command} --help`,
+    );
+  }
+  return now - seconds * 1000;
+}
+
+/** The ledger's part of `show RUN`. */
+export function ledgerShowText(view: RunView, io: CliIo): string {
+  const r = view.record;
+  const now = io.now();
+  const head = `Run ${terminalSafe(r.runId)}${r.attempt > 1 ? `, attempt ${r.attempt}` : ""}: ${
+    view.state === "ended"
+      ? `ended ${r.status}${r.end?.summary ? `: ${terminalSafe(r.end.summary)}` : ""}`
+      : view.state === "live"
+      ? "live"
+      : "cut off (its process is gone and it never recorded an end)"
+  }`;
+  const rows: string[][] = [
+    ["turns", turnsText(view)],
+    [
+      "elapsed",
+      `${formatDuration(Math.max(r.elapsedSeconds, (heardAt(view) - r.startedAt) / 1000))}${
+        r.caps.time ? ` of ${formatDuration(r.caps.time.value)}` : ""
+      }`,
+    ],
+    ["tier", String(r.tier)],
+    ["in flight", terminalSafe(inFlightText(view, now))],
+    [
+      "recent calls",
+      terminalSafe(
+        r.recent.map((c) => `${c.tool}${c.callId ? ` (${c.callId})` : ""} ${c.status}`).join(
+          ", ",
+        ) ||
+          "-",
+      ),
+    ],
+    ["host", terminalSafe(`${r.host.machine}, pid ${r.host.pid}`)],
+    ["started", new Date(r.startedAt).toISOString()],
+    ["last heard", `${ago(now - heardAt(view))}`],
+    ["checkpoint file", terminalSafe(r.checkpointFile ?? "-")],
+  ];
+  for (const note of r.notes.slice(-3)) rows.push(["note", terminalSafe(note)]);
+  for (const line of r.attempts ?? []) rows.push(["earlier attempt", terminalSafe(line)]);
+  return `${head}\n${table(rows)}\n`;
+}
+
+/** `audit` over the ledger. */
+export function ledgerAuditText(s: StoreSummary, file: string, since: string | undefined): string {
+  const list = (o: Record<string, number>) =>
+    Object.keys(o).length === 0
+      ? "-"
+      : Object.entries(o).sort((x, y) => y[1] - x[1]).map(([k, n]) => `${k}: ${n}`).join(" · ");
+  const rows = [
+    ["run ledger", `${terminalSafe(file)}${since ? ` (heard of in the last ${since})` : ""}`],
+    ["runs", String(s.total)],
+    ["  live", String(s.byState.live)],
+    ["  ended", s.byState.ended === 0 ? "0" : `${s.byState.ended}  (${list(s.byEnd)})`],
+    ["  cut off", String(s.byState["cut-off"])],
+  ];
+  for (const [machine, n] of Object.entries(s.byMachine)) {
+    rows.push([
+      `  on ${terminalSafe(machine)}`,
+      `live ${n.live} · ended ${n.ended} · cut off ${n["cut-off"]}`,
+    ]);
+  }
+  return table(rows) + "\n";
+}
+
+const PRUNE_HELP = `Usage: ${NAME} prune [--home DIR] [--json]
+
+Removes from the run ledger the runs that ended more than ledger_retention_days
+(default 30) ago. Live and cut-off runs are kept. Checkpoint files are not
+touched.
+
+  --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
+  --json       one JSON object: { store, removed, before }`;
+
+/** Records removed per transaction, so that other processes are not held up. */
+const PRUNE_BATCH = 5000;
+
+/**
+ * `agent-checkpoint prune`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { pruneCommand } from "./_ledger.ts";
+ * import { memoryIo } from "./_common.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
+ * const m = memoryIo();
+ * assert.equal(await pruneCommand.run(["--home", home], m.io), 0);
+ * assert.match(m.stdout(), /No run ledger/);
+ * ```
+ */
+export const pruneCommand: Command = {
+  name: "prune",
+  summary: "remove ended runs past ledger_retention_days from the run ledger",
+  help: PRUNE_HELP,
+  async run(args: string[], io: CliIo): Promise<number> {
+    const parsed = parseArgs(args, { command: "prune", switches: ["--json"] });
+    const home = homeDir(parsed, io);
+    const settings = homeSettings(home, io);
+    const file = storeFile(home);
+    if (!fs.existsSync(file)) {
+      if (parsed.switches.has("--json")) writeJson(io, { store: null, removed: 0 });
+      else io.stdout(`No run ledger in ${terminalSafe(home)}; nothing to prune.\n`);
+      return 0;
+    }
+    const store = openStore({
+      home,
+      settings,
+      log: (_level, message) => io.stderr(`${NAME}: ${terminalSafe(message)}\n`),
+    });
+    if (!store) return 1;
+    const before = io.now() - settings.ledger_retention_days * 86_400_000;
+    let removed = 0;
+    try {
+      for (;;) {
+        const n = await store.prune(before, PRUNE_BATCH);
+        removed += n;
+        if (n < PRUNE_BATCH) break;
+      }
+    } finally {
+      await store.close();
+    }
+    if (parsed.switches.has("--json")) {
+      writeJson(io, { store: file, removed, before: new Date(before).toISOString() });
+    } else {
+      io.stdout(
+        `Removed ${removed} ended run${
+          removed === 1 ? "" : "s"
+        } older than ${settings.ledger_retention_days} days from ${terminalSafe(file)}.\n`,
+      );
+    }
+    return 0;
+  },
+};

@@ -1,0 +1,566 @@
+/**
+ * The embedded run store: one SQLite database per home,
+ * `<home>/checkpoints/runs.db`, in WAL mode so that several processes share it
+ * (one writer at a time, readers never blocked), through the library's SQLite
+ * driver. Its reads and writes are synchronous underneath, so `startRun`,
+ * which is synchronous, can use them directly ({@linkcode SqliteRunStore}'s
+ * `…Sync` methods); the {@linkcode RunStore} methods wrap them.
+ *
+ * A run's newest attempt is marked, so listing the newest attempt of every
+ * run, the most recently started first, reads one index. A live run's
+ * progress changes no indexed column: bringing it up to date rewrites its row
+ * alone.
+ *
+ * @module
+ */
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { type SqliteDb, type SqliteDriver, sqliteDriver } from "../_sqlite.ts";
+import type { EndStatus } from "../_record.ts";
+import { here } from "./_host.ts";
+import {
+  type AttemptStart,
+  type Heartbeat,
+  type ListQuery,
+  type RunRecord,
+  type RunState,
+  runState,
+  type RunStore,
+  type RunView,
+  type StoreSummary,
+  type Vantage,
+  type WriteBatch,
+} from "./types.ts";
+
+/** The schema version this code writes; a newer one in the file is left alone. */
+export const SCHEMA_VERSION = 1;
+
+/** The size the write-ahead log is cut back to after a checkpoint. */
+const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
+
+/**
+ * The embedded store's file in a home.
+ *
+ * @example
+ * ```ts
+ * import { storeFile } from "./sqlite.ts";
+ * import assert from "node:assert/strict";
+ * import { join } from "node:path";
+ *
+ * assert.equal(storeFile("/h"), join("/h", "checkpoints", "runs.db"));
+ * ```
+ */
+export const storeFile = (home: string): string => path.join(home, "checkpoints", "runs.db");
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  newest INTEGER NOT NULL,
+  status TEXT NOT NULL,
+  machine TEXT NOT NULL,
+  pid INTEGER NOT NULL,
+  host_start TEXT NOT NULL,
+  started_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  record TEXT NOT NULL,
+  file_content TEXT,
+  PRIMARY KEY (run_id, attempt)
+);
+CREATE INDEX IF NOT EXISTS runs_newest ON runs (newest, started_at);
+CREATE INDEX IF NOT EXISTS runs_ended ON runs (updated_at) WHERE status <> 'live';
+CREATE TABLE IF NOT EXISTS heartbeats (
+  machine TEXT NOT NULL,
+  pid INTEGER NOT NULL,
+  host_start TEXT NOT NULL,
+  at INTEGER NOT NULL,
+  interval_seconds REAL NOT NULL,
+  PRIMARY KEY (machine, pid, host_start)
+);
+`;
+
+/** How a connection is used: the worker's commits are durable; the main thread's never wait long. */
+export interface SqliteOpenOptions {
+  /** The store file. */
+  file: string;
+  /** A heartbeat older than this many seconds means its process is gone. */
+  hostTimeoutSeconds: number;
+  /**
+   * `durable`: every commit reaches the disk (the worker's batches);
+   * `quick`: commits reach the operating system, not the disk, and lock waits
+   * are short (the main thread's starts and ends, made durable by the
+   * worker's next commit).
+   * `read`: opened read-only (the command line).
+   * @default {"durable"}
+   */
+  mode?: "durable" | "quick" | "read";
+  /** How long a write waits for another process's, ms. @default {250, or 20 when quick} */
+  busyMs?: number;
+  /** The driver. @default {the runtime's} */
+  driver?: SqliteDriver;
+}
+
+const SELECT_VIEW = `SELECT r.run_id, r.attempt, r.machine, r.pid, r.host_start, r.started_at,
+  r.record, r.status, r.updated_at, h.at AS hb_at, h.interval_seconds AS hb_interval
+  FROM runs r LEFT JOIN heartbeats h
+  ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start`;
+
+const UPSERT = `INSERT INTO runs
+  (run_id, attempt, newest, status, machine, pid, host_start, started_at, updated_at, record, file_content)
+  VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
+  ON CONFLICT (run_id, attempt) DO UPDATE SET
+    status = excluded.status, machine = excluded.machine, pid = excluded.pid,
+    host_start = excluded.host_start, updated_at = excluded.updated_at, record = excluded.record,
+    file_content = COALESCE(excluded.file_content, runs.file_content)
+  WHERE runs.status = 'live' OR excluded.status <> 'live'`;
+
+const HEARTBEAT = `INSERT INTO heartbeats (machine, pid, host_start, at, interval_seconds)
+  VALUES (?, ?, ?, ?, ?)
+  ON CONFLICT (machine, pid, host_start) DO UPDATE SET
+    at = MAX(heartbeats.at, excluded.at), interval_seconds = excluded.interval_seconds`;
+
+/** An upsert's parameters. */
+const params = (record: RunRecord): unknown[] => [
+  record.runId,
+  record.attempt,
+  record.status,
+  record.host.machine,
+  record.host.pid,
+  record.host.start,
+  Math.round(record.startedAt),
+  Math.round(record.updatedAt),
+  recordJson(record),
+  record.fileContent ?? null,
+];
+
+/** The record as stored: without what has a column of its own (a row is rewritten each interval). */
+function recordJson(record: RunRecord): string {
+  const {
+    fileContent: _f,
+    runId: _r,
+    attempt: _a,
+    status: _s,
+    host: _h,
+    startedAt: _t,
+    updatedAt: _u,
+    ...rest
+  } = record;
+  return JSON.stringify(rest);
+}
+
+/**
+ * The embedded run store over one SQLite file. Open it with
+ * {@linkcode openSqliteStore}.
+ *
+ * @example
+ * ```ts
+ * import { openSqliteStore, storeFile } from "./sqlite.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const store = openSqliteStore({
+ *   file: storeFile(mkdtempSync(join(tmpdir(), "ac-"))),
+ *   hostTimeoutSeconds: 30,
+ * });
+ * assert.equal(store.engine, "sqlite");
+ * assert.deepEqual(store.summarySync().byState, { live: 0, ended: 0, "cut-off": 0 });
+ * await store.close();
+ * ```
+ */
+export class SqliteRunStore implements RunStore {
+  readonly engine = "sqlite";
+  readonly location: string;
+  readonly #db: SqliteDb;
+  readonly #timeout: number;
+  readonly #vantage: () => Vantage;
+
+  /** @internal Use {@linkcode openSqliteStore}. */
+  constructor(db: SqliteDb, file: string, hostTimeoutSeconds: number) {
+    this.#db = db;
+    this.location = file;
+    this.#timeout = hostTimeoutSeconds;
+    this.#vantage = () => here(this.#timeout);
+  }
+
+  #transaction<T>(body: () => T): T {
+    this.#db.exec("BEGIN IMMEDIATE");
+    try {
+      const out = body();
+      this.#db.exec("COMMIT");
+      return out;
+    } catch (error) {
+      try {
+        this.#db.exec("ROLLBACK");
+      } catch { /* nothing was begun, or it is already rolled back */ }
+      throw error;
+    }
+  }
+
+  #upsert(record: RunRecord): void {
+    this.#db.run(UPSERT, ...params(record));
+  }
+
+  #heartbeat(heartbeat: Heartbeat): void {
+    this.#db.run(
+      HEARTBEAT,
+      heartbeat.host.machine,
+      heartbeat.host.pid,
+      heartbeat.host.start,
+      Math.round(heartbeat.at),
+      heartbeat.intervalSeconds,
+    );
+  }
+
+  #view(row: Record<string, unknown>, vantage: Vantage): RunView {
+    const record = JSON.parse(String(row.record)) as RunRecord;
+    record.runId = String(row.run_id);
+    record.attempt = Number(row.attempt);
+    record.status = String(row.status) as RunRecord["status"];
+    record.host = {
+      machine: String(row.machine),
+      pid: Number(row.pid),
+      start: String(row.host_start),
+    };
+    record.startedAt = Number(row.started_at);
+    record.updatedAt = Number(row.updated_at);
+    const view: RunView = { record, state: "live" };
+    if (row.hb_at !== null && row.hb_at !== undefined) {
+      view.heartbeat = {
+        host: record.host,
+        at: Number(row.hb_at),
+        intervalSeconds: Number(row.hb_interval),
+      };
+    }
+    view.state = runState(record, view.heartbeat, vantage);
+    return view;
+  }
+
+  /** {@linkcode RunStore.write}, synchronously: one transaction. */
+  writeSync(batch: WriteBatch): void {
+    if (batch.records.length === 0 && !batch.heartbeat) return;
+    // Made before the write lock is taken, so other processes wait only for the writes.
+    const rows = batch.records.map(params);
+    this.#transaction(() => {
+      for (const row of rows) this.#db.run(UPSERT, ...row);
+      if (batch.heartbeat) this.#heartbeat(batch.heartbeat);
+    });
+  }
+
+  /** {@linkcode RunStore.startAttempt}, synchronously. */
+  startAttemptSync(
+    record: RunRecord,
+    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
+  ): AttemptStart {
+    const vantage = this.#vantage();
+    return this.#transaction(() => {
+      const row = this.#db.get(`${SELECT_VIEW} WHERE r.run_id = ? AND r.newest = 1`, record.runId);
+      const previous = row ? this.#view(row, vantage) : undefined;
+      const min = Math.max(1, Math.floor(options?.minAttempt ?? 1));
+      const afresh = options?.fresh || !previous || previous.record.status === "done";
+      const attempt = afresh ? min : Math.max(min, previous.record.attempt + 1);
+      if (afresh) this.#db.run("DELETE FROM runs WHERE run_id = ?", record.runId);
+      else this.#db.run("UPDATE runs SET newest = 0 WHERE run_id = ?", record.runId);
+      this.#upsert({ ...record, attempt });
+      if (options?.heartbeat) this.#heartbeat(options.heartbeat);
+      const out: AttemptStart = { attempt };
+      if (previous) out.previous = previous;
+      return out;
+    });
+  }
+
+  /** {@linkcode RunStore.latest}, synchronously. */
+  latestSync(runId: string): RunView | undefined {
+    const row = this.#db.get(`${SELECT_VIEW} WHERE r.run_id = ? AND r.newest = 1`, runId);
+    return row ? this.#view(row, this.#vantage()) : undefined;
+  }
+
+  /** The file content the store keeps for a run's attempt, when any. */
+  fileContentSync(runId: string, attempt: number): string | undefined {
+    const row = this.#db.get(
+      "SELECT file_content FROM runs WHERE run_id = ? AND attempt = ?",
+      runId,
+      attempt,
+    );
+    return typeof row?.file_content === "string" ? row.file_content : undefined;
+  }
+
+  /** {@linkcode RunStore.list}, synchronously. */
+  listSync(query: ListQuery = {}): RunView[] {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (query.runId !== undefined) {
+      where.push("r.run_id = ?");
+      params.push(query.runId);
+    } else where.push("r.newest = 1");
+    if (query.since !== undefined) {
+      where.push("r.updated_at >= ?");
+      params.push(Math.floor(query.since));
+    }
+    if (query.machine !== undefined) {
+      where.push("r.machine = ?");
+      params.push(query.machine);
+    }
+    if (query.state === "ended") where.push("r.status <> 'live'");
+    else if (query.state !== undefined) where.push("r.status = 'live'");
+    const limit = Math.max(0, Math.floor(query.limit ?? 1000));
+    const vantage = this.#vantage();
+    const out: RunView[] = [];
+    // Live rows are filtered by state after reading: read on in pages until the limit is met.
+    let offset = 0;
+    const page = Math.max(limit, 100);
+    for (;;) {
+      const rows = this.#db.all(
+        `${SELECT_VIEW} WHERE ${where.join(" AND ")} ORDER BY r.started_at DESC LIMIT ? OFFSET ?`,
+        ...params,
+        page,
+        offset,
+      );
+      for (const row of rows) {
+        const view = this.#view(row, vantage);
+        if (query.state === undefined || view.state === query.state) out.push(view);
+        if (out.length >= limit) return out;
+      }
+      if (rows.length < page) return out;
+      offset += page;
+    }
+  }
+
+  /** {@linkcode RunStore.summary}, synchronously. */
+  summarySync(query: Omit<ListQuery, "state" | "limit" | "runId"> = {}): StoreSummary {
+    const where = ["r.newest = 1"];
+    const params: unknown[] = [];
+    if (query.since !== undefined) {
+      where.push("r.updated_at >= ?");
+      params.push(Math.floor(query.since));
+    }
+    if (query.machine !== undefined) {
+      where.push("r.machine = ?");
+      params.push(query.machine);
+    }
+    const out: StoreSummary = {
+      total: 0,
+      byState: { live: 0, ended: 0, "cut-off": 0 },
+      byEnd: {},
+      byMachine: {},
+    };
+    const count = (machine: string, state: RunState, n: number) => {
+      out.total += n;
+      out.byState[state] += n;
+      const m = out.byMachine[machine] ??= { live: 0, ended: 0, "cut-off": 0 };
+      m[state] += n;
+    };
+    const ended = this.#db.all(
+      `SELECT r.machine, r.status, COUNT(*) AS n FROM runs r
+        WHERE ${where.join(" AND ")} AND r.status <> 'live' GROUP BY r.machine, r.status`,
+      ...params,
+    );
+    for (const row of ended) {
+      const n = Number(row.n);
+      count(String(row.machine), "ended", n);
+      const status = String(row.status) as EndStatus;
+      out.byEnd[status] = (out.byEnd[status] ?? 0) + n;
+    }
+    const vantage = this.#vantage();
+    const live = this.#db.all(
+      `SELECT r.machine, r.pid, r.host_start, r.updated_at, h.at AS hb_at FROM runs r
+        LEFT JOIN heartbeats h
+        ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start
+        WHERE ${where.join(" AND ")} AND r.status = 'live'`,
+      ...params,
+    );
+    for (const row of live) {
+      const host = {
+        machine: String(row.machine),
+        pid: Number(row.pid),
+        start: String(row.host_start),
+      };
+      const heartbeat = row.hb_at === null || row.hb_at === undefined
+        ? undefined
+        : { host, at: Number(row.hb_at), intervalSeconds: 0 };
+      const state = runState(
+        { status: "live", host, updatedAt: Number(row.updated_at) },
+        heartbeat,
+        vantage,
+      );
+      count(host.machine, state, 1);
+    }
+    return out;
+  }
+
+  /** {@linkcode RunStore.prune}, synchronously. */
+  pruneSync(before: number, limit: number): number {
+    const n = Math.max(0, Math.floor(limit));
+    if (n === 0) return 0;
+    return this.#transaction(() => {
+      const rows = this.#db.all(
+        `SELECT run_id, attempt FROM runs WHERE status <> 'live' AND updated_at < ?
+          ORDER BY updated_at LIMIT ?`,
+        Math.floor(before),
+        n,
+      );
+      for (const row of rows) {
+        // Every attempt of a run whose newest ended goes with it; a live run's older ones stay.
+        this.#db.run(
+          `DELETE FROM runs WHERE run_id = ? AND attempt <= ? AND NOT EXISTS
+            (SELECT 1 FROM runs l WHERE l.run_id = ? AND l.status = 'live')`,
+          row.run_id,
+          row.attempt,
+          row.run_id,
+        );
+      }
+      // Heartbeats of processes no record names any more.
+      this.#db.run(
+        `DELETE FROM heartbeats WHERE at < ? AND NOT EXISTS (SELECT 1 FROM runs r
+          WHERE r.machine = heartbeats.machine AND r.pid = heartbeats.pid
+          AND r.host_start = heartbeats.host_start)`,
+        Math.floor(before),
+      );
+      return rows.length;
+    });
+  }
+
+  /** Copy the write-ahead log into the database, without waiting on anyone. */
+  maintain(): void {
+    this.#db.get("PRAGMA wal_checkpoint(PASSIVE)");
+  }
+
+  /** Close the database; later calls throw. */
+  closeSync(): void {
+    this.#db.close();
+  }
+
+  write(batch: WriteBatch): Promise<void> {
+    return run(() => this.writeSync(batch));
+  }
+  startAttempt(record: RunRecord, options?: { minAttempt?: number }): Promise<AttemptStart> {
+    return run(() => this.startAttemptSync(record, options));
+  }
+  latest(runId: string): Promise<RunView | undefined> {
+    return run(() => this.latestSync(runId));
+  }
+  list(query?: ListQuery): Promise<RunView[]> {
+    return run(() => this.listSync(query));
+  }
+  summary(query?: Omit<ListQuery, "state" | "limit" | "runId">): Promise<StoreSummary> {
+    return run(() => this.summarySync(query));
+  }
+  prune(before: number, limit: number): Promise<number> {
+    return run(() => this.pruneSync(before, limit));
+  }
+  close(): Promise<void> {
+    return run(() => this.closeSync());
+  }
+}
+
+/** A synchronous body as a promise: a throw becomes a rejection. */
+function run<T>(body: () => T): Promise<T> {
+  try {
+    return Promise.resolve(body());
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+/** What to say when there is no driver: the ledger is off. */
+export const NO_DRIVER = "no SQLite driver";
+
+/**
+ * Open (creating it and its directory when needed, except read-only) the
+ * embedded store. Throws when there is no driver (the message starts with
+ * {@linkcode NO_DRIVER}), or the file cannot be opened, is not a database,
+ * or carries a newer schema.
+ *
+ * @param options The file, the heartbeat timeout and how the connection is used.
+ * @returns The store.
+ *
+ * @example
+ * ```ts
+ * import { openSqliteStore, storeFile } from "./sqlite.ts";
+ * import { thisHost } from "./_host.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const file = storeFile(mkdtempSync(join(tmpdir(), "ac-")));
+ * const store = openSqliteStore({ file, hostTimeoutSeconds: 30 });
+ * const now = Date.now();
+ * const record = {
+ *   runId: "r1", attempt: 1, dialect: "chat", caps: {}, turnsUsed: 0, elapsedSeconds: 0,
+ *   tier: 0, inFlight: [], recent: [], notes: [], host: thisHost(), status: "live" as const,
+ *   startedAt: now, updatedAt: now,
+ * };
+ * assert.equal(store.startAttemptSync(record).attempt, 1);
+ * assert.equal(store.startAttemptSync(record).attempt, 2); // attempt 1 never ended
+ * store.writeSync({ records: [{ ...record, attempt: 2, turnsUsed: 3 }] });
+ * assert.equal(store.latestSync("r1")?.record.turnsUsed, 3);
+ * assert.equal(store.latestSync("r1")?.state, "live");
+ * store.closeSync();
+ * ```
+ */
+export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
+  const driver = options.driver ?? sqliteDriver();
+  if (!driver) throw new Error(`${NO_DRIVER}`);
+  const mode = options.mode ?? "durable";
+  const file = options.file;
+  if (mode !== "read") fs.mkdirSync(path.dirname(file), { recursive: true });
+  const db = driver.open(file, { readOnly: mode === "read" });
+  try {
+    const busy = Math.max(0, Math.floor(options.busyMs ?? (mode === "quick" ? 20 : 250)));
+    db.exec(`PRAGMA busy_timeout = ${busy}`);
+    if (mode !== "read") {
+      const journal = db.get("PRAGMA journal_mode = WAL");
+      if (String(journal?.journal_mode ?? "").toLowerCase() !== "wal") {
+        throw new Error(`${file} cannot use write-ahead logging`);
+      }
+      // The worker's commits reach the disk; the main thread's starts and ends go with them.
+      db.exec(`PRAGMA synchronous = ${mode === "durable" ? "FULL" : "NORMAL"}`);
+      if (mode === "quick") db.exec("PRAGMA wal_autocheckpoint = 0");
+      // The write-ahead log is cut back to this after each checkpoint, not left at its peak.
+      db.exec(`PRAGMA journal_size_limit = ${WAL_LIMIT_BYTES}`);
+      migrate(db, file);
+    } else {
+      const version = db.get("SELECT value FROM meta WHERE key = 'schema'");
+      if (Number(version?.value) > SCHEMA_VERSION) throw newer(file, Number(version?.value));
+    }
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+  return new SqliteRunStore(db, file, options.hostTimeoutSeconds);
+}
+
+const newer = (file: string, version: number) =>
+  new Error(
+    `${file} has schema version ${version}, newer than this library's ${SCHEMA_VERSION}; upgrade agent-checkpoint`,
+  );
+
+/** Create the tables, or bring an older schema up to this one, once, whoever gets there first. */
+function migrate(db: SqliteDb, file: string): void {
+  const known = (() => {
+    try {
+      return Number(db.get("SELECT value FROM meta WHERE key = 'schema'")?.value ?? 0);
+    } catch {
+      return 0; // no meta table yet
+    }
+  })();
+  if (known === SCHEMA_VERSION) return;
+  if (known > SCHEMA_VERSION) throw newer(file, known);
+  db.exec("BEGIN IMMEDIATE");
+  try {
+    db.exec(SCHEMA);
+    db.run(
+      "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+      String(SCHEMA_VERSION),
+    );
+    db.exec("COMMIT");
+  } catch (error) {
+    try {
+      db.exec("ROLLBACK");
+    } catch { /* not begun */ }
+    throw error;
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * A home with live, ended and cut-off runs, made with the real library: runs
+ * of this process (live until ended), runs that ended, and runs of a child
+ * process killed with SIGKILL (cut off inside a tool call), one of them with
+ * script payloads in its id and its agent text.
+ */
+import { spawn } from "node:child_process";
+import { createAgentCheckpoint, type Run } from "../../mod.ts";
+import { loadSettings } from "../../config.ts";
+import type { Settings } from "../../settings.ts";
+import { openStore, type RunStore } from "../../store/mod.ts";
+import { scriptCommand, tempHome, waitFor } from "../_helpers.ts";
+
+/** A script payload: it sets `window.__pwned` if it ever runs. */
+export const PAYLOAD = `<script>window.__pwned="script"</script>` +
+  `<img src=x onerror="window.__pwned='img'">`;
+/** The run id carrying the payload. */
+export const EVIL_ID = `evil ${PAYLOAD}`;
+/** The agent text of the cut-off run with the payload. */
+export const EVIL_TEXT = `\nStep 2 of 4 done. ${PAYLOAD} INCOMPLETE\n`;
+/** The agent text of the plain cut-off run. */
+export const AGENT_TEXT = "\nMigrated 3 of 7 tables; next: orders. INCOMPLETE\n";
+
+/** The fleet: the home, its settings, the library handle and its live run. */
+export interface Fleet {
+  home: string;
+  settings: Settings;
+  live: Run;
+  ac: ReturnType<typeof createAgentCheckpoint>;
+  /** A store of the home, opened for reading. */
+  store: RunStore;
+  close(): Promise<void>;
+}
+
+const holder = () => {
+  const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+  return new URL(`./_holder${ext}`, import.meta.url).pathname;
+};
+
+/** Make the fleet. */
+export async function makeFleet(): Promise<Fleet> {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { progress_interval_seconds: 0.1 } });
+  const done = ac.startRun({ sessionId: "ended-done", caps: { turns: 10 } });
+  for (let i = 0; i < 4; i++) done.preLlmCall();
+  await done.end({ status: "done" });
+  const capped = ac.startRun({ sessionId: "ended-capped", caps: { turns: 20, timeSeconds: 600 } });
+  for (let i = 0; i < 19; i++) capped.preLlmCall();
+  await capped.end({ status: "capped", summary: "ran out of turns" });
+
+  // A child holds two runs inside a tool call; SIGKILL cuts them off there.
+  const [cmd, args] = scriptCommand(holder(), [
+    home,
+    JSON.stringify({
+      runs: [
+        { sessionId: "cut-1", turns: 20, calls: 3, inFlight: "deploy", append: AGENT_TEXT },
+        { sessionId: EVIL_ID, turns: 8, calls: 2, inFlight: "shell", append: EVIL_TEXT },
+      ],
+    }),
+  ]);
+  const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  child.stdout.on("data", (d) => out += d);
+  if (!await waitFor(() => out.includes("ready"), 60_000)) {
+    child.kill("SIGKILL");
+    throw new Error("the run holder did not start");
+  }
+  const { settings } = loadSettings({ home, env: {} });
+  const store = openStore({ home, settings, mode: "read" });
+  if (!store) throw new Error("the ledger cannot be opened");
+  // Wait until the ledger has the calls in flight, then kill the child where it stands.
+  const inFlight = async () => {
+    for (const id of ["cut-1", EVIL_ID]) {
+      if ((await store.latest(id))?.record.inFlight.length !== 1) return false;
+    }
+    return true;
+  };
+  const end = Date.now() + 30_000;
+  while (!await inFlight()) {
+    if (Date.now() > end) throw new Error("the held runs' tool calls never reached the ledger");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const exited = new Promise((r) => child.once("exit", r));
+  child.kill("SIGKILL");
+  await exited;
+
+  const live = ac.startRun({ sessionId: "live-1", caps: { turns: 30, timeSeconds: 3600 } });
+  for (let i = 0; i < 5; i++) live.preLlmCall();
+  return {
+    home,
+    settings,
+    live,
+    ac,
+    store,
+    close: async () => {
+      await ac.close();
+      await store.close();
+    },
+  };
+}

@@ -1,0 +1,178 @@
+// deno-lint-ignore-file no-import-prefix -- full npm: specifiers, as the rest of the package has
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import type { Browser, Page } from "npm:playwright-core@1";
+import { type RunServer, serveRuns } from "../../serve/mod.ts";
+import { CHROMIUM, haveBrowser, launchBrowser } from "./_browser.ts";
+import { AGENT_TEXT, EVIL_ID, EVIL_TEXT, type Fleet, makeFleet, PAYLOAD } from "./_fleet.ts";
+
+if (!haveBrowser) {
+  console.log(
+    `serve: the browser tests did not run: no Chromium at ${CHROMIUM} (apt-get install chromium)`,
+  );
+}
+const skip = !haveBrowser;
+
+let fleet: Fleet;
+let server: RunServer;
+let browser: Browser;
+
+before(async () => {
+  if (skip) return;
+  fleet = await makeFleet();
+  server = await serveRuns({ store: fleet.store, settings: fleet.settings, port: 0 });
+  browser = await launchBrowser();
+});
+after(async () => {
+  if (skip) return;
+  await browser.close();
+  await server.close();
+  await fleet.close();
+});
+
+/** A fresh page that records script errors, dialogs and CSP violations. */
+async function open(hash = ""): Promise<{ page: Page; problems: string[] }> {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  const problems: string[] = [];
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("dialog", (d) => {
+    problems.push(`dialog: ${d.message()}`);
+    void d.dismiss();
+  });
+  page.on("console", (m) => {
+    if (m.type() === "error") problems.push(`console: ${m.text()}`);
+  });
+  await page.goto(server.url + hash);
+  await page.waitForSelector("#rows [data-run]");
+  return { page, problems };
+}
+
+/** The rows' run ids and statuses, as the page shows them. */
+const rows = (page: Page) =>
+  page.$$eval(
+    "#rows [data-run]",
+    (els) => els.map((e) => [e.getAttribute("data-run"), e.getAttribute("data-status")]),
+  );
+
+test("the page lists live, ended and cut-off runs", { skip }, async () => {
+  const { page, problems } = await open();
+  try {
+    const shown = Object.fromEntries(await rows(page));
+    assert.deepEqual(shown, {
+      "live-1": "live",
+      "ended-done": "done",
+      "ended-capped": "capped",
+      "cut-1": "cut-off",
+      [EVIL_ID]: "cut-off",
+    });
+    // Each run's caps as bars, with a tick at each tier fraction.
+    const capped = page.locator('#rows [data-run="ended-capped"]');
+    assert.deepEqual(await capped.locator(".cap .axis").allTextContents(), ["turns", "time"]);
+    assert.equal(await capped.locator(".cap").first().locator(".tick").count(), 2);
+    assert.equal(await capped.locator(".mark.tier").count(), 2);
+    assert.equal(await capped.locator(".mark.checkpoint").count(), 1);
+    assert.match(await page.textContent("#status-filter") ?? "", /cut off 2/);
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test("the status filter narrows the list", { skip }, async () => {
+  const { page } = await open();
+  try {
+    for (const s of ["live", "done", "capped", "failed", "aborted", "deadline"]) {
+      await page.uncheck(`#status-filter input[value="${s}"]`);
+    }
+    await page.locator('#rows [data-run]:not([data-status="cut-off"])').first().waitFor({
+      state: "detached",
+    });
+    assert.deepEqual((await rows(page)).map((r) => r[0]).sort(), ["cut-1", EVIL_ID].sort());
+    assert.match(page.url(), /#status=cut-off$/);
+  } finally {
+    await page.close();
+  }
+});
+
+test(
+  "a cut-off run's detail shows where it stopped, its attempts and its file",
+  { skip },
+  async () => {
+    const { page, problems } = await open();
+    try {
+      await page.click('#rows [data-run="cut-1"]');
+      await page.waitForSelector("#d-stopped.cut-off");
+      assert.match(
+        await page.textContent("#d-stopped") ?? "",
+        /^Where it stopped: attempt 1 cut off after 3 of 20 turns and .*, inside tool deploy \(call id held, for /,
+      );
+      assert.match(
+        await page.textContent("#d-record") ?? "",
+        /in flightdeploy \(call held\) since/,
+      );
+      assert.match(await page.textContent("#d-attempts") ?? "", /cut off/);
+      assert.ok((await page.textContent("#d-file") ?? "").endsWith(AGENT_TEXT));
+      assert.deepEqual(problems, []);
+    } finally {
+      await page.close();
+    }
+  },
+);
+
+test(
+  "a run id and agent text holding script payloads run nothing and show as text",
+  { skip },
+  async () => {
+    // Opened with the payload's run selected, so its id reaches the page by the address too.
+    const { page, problems } = await open(`#run=${encodeURIComponent(EVIL_ID)}`);
+    try {
+      await page.locator("#d-file").filter({ hasText: "Step 2 of 4" }).waitFor();
+      const row = page.locator("#rows [data-run]").filter({ hasText: "evil" });
+      assert.equal(await row.locator(".rid").textContent(), EVIL_ID);
+      assert.equal(await page.textContent("#d-title .badge"), "cut off");
+      assert.ok((await page.textContent("#d-title") ?? "").startsWith(EVIL_ID));
+      assert.ok((await page.textContent("#d-file") ?? "").endsWith(EVIL_TEXT));
+      assert.ok((await page.textContent("#d-json") ?? "").includes(JSON.stringify(EVIL_ID)));
+      // Let the page poll (and redraw) once more before looking for the payload's effects.
+      const drawn = await page.textContent("#updated");
+      await page.locator("#updated").filter({ hasNotText: drawn ?? "" }).waitFor();
+      assert.equal(
+        await page.evaluate(() => (globalThis as { __pwned?: unknown }).__pwned),
+        undefined,
+      );
+      assert.equal(await page.locator("img").count(), 0);
+      assert.equal(await page.locator("script").count(), 1); // the page's own /app.js
+      assert.ok(PAYLOAD.includes("<script>"));
+      assert.deepEqual(problems, []);
+    } finally {
+      await page.close();
+    }
+  },
+);
+
+test("the page updates when a run changes, without a reload", { skip }, async () => {
+  const { page, problems } = await open();
+  try {
+    // A reload would forget this.
+    await page.evaluate(() => (globalThis as { __same?: number }).__same = 1);
+    assert.equal((Object.fromEntries(await rows(page)))["live-1"], "live");
+    await page.click('#rows [data-run="live-1"]');
+    await page.waitForSelector("#d-stopped:not(.cut-off)");
+    assert.match(await page.textContent("#d-stopped") ?? "", /^Now: attempt 1 is still live/);
+
+    await fleet.live.end({ status: "aborted", summary: "stopped by its user" });
+    await page.waitForSelector('#rows [data-run="live-1"][data-status="aborted"]', {
+      timeout: 30_000,
+    });
+    await page.locator("#d-stopped").filter({ hasText: /^Ended: attempt 1 ended aborted/ })
+      .waitFor();
+    const added = fleet.ac.startRun({ sessionId: "new-1", caps: { turns: 12 } });
+    await page.waitForSelector('#rows [data-run="new-1"][data-status="live"]', { timeout: 30_000 });
+    await added.end({ status: "done" });
+    await page.waitForSelector('#rows [data-run="new-1"][data-status="done"]', { timeout: 30_000 });
+    assert.equal(await page.evaluate(() => (globalThis as { __same?: number }).__same), 1);
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+  }
+});
