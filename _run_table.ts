@@ -684,8 +684,9 @@ export class RunTable {
 
   /**
    * A number that changes when what a run's ledger record shows does: a
-   * turn, a tool call's start or end, a tier, its description. Reads only,
-   * allocates nothing: the watchdog compares it for every run each interval.
+   * turn, a tool call's start or end (or its timeout), a tier, its model use,
+   * its description. Reads only, allocates nothing: the watchdog compares it
+   * for every run each interval.
    */
   changeStamp(slot: number): number {
     const i = this.#iAt(slot);
@@ -697,6 +698,11 @@ export class RunTable {
     for (let k = 0; k < TOOL_RING; k++) {
       h = (h * 31 + Atomics.load(this.#i, i + RING_I + k * 2 + 1)) | 0;
     }
+    h = (h * 31 + Atomics.load(this.#i, i + TIMED_OUT)) | 0;
+    // The model use: tokens, and dollars to the micro-dollar (NaN, cost unknown, counts as 0).
+    const f = this.#fAt(slot);
+    h = (h * 31 + ((this.#f[f + IN_TOKENS]! + this.#f[f + OUT_TOKENS]!) % 2 ** 31)) | 0;
+    h = (h * 31 + (Math.round(this.#f[f + USD]! * 1e6) % 2 ** 31)) | 0;
     return h;
   }
 

@@ -45,7 +45,7 @@ export interface RunInfo {
   /** The model the run uses, for the `prices` setting, when the host named it. */
   model?: string;
   /** What the earlier attempts used, for the run ledger. */
-  prior?: { turns: number; seconds: number };
+  prior?: { turns: number; seconds: number; tokens?: number; usd?: number };
 }
 
 /** Characters of a run id kept in the watchdog's records when the id is too long for its slot. */

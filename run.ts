@@ -15,6 +15,7 @@ import {
   type RecordKind,
   type RecordSource,
   type RunCaps,
+  type UsageTotals,
 } from "./_record.ts";
 import { budgetValue, type ModelPrice, type Settings } from "./settings.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
@@ -98,6 +99,8 @@ export interface PreviousAttempt {
   elapsedSeconds: number;
   /** Its caps. */
   caps: RunCaps;
+  /** The model use it reported (tokens, and dollars when known), when it reported any. */
+  usage?: UsageTotals;
   /** When its last checkpoint was written, ISO 8601. */
   persistedAt: string;
   /** How it ended, when it ended at all; undefined when it was cut off. */
@@ -111,7 +114,7 @@ export interface PreviousAttempt {
   /** From the run ledger: where it ran. */
   host?: { machine: string; pid: number };
   /** From the run ledger: the tool calls in flight when it stopped, whose outcome is unknown. */
-  inFlight?: { tool: string; callId?: string; runningSeconds: number }[];
+  inFlight?: { tool: string; callId?: string; runningSeconds: number; timedOut?: boolean }[];
 }
 
 /** What a run starts with besides its hooks' host. @internal */

@@ -36,41 +36,8 @@ import {
   runJson,
   sinceOption,
   statusOption,
+  usageCell,
 } from "./_ledger.ts";
-
-/**
- * A record's tokens and cost, as `ls` shows them: `12000/50000 tok, $0.42/$5.00`
- * (the caps after the slash when the run had them); undefined when the run
- * reported no use and had neither cap.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { usageCell } from "./_checkpoints.ts";
- *
- * const record = {
- *   usage: { inputTokens: 9000, outputTokens: 3000, usd: 0.42 },
- *   caps: { usd: { value: 5, source: "host" } },
- * };
- * assert.equal(usageCell(record as never), "12000 tok, $0.42/$5.00");
- * assert.equal(usageCell({ caps: {} } as never), undefined);
- * ```
- */
-export function usageCell(record: CheckpointFile["record"]): string | undefined {
-  const u = record?.usage;
-  const caps = record?.caps;
-  if (!record || (!u && !caps?.tokens && !caps?.usd)) return undefined;
-  const n = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
-  const tokens = n(u?.inputTokens) + n(u?.outputTokens);
-  let cell = `${tokens}${caps?.tokens ? `/${caps.tokens.value}` : ""} tok`;
-  const usd = u?.usd;
-  if (typeof usd === "number" || caps?.usd) {
-    cell += `, ${typeof usd === "number" ? `$${formatUsd(usd)}` : u ? "$?" : "$0.00"}${
-      caps?.usd ? `/$${formatUsd(caps.usd.value)}` : ""
-    }`;
-  }
-  return cell;
-}
 
 /** How a run ended (the record's `end.status`). */
 export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";

@@ -363,6 +363,25 @@ export class SqliteRunStore implements RunStore {
       const status = String(row.status) as EndStatus;
       out.byEnd[status] = (out.byEnd[status] ?? 0) + n;
     }
+    const used = this.#db.all(
+      `SELECT COUNT(*) AS runs,
+        TOTAL(json_extract(r.record, '$.usage.inputTokens')) AS input,
+        TOTAL(json_extract(r.record, '$.usage.outputTokens')) AS output,
+        TOTAL(json_extract(r.record, '$.usage.usd')) AS usd,
+        COUNT(json_extract(r.record, '$.usage.usd')) AS usd_runs
+        FROM runs r WHERE ${where.join(" AND ")}
+        AND json_extract(r.record, '$.usage') IS NOT NULL`,
+      ...params,
+    )[0];
+    if (used && Number(used.runs) > 0) {
+      out.usage = {
+        runs: Number(used.runs),
+        inputTokens: Number(used.input),
+        outputTokens: Number(used.output),
+        usd: Number(used.usd),
+        usdRuns: Number(used.usd_runs),
+      };
+    }
     const vantage = this.#vantage();
     const live = this.#db.all(
       `SELECT r.machine, r.pid, r.host_start, r.updated_at, h.at AS hb_at FROM runs r

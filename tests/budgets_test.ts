@@ -4,7 +4,9 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { createAgentCheckpoint, discoverCaps } from "../mod.ts";
 import { parseRecord, summaryLine } from "../_record.ts";
-import { auditSummary, usageCell } from "../cli/_checkpoints.ts";
+import { auditSummary } from "../cli/_checkpoints.ts";
+import { usageCell } from "../cli/_ledger.ts";
+import { main } from "../cli/mod.ts";
 import { listCheckpoints } from "../cli/_inspect.ts";
 import { explain } from "../cli/_explain_report.ts";
 import { explainText } from "../cli/_explain.ts";
@@ -206,27 +208,47 @@ test("tool_timeout_seconds gives every call a deadline; a call that ends in time
   await ac.close();
 });
 
-test("the resume text names the tool call that timed out in the earlier attempt", async () => {
+for (const ledger of [true, false]) {
+  test(`the resume text names the tool call that timed out in the earlier attempt (ledger ${ledger ? "on" : "off"})`, async () => {
+    const home = tempHome();
+    const first = make({ ledger }, home);
+    const run = first.ac.startRun({ sessionId: "job", caps: { turns: 30 } });
+    run.preLlmCall();
+    run.preToolCall("bash", { callId: "call_hang", timeoutSeconds: 0.1 });
+    const signal = run.toolSignal("call_hang");
+    await aborted(signal);
+    await first.ac.close(); // cut off: no end recorded
+
+    const second = make({ ledger }, home);
+    const again = second.ac.startRun({ sessionId: "job", caps: { turns: 30 } });
+    assert.equal(again.attempt, 2);
+    assert.equal(again.previous?.kind, "tool_timeout");
+    // The file's record says "tool call bash [call_hang] ran past its 0.1s deadline"; the
+    // ledger's, "inside tool bash (call id call_hang, for 0s, past its deadline)".
+    const named = /bash[ (\[]+(call id )?call_hang.*past its (0\.1s )?deadline/;
+    assert.match(again.preLlmCall()!, named);
+    // The later attempt's records keep the earlier attempt's summary, which names the call.
+    await again.end({ status: "failed" });
+    assert.match(record(again.checkpointFile)?.attempts?.[0] ?? "", named);
+    await second.ac.close();
+  });
+}
+
+test("a finished call that timed out is named in the ledger's summary of its attempt", async () => {
   const home = tempHome();
   const first = make({}, home);
   const run = first.ac.startRun({ sessionId: "job", caps: { turns: 30 } });
-  run.preLlmCall();
-  run.preToolCall("bash", { callId: "call_hang", timeoutSeconds: 0.1 });
-  const signal = run.toolSignal("call_hang");
+  run.preToolCall("bash", { callId: "call_slow", timeoutSeconds: 0.1 });
+  const signal = run.toolSignal("call_slow");
   await aborted(signal);
-  await first.ac.close(); // cut off: no end recorded
-
+  run.postToolCall("bash", { callId: "call_slow", error: signal.reason });
+  await run.end({ status: "failed" });
+  await first.ac.close();
   const second = make({}, home);
   const again = second.ac.startRun({ sessionId: "job", caps: { turns: 30 } });
-  assert.equal(again.attempt, 2);
-  assert.equal(again.previous?.kind, "tool_timeout");
-  const text = again.preLlmCall()!;
-  assert.match(text, /tool call bash \[call_hang\] ran past its 0\.1s deadline/);
-  // The later attempt's records keep the earlier attempt's summary, which names the call.
-  await again.end({ status: "failed" });
   assert.match(
-    record(again.checkpointFile)?.attempts?.[0] ?? "",
-    /last checkpoint: tool call bash \[call_hang\] ran past its 0\.1s deadline/,
+    again.previous?.summary ?? "",
+    /tool call bash \(call id call_slow\) ran past its deadline/,
   );
   await second.ac.close();
 });
@@ -298,4 +320,56 @@ test("a record's summary names a timed-out call, and its tokens and cost", () =>
   });
   assert.match(line, /after 4 turns and 1m30s, 10000 tokens and \$0\.50 of \$2\.00/);
   assert.match(line, /tool call bash \[c1\] timed out/);
+});
+
+test("the run ledger keeps tokens and cost; ls, show and audit over it show them", async () => {
+  const { ac, home } = make();
+  const a = ac.startRun({ sessionId: "a", caps: { usd: 5, tokens: 100_000 } });
+  a.usage({ inputTokens: 9000, outputTokens: 3000, usd: 0.42 });
+  await a.end();
+  const b = ac.startRun({ sessionId: "b" });
+  b.usage({ inputTokens: 1000, outputTokens: 0 });
+  await b.end({ status: "failed" });
+  await ac.close();
+  const cli = async (...args: string[]) => {
+    const m = memoryIo();
+    const code = await main([...args, "--home", home], m.io);
+    assert.equal(code, 0, m.stderr());
+    return m.stdout();
+  };
+  const runs = JSON.parse(await cli("ls", "--json")).runs as Array<
+    { runId: string; usage?: unknown }
+  >;
+  assert.deepEqual(
+    Object.fromEntries(runs.map((r) => [r.runId, r.usage])),
+    {
+      a: { inputTokens: 9000, outputTokens: 3000, usd: 0.42 },
+      b: { inputTokens: 1000, outputTokens: 0 },
+    },
+  );
+  const ls = await cli("ls");
+  assert.match(ls, /TOKENS, COST/);
+  assert.match(ls, /^a .* 12000\/100000 tok, \$0\.42\/\$5\.00$/m);
+  assert.match(ls, /^b .* 1000 tok$/m);
+  assert.match(await cli("show", "a"), /tokens, cost +12000\/100000 tok, \$0\.42\/\$5\.00/);
+  const audit = await cli("audit");
+  assert.match(audit, /^tokens +13000 over 2 runs \(10000 in, 3000 out\)$/m);
+  assert.match(audit, /^cost +\$0\.42 over 1 run \(1 run with no known cost\)$/m);
+});
+
+test("resume_budget remaining takes what earlier attempts used off the token and dollar caps", async () => {
+  const home = tempHome();
+  const first = make({ resume_budget: "remaining" }, home);
+  const run = first.ac.startRun({ sessionId: "job", caps: { tokens: 10_000, usd: 1 } });
+  run.usage({ inputTokens: 3000, outputTokens: 1000, usd: 0.25 });
+  await run.end({ status: "failed" });
+  await first.ac.close();
+  const second = make({ resume_budget: "remaining" }, home);
+  const again = second.ac.startRun({ sessionId: "job", caps: { tokens: 10_000, usd: 1 } });
+  assert.equal(again.attempt, 2);
+  assert.deepEqual(again.previous?.usage, { inputTokens: 3000, outputTokens: 1000, usd: 0.25 });
+  assert.equal(again.caps.tokens?.value, 6000);
+  assert.equal(again.caps.usd?.value, 0.75);
+  assert.match(again.caps.usd?.source ?? "", /less \$0\.25 spent by earlier attempts/);
+  await second.ac.close();
 });
