@@ -40,6 +40,16 @@ export const CREATE_FLAGS = C.O_WRONLY | C.O_CREAT | C.O_EXCL | (C.O_NOFOLLOW ??
 /** Open flags: append to an existing file, not through a link. */
 export const APPEND_FLAGS = C.O_WRONLY | C.O_APPEND | (C.O_NOFOLLOW ?? 0) | (C.O_NONBLOCK ?? 0);
 
+/** What a non-regular file is, in words: "symbolic link", "FIFO", "directory" … */
+export function kindOf(st: fs.Stats): string {
+  if (st.isSymbolicLink()) return "symbolic link";
+  if (st.isFIFO()) return "FIFO";
+  if (st.isDirectory()) return "directory";
+  if (st.isSocket()) return "socket";
+  if (st.isCharacterDevice() || st.isBlockDevice()) return "device";
+  return "special file";
+}
+
 /** The error code of a file-system error, if any. */
 export const codeOf = (error: unknown): string | undefined =>
   (error as NodeJS.ErrnoException | undefined)?.code;
@@ -179,9 +189,7 @@ export function sweepNow(dir: string): void {
   } catch {
     /* an unreadable directory: the write itself will say why */
   } finally {
-    try {
-      handle?.closeSync();
-    } catch { /* already closed */ }
+    handle?.closeSync(); // closed once, here: it cannot be closed already
   }
 }
 

@@ -6,20 +6,10 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import {
-  ago,
-  type CliIo,
-  type Command,
-  homeDir,
-  NAME,
-  type Paint,
-  paint,
-  parseArgs,
-  size,
-  table,
-  terminalSafe,
-  writeJson,
-} from "./_common.ts";
+import { ago, type Paint, paint, size, table, terminalSafe } from "./_format.ts";
+import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";
+import { homeDir } from "./_home.ts";
+import { parseArgs } from "./_args.ts";
 import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
 
 export type { CheckpointFile };
@@ -38,10 +28,7 @@ import {
   statusOption,
   usageCell,
 } from "./_ledger.ts";
-
-/** How a run ended (the record's `end.status`). */
-export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
-const END_STATUSES: readonly string[] = ["done", "capped", "failed", "aborted", "deadline"];
+import { END_STATUSES, type EndStatus } from "../_record.ts";
 
 /** What a record says about the run's end and attempt, read defensively. */
 export interface RunState {
@@ -85,9 +72,10 @@ export function runState(file: Pick<CheckpointFile, "record">): RunState {
   const end = record.end as { status?: unknown; at?: unknown; summary?: unknown } | undefined;
   if (end && typeof end === "object") {
     out.state = "ended";
-    out.status = typeof end.status === "string" && END_STATUSES.includes(end.status)
-      ? end.status as EndStatus
-      : "done";
+    out.status =
+      typeof end.status === "string" && (END_STATUSES as readonly string[]).includes(end.status)
+        ? end.status as EndStatus
+        : "done";
     if (typeof end.at === "string") out.endedAt = end.at;
     if (typeof end.summary === "string" && end.summary !== "") out.summary = end.summary;
   } else out.state = "cut off";
@@ -252,7 +240,7 @@ resumed run adds ", attempt N".
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { lsCommand } from "./_checkpoints.ts";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const m = memoryIo();
@@ -384,7 +372,7 @@ function notRegularText(f: CheckpointFile): string {
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { showCommand } from "./_checkpoints.ts";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * fs.mkdirSync(path.join(home, "agent-checkpoints"));
@@ -624,7 +612,7 @@ and dollars the runs reported.
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { auditCommand } from "./_checkpoints.ts";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const m = memoryIo();

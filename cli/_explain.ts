@@ -3,18 +3,10 @@
  *
  * @module
  */
-import {
-  type CliIo,
-  type Command,
-  homeOption,
-  NAME,
-  type Paint,
-  paint,
-  parseArgs,
-  table,
-  terminalSafe,
-  writeJson,
-} from "./_common.ts";
+import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";
+import { homeOption } from "./_home.ts";
+import { type Paint, paint, table, terminalSafe } from "./_format.ts";
+import { parseArgs } from "./_args.ts";
 import {
   explain,
   type ExplainOptions,
@@ -98,7 +90,7 @@ function supervisorText(s: NonNullable<Explanation["supervisor"]>): string {
  * import * as path from "node:path";
  * import { explain } from "./_explain_report.ts";
  * import { explainText } from "./_explain.ts";
- * import { paint } from "./_common.ts";
+ * import { paint } from "./_format.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const text = explainText(explain({ home, env: {} }), paint({ isTTY: false, env: {} }));
@@ -206,7 +198,7 @@ export function explainText(e: Explanation, p: Paint): string {
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { explainCommand } from "./_explain.ts";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const m = memoryIo();

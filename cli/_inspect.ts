@@ -51,9 +51,7 @@ export function listCheckpoints(dir: string): CheckpointFile[] {
   } catch {
     return [];
   } finally {
-    try {
-      handle?.closeSync();
-    } catch { /* already closed */ }
+    handle?.closeSync(); // closed once, here: it cannot be closed already
   }
   return names.map((n) => readCheckpoint(path.join(dir, n))).sort((a, b) => b.at - a.at);
 }

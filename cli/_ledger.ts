@@ -19,20 +19,11 @@ import {
   storeFile,
   type StoreSummary,
 } from "../store/mod.ts";
-import {
-  ago,
-  type CliIo,
-  type Command,
-  homeDir,
-  NAME,
-  type Paint,
-  parseArgs,
-  parseDuration,
-  table,
-  terminalSafe,
-  UsageError,
-  writeJson,
-} from "./_common.ts";
+import { ago, type Paint, table, terminalSafe } from "./_format.ts";
+import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";
+import { homeDir } from "./_home.ts";
+import { parseArgs, UsageError } from "./_args.ts";
+import { parseDuration } from "../_duration.ts";
 
 /**
  * A record's tokens and cost, as `ls` shows them (over the ledger or the files): `12000/50000 tok, $0.42/$5.00`
@@ -361,7 +352,7 @@ const PRUNE_BATCH = 5000;
  * import * as os from "node:os";
  * import * as path from "node:path";
  * import { pruneCommand } from "./_ledger.ts";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
  * const m = memoryIo();

@@ -4,7 +4,8 @@
  * @module
  */
 import * as path from "node:path";
-import { type CliIo, type Command, NAME, parseArgs, secondsOption, UsageError } from "./_common.ts";
+import { type CliIo, type Command, NAME } from "./_io.ts";
+import { parseArgs, secondsOption, UsageError } from "./_args.ts";
 import { supervise, type SuperviseOptions } from "../supervise/mod.ts";
 
 const HELP = `Usage: ${NAME} run [--deadline S] [--budget S] [--grace S] [--run-id ID]
@@ -91,7 +92,8 @@ function runOptions(args: string[], io: CliIo): SuperviseOptions | undefined {
  * ```ts
  * import assert from "node:assert/strict";
  * import { runCommand } from "./_run.ts";
- * import { memoryIo, UsageError } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
+ * import { UsageError } from "./_args.ts";
  *
  * const { io } = memoryIo();
  * await assert.rejects(runCommand.run(["--deadline", "0", "--", "true"], io), UsageError);

@@ -11,7 +11,9 @@ import { errorText } from "../log.ts";
 import { DEFAULT_PORT, isLoopback, serveRuns } from "../serve/mod.ts";
 import { openStore, storeFile } from "../store/mod.ts";
 import type { RunStore } from "../store/types.ts";
-import { type CliIo, type Command, homeOption, NAME, parseArgs, UsageError } from "./_common.ts";
+import { type CliIo, type Command, NAME } from "./_io.ts";
+import { homeOption } from "./_home.ts";
+import { parseArgs, UsageError } from "./_args.ts";
 
 const SERVE_HELP = `Usage: ${NAME} serve [--port N] [--host ADDR] [--home DIR] [--store URL]
 
@@ -146,7 +148,8 @@ function interrupted(): Promise<void> {
  * ```ts
  * import assert from "node:assert/strict";
  * import { serveCommand } from "./_serve.ts";
- * import { memoryIo, UsageError } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
+ * import { UsageError } from "./_args.ts";
  *
  * assert.equal(serveCommand.name, "serve");
  * await assert.rejects(serveCommand.run(["--port", "http"], memoryIo().io), UsageError);

@@ -6,18 +6,10 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import {
-  type CliIo,
-  type Command,
-  homeDir,
-  NAME,
-  paint,
-  parseArgs,
-  size,
-  table,
-  UsageError,
-  writeJson,
-} from "./_common.ts";
+import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";
+import { homeDir } from "./_home.ts";
+import { paint, size, table } from "./_format.ts";
+import { parseArgs, UsageError } from "./_args.ts";
 import { loadSettings } from "../config.ts";
 import {
   clearStore,
@@ -79,11 +71,7 @@ function homeOf(parsed: { values: Record<string, string> }, io: CliIo): string {
 }
 
 function settingsOf(home: string, io: CliIo): WorkspaceSettings {
-  try {
-    return loadSettings({ home, env: io.env }).settings as unknown as WorkspaceSettings;
-  } catch {
-    return {};
-  }
+  return loadSettings({ home, env: io.env }).settings; // never throws: problems are warnings
 }
 
 function looksLikeTarget(word: string): boolean {
@@ -128,7 +116,7 @@ function printResult(r: RollbackResult, io: CliIo, title: string): void {
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  * import { rollbackCommand } from "./_workspace.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-rbcli-doc-"));
@@ -252,7 +240,7 @@ function snapshotTable(
  * import * as fs from "node:fs";
  * import * as os from "node:os";
  * import * as path from "node:path";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  * import { snapshotsCommand } from "./_workspace.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-snap-doc-"));

@@ -7,15 +7,9 @@
  *
  * @module
  */
-import {
-  type CliIo,
-  type Command,
-  NAME,
-  processIo,
-  terminalSafe,
-  UsageError,
-  wantsHelp,
-} from "./_common.ts";
+import { type CliIo, type Command, NAME, processIo } from "./_io.ts";
+import { terminalSafe } from "./_format.ts";
+import { UsageError, wantsHelp } from "./_args.ts";
 import { auditCommand, lsCommand, showCommand } from "./_checkpoints.ts";
 import { explainCommand } from "./_explain.ts";
 import { errorText } from "../log.ts";
@@ -24,8 +18,10 @@ import { rollbackCommand, snapshotsCommand } from "./_workspace.ts";
 import { pruneCommand } from "./_ledger.ts";
 import { serveCommand } from "./_serve.ts";
 
-export type { CliIo, Command } from "./_common.ts";
-export { ago, parseDuration, UsageError } from "./_common.ts";
+export type { CliIo, Command } from "./_io.ts";
+export { ago } from "./_format.ts";
+export { parseDuration } from "../_duration.ts";
+export { UsageError } from "./_args.ts";
 
 /**
  * The dispatch table: every command, in the order `--help` lists them.
@@ -82,7 +78,7 @@ const find = (name: string) => COMMANDS.find((c) => c.name === name);
  * ```ts
  * import assert from "node:assert/strict";
  * import { main } from "./mod.ts";
- * import { memoryIo } from "./_common.ts";
+ * import { memoryIo } from "./_io.ts";
  *
  * const m = memoryIo();
  * assert.equal(await main(["frob"], m.io), 2);

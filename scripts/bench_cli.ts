@@ -13,7 +13,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { main } from "../cli/mod.ts";
-import { memoryIo } from "../cli/_common.ts";
+import { memoryIo } from "../cli/_io.ts";
 import { type CheckpointRecord, renderBlock } from "../_record.ts";
 
 const sizes = process.argv.slice(2).map(Number).filter((n) => Number.isInteger(n) && n >= 0);

@@ -21,7 +21,7 @@ import process from "node:process";
 import { spawn } from "node:child_process";
 import { createAgentCheckpoint } from "../mod.ts";
 import { main } from "../cli/mod.ts";
-import { memoryIo } from "../cli/_common.ts";
+import { memoryIo } from "../cli/_io.ts";
 import { listCheckpoints } from "../cli/_inspect.ts";
 import { openStore, type RunRecord, storeFile, thisHost } from "../store/mod.ts";
 import { renderBlock } from "../_record.ts";

@@ -2,7 +2,7 @@
 /** The `agent-checkpoint` command (the npm bin; `deno task cli` in the repository). */
 import process from "node:process";
 import { main } from "../cli/mod.ts";
-import { releaseStdin } from "../cli/_common.ts";
+import { releaseStdin } from "../cli/_stdin.ts";
 
 /** Whether an error is a write to an output pipe whose reader is gone (`| head`). */
 const closedPipe = (error: unknown): boolean =>

@@ -22,12 +22,13 @@ import process from "node:process";
 import type { Buffer } from "node:buffer";
 import { randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
-import { loadSettings } from "../config.ts";
+import { type Env, loadSettings } from "../config.ts";
 import { Descendants, groupAlive, signalGroup } from "./_group.ts";
 import { OutputTail } from "./_tail.ts";
 import { checkpointFileName, persistBlock, readCheckpoint } from "../persist.ts";
 import {
   type CheckpointRecord,
+  type EndStatus,
   MAX_ATTEMPTS,
   PLUGIN,
   renderBlock,
@@ -132,8 +133,6 @@ const DEFAULT_GRACE_SECONDS = 10;
 /** The exit status at the deadline, as `timeout(1)` has it. */
 const DEADLINE_EXIT = 124;
 
-type Env = Record<string, string | undefined>;
-type EndStatus = NonNullable<CheckpointRecord["end"]>["status"];
 /** What a record keeps from the file it replaces: the run's figures, not how it was written. */
 type Base = Omit<
   CheckpointRecord,
@@ -349,16 +348,11 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
     runId = task;
   }
   const home = options.home === undefined ? undefined : path.resolve(options.home);
-  let file: string;
-  try {
-    file = path.join(
-      loadSettings(home === undefined ? { env } : { home, env }).settings.checkpoint_dir,
-      checkpointFileName(runId),
-    );
-  } catch (error) {
-    file = path.join(os.tmpdir(), checkpointFileName(runId));
-    notice(`settings could not be read (${(error as Error).message}); the record goes to ${file}`);
-  }
+  // Never throws: a settings problem is a warning, and the defaults apply.
+  const file = path.join(
+    loadSettings(home === undefined ? { env } : { home, env }).settings.checkpoint_dir,
+    checkpointFileName(runId),
+  );
 
   const deadlineAt = options.deadlineSeconds === undefined
     ? undefined

@@ -35,3 +35,72 @@ test(
     assert.deepEqual(offenders, [], "use fileURLToPath() from node:url");
   },
 );
+
+/** The folders of the subsystems; everything else at the root is the core. */
+const SUBSYSTEMS = ["cli", "supervise", "workspace", "serve", "adapters", "store"];
+
+/** The library's sources (not tests/, scripts/, docs/), relative to the root, `/`-separated. */
+function librarySources(): string[] {
+  return sources().map((f) => f.split(path.sep).join("/")).filter((f) =>
+    !/^(tests|scripts|docs)\//.test(f)
+  );
+}
+
+/**
+ * The modules a source imports (static, `export … from` and dynamic, code only: the
+ * examples in its documentation are left out), each relative to the root.
+ */
+function importsOf(file: string): string[] {
+  const code = fs.readFileSync(path.join(root, file), "utf8").split("\n")
+    .filter((line) => !/^\s*(\*|\/\/)/.test(line)).join("\n");
+  const found = code.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|^import\s+)"(\.{1,2}\/[^"]+)"/gm);
+  return [...found].map((m) =>
+    path.posix.normalize(path.posix.join(path.posix.dirname(file), m[1]!))
+  );
+}
+
+/** The subsystem a root-relative path lies in, or undefined for the core. */
+const roomOf = (file: string) => SUBSYSTEMS.find((s) => file.startsWith(`${s}/`));
+
+test(
+  "the core never imports a subsystem (only the arrows on the allow-list, which are to go)",
+  { skip: !underDeno && "reads the sources" },
+  () => {
+    // Arrows from the core into a subsystem that exist today. Each is to be removed, not added
+    // to: the run's hooks are to take snapshots and the run store through small interfaces
+    // the core defines.
+    const allowed = new Set([
+      // Next to go (the lead's branch): workspace snapshots and the run store plug into the run.
+      "agent_checkpoint.ts -> workspace/mod.ts",
+      "agent_checkpoint.ts -> store/mod.ts",
+      // The run store's interface and the watchdog's writes to it; to follow the two above.
+      "watchdog.ts -> store/mod.ts",
+      "_ledger.ts -> store/types.ts",
+    ]);
+    const arrows = librarySources().filter((f) => !f.includes("/")).flatMap((file) =>
+      importsOf(file).filter((to) => roomOf(to) !== undefined).map((to) => `${file} -> ${to}`)
+    );
+    assert.ok(arrows.length > 0 || allowed.size === 0, "the import scan found nothing");
+    assert.deepEqual(arrows.filter((a) => !allowed.has(a)), [], "a new arrow from the core up");
+  },
+);
+
+test(
+  "a subsystem never imports another subsystem's private `_` file",
+  { skip: !underDeno && "reads the sources" },
+  () => {
+    const arrows = librarySources().flatMap((file) => {
+      const from = roomOf(file);
+      if (from === undefined) return [];
+      return importsOf(file).filter((to) => {
+        const into = roomOf(to);
+        return into !== undefined && into !== from && path.posix.basename(to).startsWith("_");
+      }).map((to) => `${file} -> ${to}`);
+    });
+    assert.deepEqual(
+      arrows,
+      [],
+      "import the other subsystem's mod.ts, or move the helper to the core",
+    );
+  },
+);

@@ -67,22 +67,6 @@ test("a checkpoint file is always whole when its writer is killed at random mome
   assert.ok(killedMidWrite > 0, "no round was killed mid-write; the test proved nothing");
 });
 
-test("writeFileAtomic() replaces a file and leaves no temporary file", async () => {
-  const dir = tempHome();
-  const file = path.join(dir, "a.md");
-  await writeFileAtomic(file, "one");
-  writeFileAtomicSync(file, "two");
-  await writeFileAtomic(file, "three");
-  assert.equal(fs.readFileSync(file, "utf8"), "three");
-  assert.deepEqual(fs.readdirSync(dir), ["a.md"]);
-});
-
-test("writeFileAtomic() rejects, leaving nothing, when the directory is missing", async () => {
-  const dir = tempHome();
-  await assert.rejects(writeFileAtomic(path.join(dir, "missing", "a.md"), "x"), /ENOENT/);
-  assert.deepEqual(fs.readdirSync(dir), []);
-});
-
 test("the agent's own text survives 100 plugin persists byte for byte", () => {
   const dir = tempHome();
   const file = path.join(dir, "run.md");

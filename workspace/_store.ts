@@ -17,28 +17,29 @@ import { createHash } from "node:crypto";
 import { spawnSync } from "node:child_process";
 import { deflateSync } from "node:zlib";
 import { writeFileAtomicSync } from "../persist.ts";
-import { SETTINGS } from "../settings.ts";
+import { SETTINGS, type Settings } from "../settings.ts";
 import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
 
-/** Settings the workspace snapshots read (all optional until read). */
-export interface WorkspaceSettings {
-  /** Master switch of the library. @default {true} */
-  enabled?: boolean;
-  /** Take workspace snapshots at all. @default {false} */
-  workspace_snapshots?: boolean;
-  /** Files larger than this many MB are not stored. @default {10} */
-  max_file_size_mb?: number;
-  /** The store is kept under this many MB. @default {500} */
-  max_total_size_mb?: number;
-  /** Snapshots kept per project. @default {20} */
-  max_snapshots?: number;
-  /** Trees with more files than this are not snapshotted. @default {200000} */
-  max_tree_files?: number;
+/** The keys of the plain settings the workspace snapshots read. */
+type WorkspaceKey =
+  | "enabled"
+  | "workspace_snapshots"
+  | "max_file_size_mb"
+  | "max_total_size_mb"
+  | "max_snapshots"
+  | "max_tree_files";
+
+/**
+ * Settings the workspace snapshots read, all optional until read (a missing
+ * or invalid one takes its default from `SETTINGS`); a tool set may give
+ * only some of its parts.
+ */
+export type WorkspaceSettings = Partial<Pick<Settings, WorkspaceKey>> & {
   /** File tools: their names, and the input keys naming the files they write. */
-  workspace_file_tools?: { names?: string[]; path_keys?: string[] };
+  workspace_file_tools?: Partial<Settings["workspace_file_tools"]>;
   /** Shell tools: their names, and the input keys holding the command. */
-  workspace_shell_tools?: { names?: string[]; command_keys?: string[] };
-}
+  workspace_shell_tools?: Partial<Settings["workspace_shell_tools"]>;
+};
 
 /** The limits in force, resolved from settings and options. */
 export interface Limits {

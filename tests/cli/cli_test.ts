@@ -5,7 +5,7 @@ import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { type CliIo, COMMANDS, main, parseDuration } from "../../cli/mod.ts";
-import { memoryIo } from "../../cli/_common.ts";
+import { memoryIo } from "../../cli/_io.ts";
 import { explain } from "../../cli/_explain_report.ts";
 import { Buffer } from "node:buffer";
 import { fixture, runScript, scriptCommand, tempHome, writeConfig } from "../_helpers.ts";
@@ -770,7 +770,7 @@ test("ls names at most five cut-off runs and counts the rest", async () => {
 });
 
 test("the argument parser: = values, --, short aliases, strict options, last value wins", async () => {
-  const { parseArgs, UsageError } = await import("../../cli/_common.ts");
+  const { parseArgs, UsageError } = await import("../../cli/_args.ts");
   const spec = {
     command: "rollback",
     values: ["--project"],

@@ -5,6 +5,7 @@
  * script payloads in its id and its agent text.
  */
 import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { createAgentCheckpoint, type Run } from "../../mod.ts";
 import { loadSettings } from "../../config.ts";
 import type { Settings } from "../../settings.ts";
@@ -34,7 +35,7 @@ export interface Fleet {
 
 const holder = () => {
   const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
-  return new URL(`./_holder${ext}`, import.meta.url).pathname;
+  return fileURLToPath(new URL(`./_holder${ext}`, import.meta.url));
 };
 
 /** Make the fleet. */

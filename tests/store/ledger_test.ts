@@ -8,7 +8,7 @@ import process from "node:process";
 import { type ChildProcess, spawn } from "node:child_process";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { main } from "../../cli/mod.ts";
-import { memoryIo } from "../../cli/_common.ts";
+import { memoryIo } from "../../cli/_io.ts";
 import { supervise } from "../../supervise/mod.ts";
 import { clearStore } from "../../workspace/mod.ts";
 import { openStore, storeFile } from "../../store/mod.ts";

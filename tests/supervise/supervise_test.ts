@@ -9,7 +9,8 @@ import { supervise, type SuperviseOptions } from "../../supervise/mod.ts";
 import { runCommand } from "../../cli/_run.ts";
 import { OutputTail } from "../../supervise/_tail.ts";
 import { processAlive } from "../../supervise/_group.ts";
-import { memoryIo, UsageError } from "../../cli/_common.ts";
+import { memoryIo } from "../../cli/_io.ts";
+import { UsageError } from "../../cli/_args.ts";
 import { type CheckpointRecord, MAX_ATTEMPTS, parseRecord, renderBlock } from "../../_record.ts";
 import { fixture, scriptCommand, tempHome, waitFor, writeConfig } from "../_helpers.ts";
 

@@ -10,7 +10,7 @@ import { listProjects, rollback, rollbackDiff, Workspaces } from "../../workspac
 import { processStart } from "../../workspace/_lock.ts";
 import { fixture, scriptCommand, tempHome } from "../_helpers.ts";
 import { rollbackCommand } from "../../cli/_workspace.ts";
-import { memoryIo } from "../../cli/_common.ts";
+import { memoryIo } from "../../cli/_io.ts";
 import { fileURLToPath } from "node:url";
 
 const GIT_ENV = { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: os.devNull };

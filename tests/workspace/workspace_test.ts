@@ -16,7 +16,7 @@ import {
   Workspaces,
 } from "../../workspace/mod.ts";
 import { rollbackCommand, snapshotsCommand } from "../../cli/_workspace.ts";
-import { memoryIo } from "../../cli/_common.ts";
+import { memoryIo } from "../../cli/_io.ts";
 import { tempHome } from "../_helpers.ts";
 import { SETTINGS } from "../../settings.ts";
 import { Git, Store } from "../../workspace/_store.ts";

@@ -1,0 +1,77 @@
+/**
+ * The home directory a command works in (`--home`, resolved against the
+ * current directory, else `$HERMES_HOME`, else `~/.hermes`) and its
+ * checkpoint directory.
+ *
+ * @module
+ */
+import * as path from "node:path";
+import { type Env, loadSettings, resolveHome } from "../config.ts";
+import type { ParsedArgs } from "./_args.ts";
+import type { CliIo } from "./_io.ts";
+
+/**
+ * The `--home` a command was given, resolved against `io.cwd` (the one way
+ * every command resolves it); undefined when it was not given (then
+ * `$HERMES_HOME`, else `~/.hermes`, applies).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { homeOption } from "./_home.ts";
+ * import { memoryIo } from "./_io.ts";
+ * import { parseArgs } from "./_args.ts";
+ *
+ * const { io } = memoryIo({ cwd: "/work" });
+ * assert.equal(homeOption(parseArgs(["--home", "h"], { command: "ls" }), io), "/work/h");
+ * assert.equal(homeOption(parseArgs([], { command: "ls" }), io), undefined);
+ * ```
+ */
+export function homeOption(
+  parsed: Pick<ParsedArgs, "values">,
+  io: Pick<CliIo, "cwd">,
+): string | undefined {
+  const home = parsed.values["--home"];
+  return home === undefined ? undefined : path.resolve(io.cwd, home);
+}
+
+/**
+ * The home directory a command works in: `--home` resolved against
+ * `io.cwd`, else `$HERMES_HOME`, else `~/.hermes`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { homeDir } from "./_home.ts";
+ * import { memoryIo } from "./_io.ts";
+ *
+ * const { io } = memoryIo({ cwd: "/work", env: { HERMES_HOME: "/srv/h" } });
+ * assert.equal(homeDir({ values: { "--home": "h" } }, io), "/work/h");
+ * assert.equal(homeDir({ values: {} }, io), "/srv/h");
+ * ```
+ */
+export function homeDir(
+  parsed: Pick<ParsedArgs, "values">,
+  io: Pick<CliIo, "cwd" | "env">,
+): string {
+  return resolveHome(homeOption(parsed, io), io.env);
+}
+
+/**
+ * The checkpoint directory for `--home` (undefined: `$HERMES_HOME`, else
+ * `~/.hermes`) with the settings found there.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as path from "node:path";
+ * import * as os from "node:os";
+ * import { checkpointDir } from "./_home.ts";
+ *
+ * const home = path.join(os.tmpdir(), "ac-cli-doc");
+ * assert.equal(checkpointDir(home, {}), path.join(home, "agent-checkpoints"));
+ * ```
+ */
+export function checkpointDir(home: string | undefined, env: Env): string {
+  return loadSettings(home === undefined ? { env } : { home, env }).settings.checkpoint_dir;
+}
