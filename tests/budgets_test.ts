@@ -10,7 +10,8 @@ import { main } from "../cli/mod.ts";
 import { listCheckpoints } from "../cli/_inspect.ts";
 import { explain } from "../cli/_explain_report.ts";
 import { explainText } from "../cli/_explain.ts";
-import { memoryIo, paint } from "../cli/_common.ts";
+import { memoryIo } from "../cli/_io.ts";
+import { paint } from "../cli/_format.ts";
 import { captureLog, tempHome, waitFor, writeConfig } from "./_helpers.ts";
 
 const record = (file: string) =>
