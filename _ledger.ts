@@ -13,7 +13,8 @@
 import { errorText, type Log } from "./log.ts";
 import type { EndStatus, RunCaps, ToolCall } from "./_record.ts";
 import type { RunTable } from "./_run_table.ts";
-import { type RunInfo, usageTotals } from "./_writer.ts";
+import { type CheckpointEvent, type RunInfo, usageTotals } from "./_writer.ts";
+import type { MessagePort } from "node:worker_threads";
 import { formatDuration, formatUsd } from "./template.ts";
 import type {
   AttemptStart,
@@ -39,6 +40,14 @@ export interface LedgerStore {
   maintain?(): void;
   prune(before: number, limit: number): Promise<number>;
   close(): Promise<void>;
+  /** A checkpoint file was written (the fleet store keeps its content). */
+  fileWritten?(event: CheckpointEvent): void;
+  /** Wait, bounded, for writes handed to another thread to land (the process exits). */
+  drainSync?(): boolean;
+  /** A port the watchdog thread writes through (the fleet store's thread). */
+  watchdogPort?(): MessagePort | undefined;
+  /** Statements sent so far, when the store counts them (benchmarks). */
+  readonly statements?: number;
 }
 
 /** The most records the worker keeps while the store cannot take them. */

@@ -6,6 +6,7 @@
  * @module
  */
 import type { Env } from "./config.ts";
+import type { MessagePort } from "node:worker_threads";
 import type { CheckpointEvent } from "./_writer.ts";
 import type { RunTableBuffers } from "./_run_table.ts";
 
@@ -20,6 +21,8 @@ export interface WatchdogData {
   /** Comments go to the main thread, for the host's `postComment`. */
   hostComments: boolean;
   commentModule?: string;
+  /** The fleet store's port: the watchdog's batches go to its process's store thread. */
+  storePort?: MessagePort;
   /** @internal Report heap use every this many ms (benchmarks). */
   statsEveryMs?: number;
 }

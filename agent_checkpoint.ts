@@ -9,7 +9,7 @@ import { Worker } from "node:worker_threads";
 import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } from "./config.ts";
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, deniedRead, errorText, type HostLogger, type Log } from "./log.ts";
-import { checkpointFileName, readCheckpoint } from "./persist.ts";
+import { checkpointFileName, ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
 import {
   type PreviousAttempt,
@@ -41,7 +41,13 @@ import {
   resumeNote,
   unknownCalls,
 } from "./_ledger.ts";
-import { openStore, type PriorUse, type RunRecord, type RunView, thisHost } from "./store/mod.ts";
+import {
+  openRunStore,
+  type PriorUse,
+  type RunRecord,
+  type RunView,
+  thisHost,
+} from "./store/mod.ts";
 import { existsSync } from "node:fs";
 import type { EndStatus } from "./_record.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
@@ -295,6 +301,8 @@ function atExit(keeper: AgentCheckpoint): void {
     listening = true;
     process.on("exit", () => {
       for (const ref of exiting) ref.deref()?.ledgerAtExit();
+      // A store that writes from another thread (the fleet store): a bounded wait for it.
+      for (const ref of exiting) ref.deref()?.ledgerDrain();
     });
   }
   for (const ref of exiting) if (ref.deref() === undefined) exiting.delete(ref);
@@ -396,6 +404,11 @@ export class AgentCheckpoint {
   /** @internal The watchdog's last heap report, when asked for (benchmarks). */
   get watchdogStats(): WatchdogStats | undefined {
     return this.#stats;
+  }
+
+  /** @internal The run ledger's statements so far, when its store counts them (benchmarks). */
+  get ledgerStatements(): number | undefined {
+    return this.#ledger?.statements;
   }
 
   /** @internal The shared run table, for tests that move a run's clock. */
@@ -605,7 +618,7 @@ export class AgentCheckpoint {
   #ledgerStore(settings: Settings): LedgerStore | undefined {
     if (this.#ledger !== undefined) return this.#ledger;
     if (nowMs() < this.#ledgerRetryAt) return undefined;
-    const store = openStore({
+    const store = openRunStore({
       home: this.#home,
       settings,
       mode: "quick",
@@ -640,6 +653,13 @@ export class AgentCheckpoint {
     }
   }
 
+  /** @internal The process exits: a bounded wait for a store thread's writes to land. */
+  ledgerDrain(): void {
+    try {
+      if (!this.#closed) this.#ledger?.drainSync?.();
+    } catch { /* exiting: nothing more can be done */ }
+  }
+
   /**
    * Record a run's start in the ledger, which gives its attempt number, and
    * read the newest earlier record of its run id. `recorded` is false when
@@ -670,6 +690,28 @@ export class AgentCheckpoint {
       info.attempt = started.attempt;
       const previous = started.previous;
       if (!previous || settings.resume === false) return { recorded: true };
+      // The earlier attempt ran elsewhere (the fleet store): its file, recreated here first.
+      const content = previous.record.fileContent;
+      if (
+        content !== undefined && previous.record.status !== "done" &&
+        !fileExists(info.checkpointFile)
+      ) {
+        try {
+          ensureDir(path.dirname(info.checkpointFile));
+          writeFileAtomicSync(info.checkpointFile, content);
+          this.#log(
+            "info",
+            `recreated the checkpoint file from the fleet store (attempt ${previous.record.attempt} ran on ${previous.record.host.machine})`,
+            info.runId,
+          );
+          fromFile = earlierAttempt(
+            info.checkpointFile,
+            (message) => this.#log("warn", message, info.runId),
+          );
+        } catch (error) {
+          ledgerFailed(this.#log, "the earlier attempt's file", error, info.runId);
+        }
+      }
       const seen = { recorded: true, seen: true };
       if (previous.state === "live") {
         this.#log(
@@ -765,14 +807,15 @@ export class AgentCheckpoint {
   }
 
   /** At close: the live runs' records as they stand, the last kept ones, and the store closed. */
-  #ledgerClose(): void {
+  #ledgerClose(): Promise<void> {
     const store = this.#ledger;
-    if (!store) return;
+    if (!store) return Promise.resolve();
     this.#ledgerLive("the live runs at close");
     if (this.#ledgerTimer !== undefined) clearTimeout(this.#ledgerTimer);
     this.#ledger = undefined;
     this.#ledgerRetryAt = Infinity;
-    store.close().catch(() => {});
+    // A store thread (the fleet store) writes what waits first, bounded.
+    return store.close().catch(() => {});
   }
 
   /** The working-tree snapshots, made on first use. */
@@ -822,7 +865,7 @@ export class AgentCheckpoint {
     if (this.#closed) return;
     this.#closed = true;
     this.#shared.beginClose();
-    this.#ledgerClose();
+    const ledgerClosed = this.#ledgerClose();
     for (let slot = 0; slot < this.#runs.length; slot++) {
       if (this.#runs[slot]) this.#free(slot, "closed");
     }
@@ -841,6 +884,7 @@ export class AgentCheckpoint {
         this.#log("warn", `stopping the watchdog failed: ${errorText(error)}`);
       }
     }
+    await ledgerClosed;
   }
 
   #free(slot: number, why: string): void {
@@ -879,6 +923,8 @@ export class AgentCheckpoint {
 
   /** Tell the host's listener of a write; a throwing listener costs a log line. */
   #written(event: CheckpointEvent): void {
+    // The fleet store keeps the file's content, so a retry elsewhere can recreate it.
+    this.#ledger?.fileWritten?.(event);
     const listener = this.#options.onCheckpoint;
     if (!listener) return;
     try {
@@ -939,7 +985,13 @@ export class AgentCheckpoint {
         this.#log("error", `the watchdog cannot start: ${denied}`);
         return;
       }
-      const worker = new Worker(url, { workerData: data });
+      // The fleet store: the watchdog's batches go through the store's own thread.
+      const storePort = this.#ledger?.watchdogPort?.();
+      if (storePort) data.storePort = storePort;
+      const worker = new Worker(url, {
+        workerData: data,
+        transferList: storePort ? [storePort] : [],
+      });
       worker.on("message", (message: FromWorker) => {
         if (message.type === "log") this.#log(message.level, message.message, message.runId);
         else if (message.type === "comment") this.#comment(message.comment);

@@ -37,6 +37,9 @@ export interface SettingsOptions {
 /** The largest `config.yaml` read, in bytes; a larger one gives the defaults and a warning. */
 export const CONFIG_SIZE_LIMIT = 1024 * 1024;
 
+/** The environment variable that names the run ledger's store; it wins over the file. */
+export const STORE_ENV = "AGENT_CHECKPOINT_STORE";
+
 /** The most YAML aliases (`*name`) one `config.yaml` may hold. */
 export const CONFIG_ALIAS_LIMIT = 1000;
 
@@ -331,6 +334,11 @@ export function settingsFrom(
     },
     { source: "override", values: overrides },
   ];
+  // The fleet store's URL from the environment wins over the file (not over the host's code).
+  const store = env[STORE_ENV];
+  if (typeof store === "string" && store.trim() !== "") {
+    layers.splice(2, 0, { source: "env AGENT_CHECKPOINT_STORE", values: { store } });
+  }
   const resolved = resolveSettings(defaultSettings(path.join(home, "agent-checkpoints")), layers);
   const warnings = [...config.warnings, ...resolved.warnings];
   if (resolved.sources.checkpoint_dir !== "default") {

@@ -468,6 +468,20 @@ export const SETTINGS = {
     "Ended runs are kept in the ledger this many days.",
     30,
   ),
+  store: spec(
+    "The run ledger's store: empty for the embedded one in the home, or a postgres:// URL that a fleet of machines shares (the environment's AGENT_CHECKPOINT_STORE wins over the file).",
+    "",
+    { type: "string", anyOf: [{ enum: [""] }, { pattern: "^postgres(ql)?://" }] },
+    (v) =>
+      typeof v === "string" && (v === "" || /^postgres(ql)?:\/\//.test(v))
+        ? accept(v)
+        : reject("must be empty or a postgres:// URL"),
+  ),
+  store_file_max_kb: number(
+    { exclusiveMinimum: 0 },
+    "The fleet store keeps each run's checkpoint file up to this many KiB, so a retry on another machine can recreate it.",
+    256,
+  ),
   resume_budget: choice(
     ["fresh", "remaining"],
     "A resumed run's caps: fresh (the full caps again) or remaining (less what earlier attempts used).",
@@ -500,6 +514,7 @@ export type SettingSource =
   | "default"
   | "config.yaml agent_checkpoint"
   | "config.yaml plugins.entries.agent-checkpoint.settings"
+  | "env AGENT_CHECKPOINT_STORE"
   | "override";
 
 const KEYS = Object.keys(SETTINGS) as (keyof Settings)[];

@@ -24,7 +24,7 @@ import type { TimedOutCall } from "./_record.ts";
 import { capValues, hasCap, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
 import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
-import { openStore, thisHost } from "./store/mod.ts";
+import { openRunStore, thisHost } from "./store/mod.ts";
 
 /** Progress intervals between two tidyings of the run ledger. */
 const MAINTAIN_EVERY = 10;
@@ -273,11 +273,12 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
 
   function openLedger(settings: Settings, now: number): LedgerProgress | undefined {
     if (ledger || ledgerOff) return ledger?.progress;
-    const store = openStore({
+    const store = openRunStore({
       home: data.home,
       settings,
       // The main thread said it already when there is no driver (the one "info" line).
       log: (level, message) => level !== "info" && log(level, message),
+      ...(data.storePort ? { storePort: data.storePort } : {}),
     });
     if (!store) {
       ledgerOff = true;

@@ -16,6 +16,7 @@ export type { CheckpointFile };
 import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../persist.ts";
 import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
+import { PgRunStore } from "../store/postgres.ts";
 import {
   homeSettings,
   ledgerAuditText,
@@ -199,7 +200,7 @@ function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): stri
 }
 
 const LS_HELP =
-  `Usage: ${NAME} ls [--status STATE] [--since DURATION] [--files] [--home DIR] [--json]
+  `Usage: ${NAME} ls [--status STATE] [--since DURATION] [--store URL] [--host MACHINE] [--files] [--home DIR] [--json]
 
 Lists every run the run ledger holds, the most recently started first: live,
 ended (and how) or cut off (its process is gone and it never recorded an
@@ -211,6 +212,9 @@ reads the ledger's index, not the checkpoint files.
   --since DURATION   only runs heard of in the last DURATION (90s, 30m, 12h, 7d, 2w)
   --limit N          the N most recently started (default 100; 0 lists every run)
   --files            list the checkpoint files instead (as without a ledger)
+  --store URL        read the fleet store at this postgres:// URL (default: the
+                     store setting, or AGENT_CHECKPOINT_STORE)
+  --host MACHINE     only runs of this machine
 
 Without a run ledger (or with --files), it lists the checkpoint files, newest first: run id, when last persisted, kind,
 tier and source, whether the agent wrote its own text there, whether it is
@@ -256,23 +260,29 @@ export const lsCommand: Command = {
     const parsed = parseArgs(args, {
       command: "ls",
       switches: ["--json", "--files"],
-      values: ["--status", "--since", "--limit"],
+      values: ["--status", "--since", "--limit", "--store", "--host"],
     });
     const home = homeDir(parsed, io);
     const settings = homeSettings(home, io);
     const state = statusOption(parsed.values["--status"], "ls");
     const since = sinceOption(parsed.values["--since"], "ls", io.now());
-    const ledger = parsed.switches.has("--files") ? undefined : openLedger(home, settings, io);
+    const ledger = parsed.switches.has("--files")
+      ? undefined
+      : openLedger(home, settings, io, parsed.values["--store"]);
     if (ledger) {
       try {
         const limit = limitOption(parsed.values["--limit"], "ls");
         const query: Parameters<typeof ledger.list>[0] = {
           limit: limit === 0 ? Number.MAX_SAFE_INTEGER : limit,
         };
+        if (parsed.values["--host"] !== undefined) query.machine = parsed.values["--host"];
         if (state !== undefined) query.state = state;
         if (since !== undefined) query.since = since;
         const runs = await ledger.list(query);
-        const counts = await ledger.summary(since === undefined ? {} : { since });
+        const filter: Parameters<typeof ledger.summary>[0] = {};
+        if (since !== undefined) filter.since = since;
+        if (query.machine !== undefined) filter.machine = query.machine;
+        const counts = await ledger.summary(filter);
         if (parsed.switches.has("--json")) {
           writeJson(io, {
             store: ledger.location,
@@ -297,14 +307,18 @@ export const lsCommand: Command = {
   },
 };
 
-const SHOW_HELP = `Usage: ${NAME} show RUN [--home DIR] [--json]
+const SHOW_HELP = `Usage: ${NAME} show RUN [--store URL] [--host MACHINE] [--home DIR] [--json]
 
 Prints run RUN (a kanban task id, a session id, or the file's name): its
 record in the run ledger (live, ended or cut off; turns, tier, the tool calls
-in flight, its host), then its checkpoint file when it has one, headed by
-whether the run ended (and how) or was cut off. Control characters are shown
+in flight, its host), then its checkpoint file when it has one (from the
+fleet store, when the run ran on another machine), headed by whether the run
+ended (and how) or was cut off. Control characters are shown
 escaped. Exits 1 when there is no such run.
 
+  --store URL  read the fleet store at this postgres:// URL (default: the
+               store setting, or AGENT_CHECKPOINT_STORE)
+  --host NAME  the run's newest attempt on this machine
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
   --json       the file's description as JSON instead of its text, with the
                ledger's record under "ledger"`;
@@ -388,24 +402,52 @@ export const showCommand: Command = {
   summary: "print one run: its ledger record and its checkpoint file",
   help: SHOW_HELP,
   async run(args: string[], io: CliIo): Promise<number> {
-    const parsed = parseArgs(args, { command: "show", switches: ["--json"], positional: ["RUN"] });
+    const parsed = parseArgs(args, {
+      command: "show",
+      switches: ["--json"],
+      values: ["--store", "--host"],
+      positional: ["RUN"],
+    });
     const home = homeDir(parsed, io);
     const settings = homeSettings(home, io);
     const dir = settings.checkpoint_dir;
     const runId = parsed.positional[0] as string;
-    const ledger = openLedger(home, settings, io);
+    const ledger = openLedger(home, settings, io, parsed.values["--store"]);
+    const machine = parsed.values["--host"];
     let view;
+    let stored: string | undefined;
     if (ledger) {
       try {
-        view = await ledger.latest(runId);
+        view = machine === undefined
+          ? await ledger.latest(runId)
+          : (await ledger.list({ runId, machine, limit: 1 }))[0];
+        // The fleet store keeps the file of a run that ran on another machine.
+        if (view && ledger instanceof PgRunStore) {
+          stored = await ledger.fileContent(view.record.runId, view.record.attempt);
+        }
       } finally {
         await ledger.close();
       }
     }
     const found = findRun(dir, runId);
     if (view && !found) {
-      if (parsed.switches.has("--json")) writeJson(io, { runId, ledger: runJson(view) });
-      else {
+      if (parsed.switches.has("--json")) {
+        writeJson(io, {
+          runId,
+          ledger: runJson(view),
+          ...(stored !== undefined ? { fileContent: stored } : {}),
+        });
+      } else if (stored !== undefined) {
+        io.stdout(
+          `${ledgerShowText(view, io)}\n${
+            paint(io).dim(
+              `(its checkpoint file, as the fleet store keeps it; written on ${
+                terminalSafe(view.record.host.machine)
+              })`,
+            )
+          }\n${terminalSafe(stored, { lines: true })}\n`,
+        );
+      } else {
         io.stdout(`${ledgerShowText(view, io)}\n${paint(io).dim("(no checkpoint file yet)")}\n`);
       }
       return 0;
@@ -584,7 +626,8 @@ function auditText(a: AuditSummary, dir: string, since: string | undefined): str
   ]) + "\n";
 }
 
-const AUDIT_HELP = `Usage: ${NAME} audit [--since DURATION] [--files] [--home DIR] [--json]
+const AUDIT_HELP =
+  `Usage: ${NAME} audit [--since DURATION] [--store URL] [--host MACHINE] [--files] [--home DIR] [--json]
 
 Summarizes the run ledger: every run, how many are live, how many ended (by
 status: done, capped, failed, aborted, deadline) and how many were cut off
@@ -598,6 +641,10 @@ many hold the agent's own text; how many are marked INCOMPLETE; the tokens
 and dollars the runs reported.
 
   --since DURATION   only runs heard of (checkpoints persisted) in the last DURATION (90s, 30m, 12h, 7d, 2w)
+  --store URL        read the fleet store at this postgres:// URL (default: the
+                     store setting, or AGENT_CHECKPOINT_STORE); runs are summed
+                     by machine and state
+  --host MACHINE     only runs of this machine
   --files            summarize the checkpoint files instead (as without a ledger)
   --home DIR         the profile directory (default $HERMES_HOME, else ~/.hermes)
   --json             one JSON object instead of text`;
@@ -627,17 +674,22 @@ export const auditCommand: Command = {
   async run(args: string[], io: CliIo): Promise<number> {
     const parsed = parseArgs(args, {
       command: "audit",
-      values: ["--since"],
+      values: ["--since", "--store", "--host"],
       switches: ["--json", "--files"],
     });
     const home = homeDir(parsed, io);
     const settings = homeSettings(home, io);
     const since = parsed.values["--since"];
     const after = sinceOption(since, "audit", io.now());
-    const ledger = parsed.switches.has("--files") ? undefined : openLedger(home, settings, io);
+    const ledger = parsed.switches.has("--files")
+      ? undefined
+      : openLedger(home, settings, io, parsed.values["--store"]);
     if (ledger) {
       try {
-        const s = await ledger.summary(after === undefined ? {} : { since: after });
+        const filter: Parameters<typeof ledger.summary>[0] = {};
+        if (after !== undefined) filter.since = after;
+        if (parsed.values["--host"] !== undefined) filter.machine = parsed.values["--host"];
+        const s = await ledger.summary(filter);
         if (parsed.switches.has("--json")) {
           writeJson(io, {
             store: ledger.location,

@@ -10,12 +10,15 @@ import { loadSettings } from "../config.ts";
 import type { Settings } from "../settings.ts";
 import { formatDuration, formatUsd } from "../template.ts";
 import type { RunCaps, UsageTotals } from "../_record.ts";
+import { errorText } from "../log.ts";
 import {
+  isPostgresUrl,
+  openPgStore,
   openStore,
   RUN_STATES,
   type RunState,
+  type RunStore,
   type RunView,
-  type SqliteRunStore,
   storeFile,
   type StoreSummary,
 } from "../store/mod.ts";
@@ -75,7 +78,24 @@ export function openLedger(
   home: string,
   settings: Settings,
   io: Pick<CliIo, "stderr">,
-): SqliteRunStore | undefined {
+  store?: string,
+): RunStore | undefined {
+  // The fleet store: `--store URL`, else the setting (or AGENT_CHECKPOINT_STORE).
+  const url = store ?? settings.store;
+  if (isPostgresUrl(url)) {
+    try {
+      return openPgStore({
+        url,
+        hostTimeoutSeconds: settings.host_timeout_seconds,
+        fileMaxKb: settings.store_file_max_kb,
+      });
+    } catch (error) {
+      throw new UsageError(`the store URL cannot be read: ${errorText(error)}`, "--help");
+    }
+  }
+  if (store !== undefined) {
+    throw new UsageError(`--store takes a postgres:// URL, not "${store}"`, "--help");
+  }
   if (!settings.ledger || !fs.existsSync(storeFile(home))) return undefined;
   return openStore({
     home,

@@ -99,6 +99,13 @@ export const NPM_DEPS: NpmDep[] = [
     install: "zod@4.6.7",
     peer: { name: "zod", range: "^3.25.0 || ^4.0.0" },
   },
+  // The fleet store's driver (postgres.js): loaded only when the store setting names PostgreSQL.
+  {
+    spec: "npm:postgres@^3.4.9",
+    node: "postgres",
+    install: "postgres@3.4.9",
+    peer: { name: "postgres", range: "^3.4.0" },
+  },
   // The AI SDK adapter: `ai` as the user has it (v5–v7), and each major its tests drive.
   {
     spec: "npm:ai@^7.0.0",

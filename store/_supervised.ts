@@ -9,6 +9,8 @@ import { loadSettings, resolveHome } from "../config.ts";
 import type { Env } from "../config.ts";
 import type { CheckpointRecord, EndStatus } from "../_record.ts";
 import { openStore } from "./mod.ts";
+import { isPostgresUrl } from "./postgres.ts";
+import { openPgBridge } from "./_pg_bridge.ts";
 import { thisHost } from "./_host.ts";
 import type { RunRecord } from "./types.ts";
 
@@ -69,7 +71,16 @@ export function recordSupervisedEnd(end: SupervisedEnd): boolean {
   const settings = loadSettings({ home, env: end.env }).settings;
   if (!settings.enabled || !settings.ledger) return false;
   let failure: string | undefined;
-  const store = openStore({ home, settings, mode: "quick", log: (_l, m) => (failure = m) });
+  const log = (_l: unknown, m: string) => (failure = m);
+  // The fleet store when the settings name one: the same calls, each waited for (bounded).
+  const store = isPostgresUrl(settings.store)
+    ? openPgBridge({
+      url: settings.store,
+      hostTimeoutSeconds: settings.host_timeout_seconds,
+      fileMaxKb: settings.store_file_max_kb,
+      log,
+    }).syncView()
+    : openStore({ home, settings, mode: "quick", log });
   if (!store) {
     if (failure !== undefined && !failure.includes("no SQLite driver")) throw new Error(failure);
     return false;

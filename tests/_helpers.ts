@@ -58,6 +58,14 @@ export async function waitFor(check: () => boolean, ms = 5000): Promise<boolean>
 /** Whether these tests run under Deno (else Node, from the compiled package). */
 export const underDeno = "Deno" in globalThis;
 
+/**
+ * The README: the repository's under Deno, the npm package's copy (the same
+ * text) for the compiled tests in `npm/esm/tests/`.
+ */
+export const README = fileURLToPath(
+  new URL(underDeno ? "../README.md" : "../../README.md", import.meta.url),
+);
+
 /** The file of a fixture script beside this one, in this runtime's extension. */
 export function fixture(name: string): string {
   const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";

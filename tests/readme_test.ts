@@ -16,7 +16,7 @@ import * as path from "node:path";
 import { execFileSync } from "node:child_process";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { tempHome, underDeno } from "./_helpers.ts";
+import { README, tempHome, underDeno } from "./_helpers.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -94,7 +94,7 @@ function rewrite(code: string, map: Map<string, string>): string {
 
 test("README: every ts/js snippet type-checks against this repository", (t) => {
   if (!underDeno) return t.skip("deno check runs under Deno");
-  const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
+  const readme = fs.readFileSync(README, "utf8");
   const found = snippets(readme);
   assert.ok(found.filter((s) => !s.ignore && s.lang === "ts").length >= 1, "a snippet to paste");
   const dir = fs.mkdtempSync(path.join(ROOT, "tests", ".readme-"));
@@ -153,7 +153,7 @@ test("README: the snippet scanner finds blocks, their language and the ignore ma
 });
 
 test("README: a resumed attempt gets a fresh budget, as it says", async () => {
-  const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
+  const readme = fs.readFileSync(README, "utf8");
   assert.match(readme, /Each attempt gets a fresh budget/);
   const { createAgentCheckpoint } = await import("../mod.ts");
   const { readCheckpoint } = await import("../persist.ts");

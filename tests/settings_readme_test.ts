@@ -3,10 +3,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
-import { fileURLToPath } from "node:url";
 import { SETTINGS, type SettingSpec } from "../settings.ts";
-
-const README = fileURLToPath(new URL("../README.md", import.meta.url));
+import { README } from "./_helpers.ts";
 
 /** The rows of the README's settings table: key → the default as written. */
 function readmeRows(): Map<string, string> {

@@ -293,6 +293,13 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
   host_timeout_seconds: [[30, 2.5], [0, false, "30"]],
   ledger_retention_days: [[30, 0.5], [0, -7, "30"]],
   resume_budget: [["fresh", "remaining"], ["all", true, 1]],
+  store: [["", "postgres://db.internal/fleet", "postgresql://ci@db:5432/agents?schema=ci"], [
+    "mysql://db/fleet",
+    "runs.db",
+    3,
+    true,
+  ]],
+  store_file_max_kb: [[256, 0.5], [0, -1, "256"]],
   prices: [[{}, { "gpt-4o": { input: 2.5, output: 10 } }, { free: { input: 0, output: 0 } }], [
     { m: { input: 1 } },
     { m: { input: -1, output: 1 } },

@@ -1,0 +1,433 @@
+/**
+ * The main thread's side of the fleet store. `startRun` is synchronous, and
+ * with PostgreSQL the attempt number and the previous record come over the
+ * network; so the main thread never holds a connection. A thread of the
+ * store's own (`_pg_worker.ts`) owns it: a run's start is posted to that
+ * thread and its answer read from a port with a bounded `Atomics.wait`
+ * (one round trip, {@linkcode START_WAIT_MS} at most, and not at all while
+ * the database is known to be away: the run then starts from its local file
+ * and its record is written when the database returns). Ends, records at exit
+ * and checkpoint files' content are posted, never waited for.
+ *
+ * @module
+ */
+import * as path from "node:path";
+import {
+  MessageChannel,
+  type MessagePort,
+  receiveMessageOnPort,
+  Worker,
+} from "node:worker_threads";
+import type { CheckpointEvent } from "../_writer.ts";
+import { thisHost } from "./_host.ts";
+import { openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
+// In the static module graph so that Deno, importing the library by URL, fetches the store
+// thread's module with it. Outside the store thread the module does nothing.
+import "./_pg_worker.ts";
+import type {
+  AttemptStart,
+  Heartbeat,
+  HostId,
+  ListQuery,
+  RunRecord,
+  RunStore,
+  RunView,
+  StoreSummary,
+  WriteBatch,
+} from "./types.ts";
+
+/** The longest a run's start waits for the fleet store's answer, ms. */
+export const START_WAIT_MS = 2000;
+/** How long the records at exit may take to reach the database, ms. */
+export const EXIT_WAIT_MS = 1000;
+/** How long `close()` lets the store thread write what waits, ms. */
+export const CLOSE_WAIT_MS = 5000;
+
+/** @internal The state word: not yet known, reachable, away. */
+export const STATE_UNKNOWN = 0;
+/** @internal */
+export const STATE_UP = 1;
+/** @internal */
+export const STATE_DOWN = 2;
+
+/** @internal What the store thread starts with. */
+export interface BridgeData {
+  bridge: true;
+  url: string;
+  hostTimeoutSeconds: number;
+  fileMaxKb: number;
+  /** [answers posted, state, statements sent]. */
+  flag: SharedArrayBuffer;
+  reply: MessagePort;
+}
+
+/** @internal Main thread to store thread. */
+export type ToBridge =
+  | {
+    type: "start";
+    id: number;
+    record: RunRecord;
+    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat };
+  }
+  | { type: "write"; records: RunRecord[] }
+  | { type: "file"; runId: string; file: string; host: HostId }
+  | { type: "late"; id: number }
+  | { type: "latest"; id: number; runId: string }
+  | { type: "drain"; id: number; ms: number }
+  | { type: "close"; ms: number }
+  | { type: "port"; port: MessagePort };
+
+/** @internal The watchdog to the store thread: its batch each interval, or a prune. */
+export type FromWatchdog =
+  | { type: "batch"; batch: WriteBatch }
+  | { type: "prune"; before: number; limit: number };
+
+/** @internal Store thread to main thread. */
+export type FromBridge =
+  | { type: "log"; level: "info" | "warn" | "error"; message: string }
+  | { type: "started"; id: number; started?: AttemptStart; error?: string }
+  | { type: "drained"; id: number; waiting: number }
+  | { type: "latest"; id: number; view?: RunView; error?: string }
+  | { type: "closed" };
+
+/** The store thread's module, next to this one (`.ts` under Deno, `.js` when built). */
+function workerUrl(): URL {
+  const url = new URL(
+    import.meta.url.endsWith(".ts") ? "./_pg_worker.ts" : "./_pg_worker.js",
+    import.meta.url,
+  );
+  if (url.protocol === "file:") return url;
+  return new URL(
+    `data:text/javascript,${encodeURIComponent(`import ${JSON.stringify(url.href)};`)}`,
+  );
+}
+
+/** The fleet store with the embedded store's synchronous calls the supervisor makes. */
+export interface SyncFleetStore {
+  /** The newest record of a run id. */
+  latestSync(runId: string): RunView | undefined;
+  /** Record the start of an attempt. */
+  startAttemptSync(record: RunRecord, options?: { minAttempt?: number }): AttemptStart;
+  /** Write records, waiting (bounded) until they are in the database. */
+  writeSync(batch: WriteBatch): void;
+  /** Let the connection go. */
+  closeSync(): void;
+}
+
+/** What the main thread's fleet store needs. */
+export interface PgBridgeOptions {
+  /** The `postgres://` URL. */
+  url: string;
+  /** A heartbeat older than this many seconds means its process is gone. */
+  hostTimeoutSeconds: number;
+  /** The most file content kept per record, KiB. */
+  fileMaxKb: number;
+  /** Where log lines go. */
+  log?: (level: "info" | "warn" | "error", message: string) => void;
+}
+
+/**
+ * The fleet store as the main thread sees it: synchronous starts (bounded),
+ * writes that never wait. Reads (`list`, `latest`, `summary`) go through a
+ * connection of the main thread's own, made on first use; the core never
+ * reads.
+ */
+export class PgBridge implements RunStore {
+  readonly engine = "postgres";
+  readonly location: string;
+  readonly #options: PgBridgeOptions;
+  readonly #worker: Worker;
+  readonly #port: MessagePort;
+  readonly #flag: Int32Array;
+  #seq = 0;
+  #closed = false;
+  #reader: PgRunStore | undefined;
+
+  /** @internal Use {@linkcode openPgBridge}. */
+  constructor(options: PgBridgeOptions) {
+    this.#options = options;
+    this.location = pgTarget(options.url).location;
+    const { port1, port2 } = new MessageChannel();
+    this.#port = port1;
+    this.#flag = new Int32Array(new SharedArrayBuffer(12));
+    const data: BridgeData = {
+      bridge: true,
+      url: options.url,
+      hostTimeoutSeconds: options.hostTimeoutSeconds,
+      fileMaxKb: options.fileMaxKb,
+      flag: this.#flag.buffer as SharedArrayBuffer,
+      reply: port2,
+    };
+    this.#worker = new Worker(workerUrl(), { workerData: data, transferList: [port2] });
+    this.#worker.on("message", (message: FromBridge) => {
+      if (message.type === "log") options.log?.(message.level, message.message);
+    });
+    this.#worker.on("error", (error) => {
+      this.#closed = true;
+      options.log?.("error", `the fleet store's thread stopped: ${String(error)}`);
+    });
+    // After the listeners: in Node, adding a message listener re-refs the worker.
+    this.#worker.unref();
+    (this.#port as { unref?: () => void }).unref?.();
+  }
+
+  /** Whether the store thread last found the database reachable (undefined: not yet tried). */
+  get reachable(): boolean | undefined {
+    const state = Atomics.load(this.#flag, 1);
+    return state === STATE_UNKNOWN ? undefined : state === STATE_UP;
+  }
+
+  /** The statements the store thread has sent (each one round trip), for benchmarks. */
+  get statements(): number {
+    return Atomics.load(this.#flag, 2);
+  }
+
+  /** Wait, at most `ms`, for the answer `id`; undefined when it did not come. */
+  #await(id: number, ms: number): FromBridge | undefined {
+    const deadline = performance.now() + ms;
+    for (;;) {
+      const seen = Atomics.load(this.#flag, 0);
+      for (
+        let got = receiveMessageOnPort(this.#port);
+        got;
+        got = receiveMessageOnPort(this.#port)
+      ) {
+        const message = got.message as FromBridge;
+        if ("id" in message && message.id === id) return message;
+        // An answer that came too late for its start: that start went on as provisional.
+      }
+      const left = deadline - performance.now();
+      if (left <= 0) return undefined;
+      Atomics.wait(this.#flag, 0, seen, Math.ceil(left));
+    }
+  }
+
+  /**
+   * Start an attempt: posted to the store thread, its answer awaited at most
+   * {@linkcode START_WAIT_MS}. While the database is known to be away, or
+   * when the answer does not come in time, the attempt starts at
+   * `minAttempt` (the local file's count) without a previous record, with one
+   * log line per outage; its record reaches the database with the next batch
+   * after it returns.
+   */
+  startAttemptSync(
+    record: RunRecord,
+    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
+  ): AttemptStart {
+    // The store thread says in the log why, once per outage.
+    const provisional = (): AttemptStart => ({
+      attempt: Math.max(1, Math.floor(options?.minAttempt ?? 1)),
+    });
+    if (this.#closed) throw new Error("the fleet store is closed");
+    if (Atomics.load(this.#flag, 1) === STATE_DOWN) return provisional();
+    const id = ++this.#seq;
+    const message: ToBridge = { type: "start", id, record };
+    if (options) message.options = options;
+    this.#worker.postMessage(message);
+    const answer = this.#await(id, START_WAIT_MS);
+    if (!answer || answer.type !== "started") {
+      // The store thread says it in the log, once: when the start lands, or the database is away.
+      this.#worker.postMessage({ type: "late", id } satisfies ToBridge);
+      Atomics.compareExchange(this.#flag, 1, STATE_UP, STATE_DOWN);
+      Atomics.compareExchange(this.#flag, 1, STATE_UNKNOWN, STATE_DOWN);
+      return provisional();
+    }
+    if (answer.error !== undefined || !answer.started) return provisional();
+    return answer.started;
+  }
+
+  /**
+   * The newest record of a run id, waited for at most `ms` (one round trip).
+   * Throws when the database is away or does not answer in time.
+   */
+  latestSync(runId: string, ms: number = START_WAIT_MS): RunView | undefined {
+    if (this.#closed) throw new Error("the fleet store is closed");
+    if (Atomics.load(this.#flag, 1) === STATE_DOWN) {
+      throw new Error(`the fleet store at ${this.location} cannot be reached`);
+    }
+    const id = ++this.#seq;
+    this.#worker.postMessage({ type: "latest", id, runId } satisfies ToBridge);
+    const answer = this.#await(id, ms);
+    if (!answer || answer.type !== "latest") {
+      throw new Error(`the fleet store at ${this.location} did not answer within ${ms} ms`);
+    }
+    if (answer.error !== undefined) throw new Error(answer.error);
+    return answer.view;
+  }
+
+  /**
+   * The same, synchronously, for the supervisor: what it writes is waited for
+   * (bounded) before it goes on, as it is with the embedded store.
+   */
+  syncView(): SyncFleetStore {
+    return {
+      latestSync: (runId) => this.latestSync(runId),
+      startAttemptSync: (record, options) => this.startAttemptSync(record, options),
+      writeSync: (batch) => {
+        void this.write(batch);
+        if (!this.drainSync(START_WAIT_MS)) {
+          throw new Error(`the fleet store at ${this.location} did not take the record`);
+        }
+      },
+      closeSync: () => void this.close(),
+    };
+  }
+
+  /** Post records to be written; never waits. */
+  write(batch: WriteBatch): Promise<void> {
+    if (!this.#closed && batch.records.length > 0) {
+      this.#worker.postMessage({ type: "write", records: batch.records } satisfies ToBridge);
+    }
+    return Promise.resolve();
+  }
+
+  /**
+   * A port for the watchdog thread: its batches go to this store's thread,
+   * which writes them with its own in one statement, so a process has one
+   * connection, one backlog and one voice in the log.
+   */
+  watchdogPort(): MessagePort | undefined {
+    if (this.#closed) return undefined;
+    const { port1, port2 } = new MessageChannel();
+    this.#worker.postMessage({ type: "port", port: port2 } satisfies ToBridge, [port2]);
+    return port1;
+  }
+
+  /** A checkpoint file was written: its content goes to the run's newest record. */
+  fileWritten(event: CheckpointEvent): void {
+    if (this.#closed || !path.isAbsolute(event.file)) return;
+    this.#worker.postMessage(
+      { type: "file", runId: event.runId, file: event.file, host: thisHost() } satisfies ToBridge,
+    );
+  }
+
+  /** Wait, at most `ms`, for what was posted to reach the database (the process exits). */
+  drainSync(ms: number = EXIT_WAIT_MS): boolean {
+    if (this.#closed || Atomics.load(this.#flag, 1) === STATE_DOWN) return false;
+    const id = ++this.#seq;
+    this.#worker.postMessage({ type: "drain", id, ms } satisfies ToBridge);
+    const answer = this.#await(id, ms + 100);
+    return answer?.type === "drained" && answer.waiting === 0;
+  }
+
+  #read(): PgRunStore {
+    this.#reader ??= openPgStore({
+      url: this.#options.url,
+      hostTimeoutSeconds: this.#options.hostTimeoutSeconds,
+      fileMaxKb: this.#options.fileMaxKb,
+    });
+    return this.#reader;
+  }
+
+  startAttempt(
+    record: RunRecord,
+    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
+  ): Promise<AttemptStart> {
+    return this.#read().startAttempt(record, options);
+  }
+  latest(runId: string): Promise<RunView | undefined> {
+    return this.#read().latest(runId);
+  }
+  list(query?: ListQuery): Promise<RunView[]> {
+    return this.#read().list(query);
+  }
+  summary(query?: Omit<ListQuery, "state" | "limit" | "runId">): Promise<StoreSummary> {
+    return this.#read().summary(query);
+  }
+  /** Pruning is the watchdog's, at each process's start. */
+  prune(_before: number, _limit: number): Promise<number> {
+    return Promise.resolve(0);
+  }
+
+  /** Let the store thread write what waits (at most {@linkcode CLOSE_WAIT_MS}), then stop it. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    // Kept alive until it has written what waits.
+    this.#worker.ref();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const done = new Promise<void>((resolve) => {
+      this.#worker.on("message", (m: FromBridge) => m.type === "closed" && resolve());
+      this.#worker.once("exit", () => resolve());
+      timer = setTimeout(resolve, CLOSE_WAIT_MS + 2000);
+    });
+    this.#worker.postMessage({ type: "close", ms: CLOSE_WAIT_MS } satisfies ToBridge);
+    await done;
+    clearTimeout(timer);
+    await this.#worker.terminate();
+    this.#port.close();
+    await this.#reader?.close();
+  }
+}
+
+/**
+ * Open the main thread's side of the fleet store: it starts the store's
+ * thread, which connects on its own. Throws on a URL that cannot be read.
+ *
+ * @example
+ * ```ts
+ * import { openPgBridge } from "./_pg_bridge.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const store = openPgBridge({
+ *   url: "postgres://u:pw@db.invalid/fleet",
+ *   hostTimeoutSeconds: 30,
+ *   fileMaxKb: 256,
+ * });
+ * assert.equal(store.location, "postgres://u:***@db.invalid/fleet");
+ * await store.close();
+ * ```
+ */
+export function openPgBridge(options: PgBridgeOptions): PgBridge {
+  return new PgBridge(options);
+}
+
+/**
+ * The fleet store as the watchdog thread sees it: each interval's batch is
+ * handed to the store thread of its process, which keeps it (in order,
+ * bounded) until the database takes it; so `write` resolves at once.
+ *
+ * @example
+ * ```ts
+ * import { MessageChannel } from "node:worker_threads";
+ * import { PortStore } from "./_pg_bridge.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const { port1, port2 } = new MessageChannel();
+ * const got = new Promise((resolve) => port2.once("message", resolve));
+ * const store = new PortStore(port1, "postgres://db/fleet");
+ * await store.write({ records: [] , heartbeat: { host: { machine: "m", pid: 1, start: "" }, at: 1, intervalSeconds: 1 } });
+ * assert.equal((await got as { type: string }).type, "batch");
+ * await store.close();
+ * port2.close();
+ * ```
+ */
+export class PortStore {
+  readonly engine = "postgres";
+  readonly location: string;
+  readonly #port: MessagePort;
+
+  /** @param port The port the store thread listens on. @param location Where the store is, to show. */
+  constructor(port: MessagePort, location: string) {
+    this.#port = port;
+    this.location = location;
+  }
+
+  /** Hand a batch to the store thread. */
+  write(batch: WriteBatch): Promise<void> {
+    this.#port.postMessage({ type: "batch", batch } satisfies FromWatchdog);
+    return Promise.resolve();
+  }
+
+  /** Ask the store thread to prune; how many went is not waited for. */
+  prune(before: number, limit: number): Promise<number> {
+    this.#port.postMessage({ type: "prune", before, limit } satisfies FromWatchdog);
+    return Promise.resolve(0);
+  }
+
+  /** Let go of the port. */
+  close(): Promise<void> {
+    this.#port.close();
+    return Promise.resolve();
+  }
+}

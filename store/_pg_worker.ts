@@ -1,0 +1,298 @@
+/**
+ * The fleet store's connection thread for the main thread (see
+ * `_pg_bridge.ts`): it answers a run's start (attempt number, previous
+ * record) through a port the main thread reads synchronously, and writes the
+ * main thread's records (ends, records at exit) and checkpoint files' content
+ * in order, batched, kept in memory (bounded) while the database is away.
+ *
+ * @module
+ */
+import { type MessagePort, parentPort, workerData } from "node:worker_threads";
+import { errorText } from "../log.ts";
+// The same bound as the embedded store's worker: the records that wait in memory.
+import { MAX_BACKLOG } from "../_ledger.ts";
+import { formatDuration } from "../template.ts";
+import { openPgStore, type PgRunStore, readForStore } from "./postgres.ts";
+import type { Heartbeat, HostId, RunRecord, WriteBatch } from "./types.ts";
+import {
+  type BridgeData,
+  type FromBridge,
+  type FromWatchdog,
+  START_WAIT_MS,
+  STATE_DOWN,
+  STATE_UP,
+  type ToBridge,
+} from "./_pg_bridge.ts";
+
+/** The longest wait between two tries of an unreachable database, ms. */
+const MAX_BACKOFF_MS = 30_000;
+
+function bridge(parent: MessagePort, data: BridgeData): void {
+  const store: PgRunStore = openPgStore({
+    url: data.url,
+    hostTimeoutSeconds: data.hostTimeoutSeconds,
+    fileMaxKb: data.fileMaxKb,
+  });
+  const flag = new Int32Array(data.flag);
+  const reply = data.reply;
+  const log = (level: "info" | "warn" | "error", message: string) =>
+    parent.postMessage({ type: "log", level, message } satisfies FromBridge);
+
+  /** Records waiting to be written, in order, the newest of each run and attempt. */
+  let records = new Map<string, RunRecord>();
+  /** A prune asked for, run after the next write that lands. */
+  let prune: { before: number; limit: number } | undefined;
+  /** Starts whose waiter gave up, by id: said in the log when they land or fail. */
+  const late = new Set<number>();
+  /** The newest heartbeat not yet written. */
+  let beat: Heartbeat | undefined;
+  /** File contents waiting, by run id. */
+  let files = new Map<string, { host: HostId; content: string }>();
+  let dropped = 0;
+  let down = false;
+  let failures = 0;
+  let retryTimer: ReturnType<typeof setTimeout> | undefined;
+  let flushing: Promise<void> | undefined;
+  let closing = false;
+
+  const answer = (message: FromBridge) => {
+    reply.postMessage(message);
+    Atomics.add(flag, 0, 1);
+    Atomics.notify(flag, 0);
+  };
+
+  const up = () => {
+    Atomics.store(flag, 2, store.roundTrips);
+    Atomics.store(flag, 1, STATE_UP);
+    if (down) {
+      down = false;
+      log(
+        "info",
+        `the fleet store at ${store.location} is reachable again${
+          dropped > 0
+            ? `; ${dropped} record update(s) were dropped meanwhile (at most ${MAX_BACKLOG} wait in memory)`
+            : ""
+        }`,
+      );
+      dropped = 0;
+    }
+    failures = 0;
+  };
+
+  const fail = (error: unknown, waiting: number) => {
+    Atomics.store(flag, 1, STATE_DOWN);
+    failures++;
+    const wait = Math.min(MAX_BACKOFF_MS, 500 * 2 ** Math.min(10, failures - 1));
+    if (!down) {
+      down = true;
+      log(
+        "warn",
+        `the fleet store at ${store.location} cannot be reached (${
+          errorText(error)
+        }); runs start from their local files, and ${waiting} record(s) wait in memory (at most ${MAX_BACKLOG}); tried again with a growing wait of up to ${
+          formatDuration(MAX_BACKOFF_MS / 1000)
+        }`,
+      );
+    }
+    if (retryTimer === undefined && !closing) {
+      retryTimer = setTimeout(() => {
+        retryTimer = undefined;
+        void flush();
+      }, wait);
+    }
+  };
+
+  const keep = (record: RunRecord) => {
+    const k = `${record.attempt}\u0000${record.runId}`;
+    // An end is never undone: the watchdog's live record may come after the main thread's end.
+    const known = records.get(k);
+    if (known && known.status !== "live" && record.status === "live") return;
+    records.delete(k);
+    records.set(k, record);
+    while (records.size > MAX_BACKLOG) {
+      records.delete(records.keys().next().value as string);
+      dropped++;
+    }
+  };
+
+  /** Write what waits: the records in one statement, then the files in one. */
+  function flush(): Promise<void> {
+    if (flushing) return flushing.then(() => (records.size + files.size > 0 ? flush() : undefined));
+    if (records.size === 0 && files.size === 0 && !beat && !down && !prune) {
+      return Promise.resolve();
+    }
+    flushing = (async () => {
+      const batch = records;
+      const contents = files;
+      const heartbeat = beat;
+      records = new Map();
+      files = new Map();
+      beat = undefined;
+      try {
+        const write: WriteBatch = { records: [...batch.values()] };
+        if (heartbeat) write.heartbeat = heartbeat;
+        if (batch.size > 0 || heartbeat) await store.write(write);
+        else if (down) await store.ping();
+        if (contents.size > 0) {
+          const byHost = new Map<
+            string,
+            { host: HostId; files: { runId: string; content: string }[] }
+          >();
+          for (const [runId, f] of contents) {
+            const k = `${f.host.machine}\u0000${f.host.pid}\u0000${f.host.start}`;
+            const entry = byHost.get(k) ?? { host: f.host, files: [] };
+            entry.files.push({ runId, content: f.content });
+            byHost.set(k, entry);
+          }
+          for (const entry of byHost.values()) await store.writeFiles(entry.host, entry.files);
+        }
+        up();
+        if (prune) {
+          const { before, limit } = prune;
+          prune = undefined;
+          await store.prune(before, limit).catch((error) =>
+            log("warn", `pruning the fleet store failed: ${errorText(error)}`)
+          );
+        }
+      } catch (error) {
+        // Back in, in order, behind nothing: newer ones taken meanwhile come after.
+        const newer = records;
+        records = new Map();
+        for (const r of batch.values()) keep(r);
+        for (const r of newer.values()) keep(r);
+        for (const [k, f] of files) contents.set(k, f);
+        files = contents;
+        beat ??= heartbeat;
+        fail(error, records.size);
+      }
+    })().finally(() => {
+      flushing = undefined;
+    });
+    return flushing;
+  }
+
+  /**
+   * Write what waits, trying again a little apart, until it is written or
+   * `deadline` passes; one try only when the database was already away.
+   */
+  async function settle(deadline: number): Promise<void> {
+    const away = down;
+    for (;;) {
+      await flush();
+      if ((records.size + files.size === 0 && !beat) || away) return;
+      const left = deadline - Date.now();
+      if (left <= 0) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(100, left)));
+    }
+  }
+
+  let scheduled = false;
+  const soon = () => {
+    if (scheduled || down) return;
+    scheduled = true;
+    setTimeout(() => {
+      scheduled = false;
+      void flush();
+    }, 0);
+  };
+
+  parent.on("message", async (message: ToBridge) => {
+    try {
+      switch (message.type) {
+        case "start": {
+          try {
+            // What this thread was told before the start goes first: an end of the same id.
+            if (records.size > 0 && !down) await flush();
+            const t = Date.now();
+            const started = await store.startAttempt(message.record, message.options);
+            up();
+            answer({ type: "started", id: message.id, started });
+            if (late.delete(message.id)) {
+              log(
+                "warn",
+                `the fleet store at ${store.location} took ${
+                  Date.now() - t
+                } ms to answer a run's start (more than ${START_WAIT_MS} ms); that run started from its local file, and its record is attempt ${started.attempt} in the store`,
+              );
+            }
+          } catch (error) {
+            late.delete(message.id);
+            answer({ type: "started", id: message.id, error: errorText(error) });
+            fail(error, records.size);
+          }
+          break;
+        }
+        case "latest": {
+          try {
+            const view = await store.latest(message.runId);
+            up();
+            answer(
+              view ? { type: "latest", id: message.id, view } : { type: "latest", id: message.id },
+            );
+          } catch (error) {
+            answer({ type: "latest", id: message.id, error: errorText(error) });
+            fail(error, records.size);
+          }
+          break;
+        }
+        case "late":
+          late.add(message.id);
+          break;
+        case "write":
+          for (const r of message.records) keep(r);
+          soon();
+          break;
+        case "port":
+          message.port.on("message", (m: FromWatchdog) => {
+            if (m.type === "batch") {
+              for (const r of m.batch.records) keep(r);
+              if (m.batch.heartbeat && (!beat || beat.at <= m.batch.heartbeat.at)) {
+                beat = m.batch.heartbeat;
+              }
+              soon();
+            } else if (m.type === "prune") {
+              // After the next write that lands: an away database says so once, through it.
+              prune = { before: m.before, limit: m.limit };
+              soon();
+            }
+          });
+          (message.port as { unref?: () => void }).unref?.();
+          break;
+        case "file": {
+          const content = readForStore(message.file, data.fileMaxKb);
+          if (content !== undefined) {
+            files.set(message.runId, { host: message.host, content });
+            soon();
+          }
+          break;
+        }
+        case "drain": {
+          await settle(Date.now() + message.ms);
+          answer({ type: "drained", id: message.id, waiting: records.size + files.size });
+          break;
+        }
+        case "close": {
+          closing = true;
+          await settle(Date.now() + message.ms);
+          if (records.size > 0) {
+            log(
+              "warn",
+              `the fleet store at ${store.location} did not take ${records.size} record(s) before close`,
+            );
+          }
+          if (retryTimer !== undefined) clearTimeout(retryTimer);
+          await store.close().catch(() => {});
+          reply.close();
+          parent.postMessage({ type: "closed" } satisfies FromBridge);
+          break;
+        }
+      }
+    } catch (error) {
+      log("error", `the fleet store's thread failed: ${errorText(error)}`);
+    }
+  });
+}
+
+if (parentPort !== null && workerData !== null && (workerData as BridgeData).bridge === true) {
+  bridge(parentPort, workerData as BridgeData);
+}

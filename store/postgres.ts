@@ -1,0 +1,785 @@
+/**
+ * The fleet store: the run ledger in one PostgreSQL database that every
+ * process of a fleet names (setting `store`, a `postgres://` URL). Same
+ * records and queries as the embedded SQLite store, behind the same
+ * {@linkcode RunStore} interface.
+ *
+ * The driver is the optional peer dependency `postgres` (postgres.js 3.x),
+ * imported only when a store names PostgreSQL. Every method is one round
+ * trip: a batch of records and the heartbeat go in one statement, and the
+ * start of an attempt is one call of a function of the schema that takes a
+ * lock on the run id, so two starts of one id, on any machines, get distinct
+ * attempt numbers.
+ *
+ * The tables live in a schema of their own (`agent_checkpoint`, or the URL's
+ * `schema` parameter), created and migrated on first use under an advisory
+ * lock, so many processes may start at once.
+ *
+ * @module
+ */
+import * as fs from "node:fs";
+import type { EndStatus } from "../_record.ts";
+import { here } from "./_host.ts";
+import {
+  type AttemptStart,
+  type Heartbeat,
+  type ListQuery,
+  type RunRecord,
+  type RunState,
+  runState,
+  type RunStore,
+  type RunView,
+  type StoreSummary,
+  type Vantage,
+  type WriteBatch,
+} from "./types.ts";
+
+/** The schema version this code writes; a newer one in the database is left alone. */
+export const PG_SCHEMA_VERSION = 1;
+
+/** The schema the tables go in when the URL names none. */
+export const PG_DEFAULT_SCHEMA = "agent_checkpoint";
+
+/** The driver, as the build names it. */
+const DRIVER = "npm:postgres@^3.4.9";
+
+/** What to install when the driver is missing. */
+export const PG_FIX = "install the postgres package (npm install postgres@3)";
+
+/**
+ * Whether a `store` setting names PostgreSQL.
+ *
+ * @example
+ * ```ts
+ * import { isPostgresUrl } from "./postgres.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(isPostgresUrl("postgres://db.internal/fleet"), true);
+ * assert.equal(isPostgresUrl("postgresql://u@db/fleet"), true);
+ * assert.equal(isPostgresUrl(""), false);
+ * ```
+ */
+export function isPostgresUrl(value: unknown): value is string {
+  return typeof value === "string" && /^postgres(ql)?:\/\//i.test(value.trim());
+}
+
+/** Where a store URL points: the URL for the driver, the schema, and how to show it. */
+export interface PgTarget {
+  /** The URL the driver connects with (without the `schema` parameter). */
+  url: string;
+  /** The schema the tables go in. */
+  schema: string;
+  /** The URL without its password, for log lines. */
+  location: string;
+}
+
+/**
+ * Read a store URL: its `schema` parameter (default `agent_checkpoint`)
+ * and the URL to show (its password hidden). Throws on a URL that cannot be
+ * parsed or a schema name that is not a plain identifier.
+ *
+ * @example
+ * ```ts
+ * import { pgTarget } from "./postgres.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const t = pgTarget("postgres://ci:secret@db:5432/fleet?schema=runs_ci");
+ * assert.equal(t.schema, "runs_ci");
+ * assert.equal(t.location, "postgres://ci:***@db:5432/fleet?schema=runs_ci");
+ * assert.equal(t.url, "postgres://ci:secret@db:5432/fleet");
+ * ```
+ */
+export function pgTarget(url: string): PgTarget {
+  const parsed = new URL(url.trim());
+  const schema = parsed.searchParams.get("schema") ?? PG_DEFAULT_SCHEMA;
+  if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
+    throw new Error(`the store URL's schema ${JSON.stringify(schema)} is not a plain name`);
+  }
+  const shown = new URL(parsed.href);
+  if (shown.password !== "") shown.password = "***";
+  parsed.searchParams.delete("schema");
+  return { url: parsed.href, schema, location: shown.href };
+}
+
+/** The little of postgres.js this store (and its tests and benchmark) use. */
+export interface Sql {
+  unsafe(query: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
+  begin<T>(body: (sql: Sql) => Promise<T>): Promise<T>;
+  end(options?: { timeout?: number }): Promise<void>;
+}
+
+/** postgres.js's connect function. */
+export type Postgres = (url: string, options: Record<string, unknown>) => Sql;
+
+let driver: Promise<Postgres> | undefined;
+
+/**
+ * Import the driver once per thread; rejects with what to install when it is
+ * missing.
+ *
+ * @example
+ * ```ts
+ * import { loadDriver } from "./postgres.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(typeof await loadDriver(), "function");
+ * ```
+ */
+export function loadDriver(): Promise<Postgres> {
+  driver ??= import(DRIVER).then(
+    (mod) => (mod.default ?? mod) as Postgres,
+    (error) => {
+      driver = undefined;
+      throw new Error(
+        `the PostgreSQL driver cannot be loaded (${
+          error instanceof Error ? error.message : String(error)
+        }); ${PG_FIX}`,
+      );
+    },
+  );
+  return driver;
+}
+
+const ddl = (s: string) => `
+CREATE TABLE IF NOT EXISTS ${s}.meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE IF NOT EXISTS ${s}.runs (
+  run_id text NOT NULL,
+  attempt integer NOT NULL,
+  newest boolean NOT NULL,
+  status text NOT NULL,
+  machine text NOT NULL,
+  pid integer NOT NULL,
+  host_start text NOT NULL,
+  started_at bigint NOT NULL,
+  updated_at bigint NOT NULL,
+  record text NOT NULL,
+  file_content text,
+  PRIMARY KEY (run_id, attempt)
+) WITH (fillfactor = 70);
+CREATE INDEX IF NOT EXISTS runs_newest ON ${s}.runs (started_at DESC) WHERE newest;
+CREATE INDEX IF NOT EXISTS runs_machine ON ${s}.runs (machine, started_at DESC) WHERE newest;
+-- No index names updated_at: a live run's progress then changes no indexed column, and
+-- PostgreSQL rewrites the row in its page (a HOT update) without touching any index.
+CREATE INDEX IF NOT EXISTS runs_ended ON ${s}.runs (started_at) WHERE status <> 'live';
+CREATE TABLE IF NOT EXISTS ${s}.heartbeats (
+  machine text NOT NULL,
+  pid integer NOT NULL,
+  host_start text NOT NULL,
+  at bigint NOT NULL,
+  interval_seconds real NOT NULL,
+  PRIMARY KEY (machine, pid, host_start)
+);
+CREATE OR REPLACE FUNCTION ${s}.start_attempt(p json)
+RETURNS TABLE (o_attempt integer, o_prev_attempt integer, o_record text, o_status text,
+  o_updated_at bigint, o_file text, o_hb_at bigint, o_hb_interval real, o_machine text,
+  o_pid integer, o_host_start text, o_started_at bigint)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_run text := p->>'run_id';
+  prev ${s}.runs%ROWTYPE;
+  n integer;
+  afresh boolean;
+BEGIN
+  -- Starts of one run id, from any machine, one at a time: each sees the one before.
+  PERFORM pg_advisory_xact_lock(hashtextextended('agent-checkpoint start ' || v_run, 0));
+  SELECT * INTO prev FROM ${s}.runs r WHERE r.run_id = v_run
+    ORDER BY r.newest DESC, r.attempt DESC LIMIT 1;
+  afresh := coalesce((p->>'fresh')::boolean, false) OR prev.run_id IS NULL OR prev.status = 'done';
+  n := CASE WHEN afresh THEN (p->>'min')::integer
+    ELSE GREATEST((p->>'min')::integer, prev.attempt + 1) END;
+  IF afresh THEN
+    DELETE FROM ${s}.runs r WHERE r.run_id = v_run;
+  ELSE
+    UPDATE ${s}.runs r SET newest = false WHERE r.run_id = v_run AND r.newest;
+  END IF;
+  INSERT INTO ${s}.runs AS r (run_id, attempt, newest, status, machine, pid, host_start,
+      started_at, updated_at, record, file_content)
+    VALUES (v_run, n, true, 'live', p->>'machine', (p->>'pid')::integer, p->>'host_start',
+      (p->>'started_at')::bigint, (p->>'updated_at')::bigint, p->>'record', NULL)
+    ON CONFLICT (run_id, attempt) DO UPDATE SET newest = true, status = excluded.status,
+      machine = excluded.machine, pid = excluded.pid, host_start = excluded.host_start,
+      started_at = excluded.started_at, updated_at = excluded.updated_at,
+      record = excluded.record, file_content = NULL;
+  IF p->>'hb_at' IS NOT NULL THEN
+    INSERT INTO ${s}.heartbeats AS h (machine, pid, host_start, at, interval_seconds)
+      VALUES (p->>'machine', (p->>'pid')::integer, p->>'host_start', (p->>'hb_at')::bigint,
+        (p->>'hb_interval')::real)
+      ON CONFLICT (machine, pid, host_start) DO UPDATE
+        SET at = GREATEST(h.at, excluded.at), interval_seconds = excluded.interval_seconds;
+  END IF;
+  RETURN QUERY SELECT n, prev.attempt, prev.record, prev.status, prev.updated_at,
+    prev.file_content, h.at, h.interval_seconds, prev.machine, prev.pid, prev.host_start,
+    prev.started_at
+    FROM (SELECT 1) one LEFT JOIN ${s}.heartbeats h
+    ON h.machine = prev.machine AND h.pid = prev.pid AND h.host_start = prev.host_start;
+END
+$fn$;
+`;
+
+/** One batch and the heartbeat: one statement, so one round trip and one commit. */
+const writeSql = (s: string) => `
+WITH b AS (
+  SELECT * FROM json_to_recordset($1::text::json) AS b(run_id text, attempt integer, status text,
+    machine text, pid integer, host_start text, started_at bigint, updated_at bigint,
+    record json, file_content text, top boolean)
+), hb AS (
+  INSERT INTO ${s}.heartbeats AS h (machine, pid, host_start, at, interval_seconds)
+  SELECT * FROM json_to_recordset($2::text::json) AS x(machine text, pid integer, host_start text,
+    at bigint, interval_seconds real)
+  ON CONFLICT (machine, pid, host_start) DO UPDATE
+    SET at = GREATEST(h.at, excluded.at), interval_seconds = excluded.interval_seconds
+  RETURNING 1
+), older AS (
+  UPDATE ${s}.runs o SET newest = false FROM b
+  WHERE b.top AND o.run_id = b.run_id AND o.attempt < b.attempt AND o.newest
+    AND NOT EXISTS (SELECT 1 FROM b b2 WHERE b2.run_id = o.run_id AND b2.attempt = o.attempt)
+  RETURNING 1
+), up AS (
+  INSERT INTO ${s}.runs AS r (run_id, attempt, newest, status, machine, pid, host_start,
+    started_at, updated_at, record, file_content)
+  SELECT b.run_id, b.attempt,
+    b.top AND NOT EXISTS
+      (SELECT 1 FROM ${s}.runs o WHERE o.run_id = b.run_id AND o.attempt > b.attempt),
+    b.status, b.machine, b.pid, b.host_start, b.started_at, b.updated_at, b.record::text,
+    b.file_content
+  FROM b
+  ON CONFLICT (run_id, attempt) DO UPDATE SET
+    status = excluded.status, machine = excluded.machine, pid = excluded.pid,
+    host_start = excluded.host_start, updated_at = excluded.updated_at, record = excluded.record,
+    file_content = COALESCE(excluded.file_content, r.file_content)
+  WHERE (r.status = 'live' AND (excluded.status <> 'live' OR excluded.updated_at >= r.updated_at))
+    OR (r.status <> 'live' AND excluded.status <> 'live')
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM up) AS written, (SELECT count(*) FROM hb) AS beats,
+  (SELECT count(*) FROM older) AS superseded`;
+
+const selectView = (s: string) =>
+  `SELECT r.run_id, r.attempt, r.machine, r.pid, r.host_start, r.started_at, r.record, r.status,
+    r.updated_at, h.at AS hb_at,
+    h.interval_seconds AS hb_interval
+  FROM ${s}.runs r LEFT JOIN ${s}.heartbeats h
+  ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start`;
+
+/** The record as stored, as text. */
+const recordJson = (record: RunRecord): string => JSON.stringify(recordObject(record));
+
+/** The record as stored: without what has a column of its own (a row is rewritten each interval). */
+function recordObject(record: RunRecord): Partial<RunRecord> {
+  const {
+    fileContent: _f,
+    runId: _r,
+    attempt: _a,
+    status: _s,
+    host: _h,
+    startedAt: _t,
+    updatedAt: _u,
+    ...rest
+  } = record;
+  return rest;
+}
+
+/** A record as a row of the batch. */
+function row(record: RunRecord, fileContent: string | undefined): Record<string, unknown> {
+  return {
+    run_id: record.runId,
+    attempt: record.attempt,
+    status: record.status,
+    machine: record.host.machine,
+    pid: record.host.pid,
+    host_start: record.host.start,
+    started_at: Math.round(record.startedAt),
+    updated_at: Math.round(record.updatedAt),
+    // Nested, not a string in a string: the batch is serialized once.
+    record: recordObject(record),
+    file_content: fileContent ?? null,
+  };
+}
+
+/**
+ * Cut a checkpoint file's content to at most `maxKb` KiB (UTF-8), at a line
+ * end, with a last line saying so.
+ *
+ * @example
+ * ```ts
+ * import { boundContent } from "./postgres.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(boundContent("short\n", 1), "short\n");
+ * const cut = boundContent("line\n".repeat(1000), 1);
+ * assert.ok(new TextEncoder().encode(cut).length <= 1024);
+ * assert.match(cut, /cut at 1 KiB/);
+ * ```
+ */
+export function boundContent(content: string, maxKb: number): string {
+  const max = Math.max(1, Math.floor(maxKb)) * 1024;
+  const bytes = new TextEncoder().encode(content);
+  if (bytes.length <= max) return content;
+  const tail = `\n[the rest of this file was cut at ${Math.floor(max / 1024)} KiB by the store]\n`;
+  let text = new TextDecoder().decode(bytes.slice(0, Math.max(0, max - tail.length * 3)));
+  text = text.replace(/\uFFFD$/, "");
+  const nl = text.lastIndexOf("\n");
+  if (nl > 0) text = text.slice(0, nl);
+  return text + tail;
+}
+
+/** What opening a PostgreSQL store needs. */
+export interface PgOpenOptions {
+  /** The `postgres://` URL (its `schema` parameter names the schema). */
+  url: string;
+  /** A heartbeat older than this many seconds means its process is gone. */
+  hostTimeoutSeconds: number;
+  /** The most file content kept per record, KiB. @default {256} */
+  fileMaxKb?: number;
+  /** Seconds a connection attempt may take. @default {5} */
+  connectTimeoutSeconds?: number;
+}
+
+/**
+ * The run ledger in PostgreSQL. It connects on first use (one connection),
+ * and reconnects by itself after the connection is lost: a method that fails
+ * rejects, and the next one tries again.
+ */
+export class PgRunStore implements RunStore {
+  readonly engine = "postgres";
+  readonly location: string;
+  readonly #target: PgTarget;
+  readonly #s: string;
+  readonly #timeout: number;
+  readonly #fileMaxKb: number;
+  readonly #connectTimeout: number;
+  #sql: Promise<Sql> | undefined;
+  #closed = false;
+  /** Statements sent, for the benchmark's count of round trips. */
+  roundTrips = 0;
+
+  /** @internal Use {@linkcode openPgStore}. */
+  constructor(options: PgOpenOptions) {
+    this.#target = pgTarget(options.url);
+    this.location = this.#target.location;
+    this.#s = `"${this.#target.schema}"`;
+    this.#timeout = options.hostTimeoutSeconds;
+    this.#fileMaxKb = options.fileMaxKb ?? 256;
+    this.#connectTimeout = options.connectTimeoutSeconds ?? 5;
+  }
+
+  /** The schema the tables are in. */
+  get schema(): string {
+    return this.#target.schema;
+  }
+
+  #vantage(): Vantage {
+    return here(this.#timeout);
+  }
+
+  /** The connection, made (and the schema migrated) on first use. */
+  #connection(): Promise<Sql> {
+    if (this.#closed) return Promise.reject(new Error("the fleet store is closed"));
+    this.#sql ??= (async () => {
+      const postgres = await loadDriver();
+      const sql = postgres(this.#target.url, {
+        max: 1,
+        onnotice: () => {},
+        connect_timeout: this.#connectTimeout,
+        idle_timeout: 0,
+        max_lifetime: null,
+        fetch_types: false,
+        // Named for its schema, so an operator (or a test) can tell whose connection it is.
+        connection: { application_name: `agent-checkpoint ${this.#target.schema}`.slice(0, 63) },
+      });
+      try {
+        await this.#migrate(sql);
+      } catch (error) {
+        await sql.end({ timeout: 0 }).catch(() => {});
+        throw error;
+      }
+      return sql;
+    })().catch((error) => {
+      this.#sql = undefined;
+      throw error;
+    });
+    return this.#sql;
+  }
+
+  async #query(text: string, params: unknown[] = []): Promise<Record<string, unknown>[]> {
+    const sql = await this.#connection();
+    this.roundTrips++;
+    return await sql.unsafe(text, params);
+  }
+
+  /** Create the tables, or bring an older schema up to this one, once, whoever gets there first. */
+  async #migrate(sql: Sql): Promise<void> {
+    const s = this.#s;
+    try {
+      const rows = await sql.unsafe(`SELECT value FROM ${s}.meta WHERE key = 'schema'`);
+      const known = Number(rows[0]?.value ?? 0);
+      if (known === PG_SCHEMA_VERSION) return;
+      if (known > PG_SCHEMA_VERSION) throw this.#newer(known);
+    } catch (error) {
+      // 42P01: no such table; 3F000: no such schema. Anything else is a real failure.
+      const code = (error as { code?: string }).code;
+      if (code !== "42P01" && code !== "3F000") throw error;
+    }
+    await sql.begin(async (tx) => {
+      // One process at a time creates or migrates the schema; the others find it done.
+      await tx.unsafe(
+        `SELECT pg_advisory_xact_lock(hashtextextended('agent-checkpoint schema', 0))`,
+      );
+      await tx.unsafe(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+      await tx.unsafe(
+        `CREATE TABLE IF NOT EXISTS ${s}.meta (key text PRIMARY KEY, value text NOT NULL)`,
+      );
+      const rows = await tx.unsafe(`SELECT value FROM ${s}.meta WHERE key = 'schema'`);
+      const known = Number(rows[0]?.value ?? 0);
+      if (known === PG_SCHEMA_VERSION) return;
+      if (known > PG_SCHEMA_VERSION) throw this.#newer(known);
+      await tx.unsafe(ddl(s));
+      await tx.unsafe(
+        `INSERT INTO ${s}.meta (key, value) VALUES ('schema', $1)
+          ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+        [String(PG_SCHEMA_VERSION)],
+      );
+    });
+  }
+
+  #newer(version: number): Error {
+    return new Error(
+      `${this.location} has schema version ${version}, newer than this library's ${PG_SCHEMA_VERSION}; upgrade agent-checkpoint`,
+    );
+  }
+
+  #view(r: Record<string, unknown>, vantage: Vantage): RunView {
+    const record = JSON.parse(String(r.record)) as RunRecord;
+    record.runId = String(r.run_id);
+    record.host = { machine: String(r.machine), pid: Number(r.pid), start: String(r.host_start) };
+    record.startedAt = Number(r.started_at);
+    // The columns are the truth: the attempt a start was given, an end written over a record.
+    record.attempt = Number(r.attempt);
+    record.status = String(r.status) as RunRecord["status"];
+    record.updatedAt = Number(r.updated_at);
+    const view: RunView = { record, state: "live" };
+    if (r.hb_at !== null && r.hb_at !== undefined) {
+      view.heartbeat = {
+        host: record.host,
+        at: Number(r.hb_at),
+        intervalSeconds: Number(r.hb_interval),
+      };
+    }
+    view.state = runState(record, view.heartbeat, vantage);
+    return view;
+  }
+
+  /**
+   * Write a batch of records and the heartbeat in one statement. A record's
+   * `fileContent`, when given, is kept (cut to `store_file_max_kb`); when not,
+   * the content stored before stays.
+   */
+  async write(batch: WriteBatch): Promise<void> {
+    if (batch.records.length === 0 && !batch.heartbeat) return;
+    // One row per run and attempt: the newest wins.
+    const byKey = new Map<string, RunRecord>();
+    for (const r of batch.records) {
+      const k = `${r.attempt}\u0000${r.runId}`;
+      const known = byKey.get(k);
+      if (known && known.status !== "live" && r.status === "live") continue; // an end stays
+      byKey.delete(k);
+      byKey.set(k, r);
+    }
+    // Whether a record is its run's newest attempt in the batch, worked out here: once, not per row.
+    const top = new Map<string, number>();
+    for (const r of byKey.values()) top.set(r.runId, Math.max(top.get(r.runId) ?? 0, r.attempt));
+    const rows = [...byKey.values()].map((r) => ({
+      ...row(
+        r,
+        r.fileContent === undefined ? undefined : boundContent(r.fileContent, this.#fileMaxKb),
+      ),
+      top: top.get(r.runId) === r.attempt,
+    }));
+    const beats = batch.heartbeat ? [heartbeatRow(batch.heartbeat)] : [];
+    await this.#query(writeSql(this.#s), [JSON.stringify(rows), JSON.stringify(beats)]);
+  }
+
+  /** One round trip that only tells whether the database answers (connecting when needed). */
+  async ping(): Promise<void> {
+    await this.#query("SELECT 1");
+  }
+
+  /**
+   * Keep the content of the checkpoint files of runs of the process `host`:
+   * each goes to the newest record of its run id that this process wrote. One
+   * statement.
+   */
+  async writeFiles(
+    host: Heartbeat["host"],
+    files: { runId: string; content: string }[],
+  ): Promise<void> {
+    if (files.length === 0) return;
+    const rows = files.map((f) => ({
+      run_id: f.runId,
+      file_content: boundContent(f.content, this.#fileMaxKb),
+    }));
+    await this.#query(
+      `UPDATE ${this.#s}.runs r SET file_content = f.file_content
+        FROM json_to_recordset($1::text::json) AS f(run_id text, file_content text)
+        WHERE r.run_id = f.run_id AND r.newest AND r.machine = $2 AND r.pid = $3
+        AND r.host_start = $4`,
+      [JSON.stringify(rows), host.machine, String(host.pid), host.start],
+    );
+  }
+
+  /**
+   * Record the start of a new attempt: one call of the schema's function,
+   * which takes a lock on the run id, so concurrent starts anywhere get
+   * distinct numbers. `previous` carries the earlier attempt's file content.
+   */
+  async startAttempt(
+    record: RunRecord,
+    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
+  ): Promise<AttemptStart> {
+    const vantage = this.#vantage();
+    const p: Record<string, unknown> = {
+      run_id: record.runId,
+      min: Math.max(1, Math.floor(options?.minAttempt ?? 1)),
+      fresh: options?.fresh === true,
+      machine: record.host.machine,
+      pid: record.host.pid,
+      host_start: record.host.start,
+      started_at: Math.round(record.startedAt),
+      updated_at: Math.round(record.updatedAt),
+      record: recordJson(record),
+    };
+    if (options?.heartbeat) {
+      p.hb_at = Math.round(options.heartbeat.at);
+      p.hb_interval = options.heartbeat.intervalSeconds;
+    }
+    const rows = await this.#query(`SELECT * FROM ${this.#s}.start_attempt($1::text::json)`, [
+      JSON.stringify(p),
+    ]);
+    const r = rows[0];
+    if (!r) throw new Error("the fleet store's start_attempt returned no row");
+    const out: AttemptStart = { attempt: Number(r.o_attempt) };
+    if (r.o_record !== null && r.o_record !== undefined) {
+      const view = this.#view({
+        run_id: record.runId,
+        machine: r.o_machine,
+        pid: r.o_pid,
+        host_start: r.o_host_start,
+        started_at: r.o_started_at,
+        attempt: r.o_prev_attempt,
+        record: r.o_record,
+        status: r.o_status,
+        updated_at: r.o_updated_at,
+        hb_at: r.o_hb_at,
+        hb_interval: r.o_hb_interval,
+      }, vantage);
+      if (typeof r.o_file === "string") view.record.fileContent = r.o_file;
+      out.previous = view;
+    }
+    return out;
+  }
+
+  async latest(runId: string): Promise<RunView | undefined> {
+    const rows = await this.#query(
+      `${selectView(this.#s)} WHERE r.run_id = $1 ORDER BY r.newest DESC, r.attempt DESC LIMIT 1`,
+      [runId],
+    );
+    return rows[0] ? this.#view(rows[0], this.#vantage()) : undefined;
+  }
+
+  /** The file content the store keeps for a run's attempt, when any. */
+  async fileContent(runId: string, attempt: number): Promise<string | undefined> {
+    const rows = await this.#query(
+      `SELECT file_content FROM ${this.#s}.runs WHERE run_id = $1 AND attempt = $2`,
+      [runId, String(attempt)],
+    );
+    const content = rows[0]?.file_content;
+    return typeof content === "string" ? content : undefined;
+  }
+
+  async list(query: ListQuery = {}): Promise<RunView[]> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const param = (v: unknown) => {
+      params.push(v);
+      return `$${params.length}`;
+    };
+    if (query.runId !== undefined) where.push(`r.run_id = ${param(query.runId)}`);
+    else where.push("r.newest");
+    if (query.since !== undefined) {
+      where.push(`r.updated_at >= ${param(String(Math.floor(query.since)))}`);
+    }
+    if (query.machine !== undefined) where.push(`r.machine = ${param(query.machine)}`);
+    if (query.state === "ended") where.push("r.status <> 'live'");
+    else if (query.state !== undefined) where.push("r.status = 'live'");
+    const limit = Math.max(0, Math.floor(query.limit ?? 1000));
+    const vantage = this.#vantage();
+    const out: RunView[] = [];
+    if (limit === 0) return out;
+    // Live rows are filtered by state after reading: read on in pages until the limit is met.
+    const page = Math.max(limit, 100);
+    let offset = 0;
+    for (;;) {
+      const rows = await this.#query(
+        `${selectView(this.#s)} WHERE ${where.join(" AND ")}
+          ORDER BY r.started_at DESC LIMIT ${page} OFFSET ${offset}`,
+        params,
+      );
+      for (const r of rows) {
+        const view = this.#view(r, vantage);
+        if (query.state === undefined || view.state === query.state) out.push(view);
+        if (out.length >= limit) return out;
+      }
+      if (rows.length < page) return out;
+      offset += page;
+    }
+  }
+
+  async summary(query: Omit<ListQuery, "state" | "limit" | "runId"> = {}): Promise<StoreSummary> {
+    const vantage = this.#vantage();
+    const where = ["r.newest"];
+    const params: unknown[] = [String(vantage.now - vantage.hostTimeoutSeconds * 1000)];
+    if (query.since !== undefined) {
+      params.push(String(Math.floor(query.since)));
+      where.push(`r.updated_at >= $${params.length}`);
+    }
+    if (query.machine !== undefined) {
+      params.push(query.machine);
+      where.push(`r.machine = $${params.length}`);
+    }
+    // One round trip: ended runs counted by machine and status; live ones by process, with
+    // how many were heard of within the timeout (the rest are cut off).
+    const rows = await this.#query(
+      `SELECT r.machine, r.status, NULL::integer AS pid, NULL::text AS host_start,
+          count(*) AS n, 0::bigint AS fresh
+        FROM ${this.#s}.runs r WHERE ${where.join(" AND ")} AND r.status <> 'live'
+        GROUP BY r.machine, r.status
+      UNION ALL
+      SELECT r.machine, 'live', r.pid, r.host_start, count(*) AS n,
+          count(*) FILTER (WHERE GREATEST(COALESCE(h.at, 0), r.updated_at) >= $1::bigint) AS fresh
+        FROM ${this.#s}.runs r LEFT JOIN ${this.#s}.heartbeats h
+        ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start
+        WHERE ${where.join(" AND ")} AND r.status = 'live'
+        GROUP BY r.machine, r.pid, r.host_start`,
+      params,
+    );
+    const out: StoreSummary = {
+      total: 0,
+      byState: { live: 0, ended: 0, "cut-off": 0 },
+      byEnd: {},
+      byMachine: {},
+    };
+    const count = (machine: string, state: RunState, n: number) => {
+      if (n === 0) return;
+      out.total += n;
+      out.byState[state] += n;
+      const m = out.byMachine[machine] ??= { live: 0, ended: 0, "cut-off": 0 };
+      m[state] += n;
+    };
+    for (const r of rows) {
+      const machine = String(r.machine);
+      const n = Number(r.n);
+      if (r.status !== "live") {
+        count(machine, "ended", n);
+        const status = String(r.status) as EndStatus;
+        out.byEnd[status] = (out.byEnd[status] ?? 0) + n;
+        continue;
+      }
+      // The process's own state, as runState decides it for a record heard of just now.
+      const host = { machine, pid: Number(r.pid), start: String(r.host_start) };
+      const gone = runState({ status: "live", host, updatedAt: vantage.now }, undefined, vantage);
+      const fresh = gone === "cut-off" ? 0 : Number(r.fresh);
+      count(machine, "live", fresh);
+      count(machine, "cut-off", n - fresh);
+    }
+    return out;
+  }
+
+  async prune(before: number, limit: number): Promise<number> {
+    const n = Math.max(0, Math.floor(limit));
+    if (n === 0) return 0;
+    const s = this.#s;
+    // Every attempt of a run whose newest ended goes with it; a live run's older ones stay.
+    const rows = await this.#query(
+      `WITH doomed AS (
+        SELECT run_id, attempt FROM ${s}.runs
+        WHERE status <> 'live' AND started_at < $1::bigint AND updated_at < $1::bigint
+        ORDER BY updated_at LIMIT ${n}
+      ), gone AS (
+        DELETE FROM ${s}.runs r USING doomed d
+        WHERE r.run_id = d.run_id AND r.attempt <= d.attempt
+          AND NOT EXISTS (SELECT 1 FROM ${s}.runs l WHERE l.run_id = r.run_id AND l.status = 'live')
+        RETURNING 1
+      ), beats AS (
+        DELETE FROM ${s}.heartbeats h WHERE h.at < $1::bigint AND NOT EXISTS (
+          SELECT 1 FROM ${s}.runs r WHERE r.machine = h.machine AND r.pid = h.pid
+          AND r.host_start = h.host_start)
+        RETURNING 1
+      )
+      SELECT (SELECT count(*) FROM doomed) AS n, (SELECT count(*) FROM gone) AS g,
+        (SELECT count(*) FROM beats) AS b`,
+      [String(Math.floor(before))],
+    );
+    return Number(rows[0]?.n ?? 0);
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    const sql = this.#sql;
+    this.#sql = undefined;
+    if (sql) await (await sql.catch(() => undefined))?.end({ timeout: 1 });
+  }
+}
+
+function heartbeatRow(heartbeat: Heartbeat): Record<string, unknown> {
+  return {
+    machine: heartbeat.host.machine,
+    pid: heartbeat.host.pid,
+    host_start: heartbeat.host.start,
+    at: Math.round(heartbeat.at),
+    interval_seconds: heartbeat.intervalSeconds,
+  };
+}
+
+/**
+ * Open the fleet store at a `postgres://` URL. Nothing goes over the network
+ * until the first method call, which connects and creates or migrates the
+ * schema. Throws only on a URL that cannot be read.
+ *
+ * @param options The URL, the heartbeat timeout and the file content bound.
+ * @returns The store.
+ *
+ * @example
+ * ```ts
+ * import { openPgStore } from "./postgres.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const store = openPgStore({ url: "postgres://u:pw@db.internal/fleet", hostTimeoutSeconds: 30 });
+ * assert.equal(store.engine, "postgres");
+ * assert.equal(store.location, "postgres://u:***@db.internal/fleet");
+ * await store.close();
+ * ```
+ */
+export function openPgStore(options: PgOpenOptions): PgRunStore {
+  return new PgRunStore(options);
+}
+
+/**
+ * Read a checkpoint file for the store: its content up to `maxKb` KiB, or
+ * undefined when it cannot be read.
+ *
+ * @example
+ * ```ts
+ * import { readForStore } from "./postgres.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(readForStore("/nonexistent/file.md", 256), undefined);
+ * ```
+ */
+export function readForStore(file: string, maxKb: number): string | undefined {
+  try {
+    return boundContent(fs.readFileSync(file, "utf8"), maxKb);
+  } catch {
+    return undefined;
+  }
+}
