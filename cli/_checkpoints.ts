@@ -686,7 +686,8 @@ export const auditCommand: Command = {
       : openLedger(home, settings, io, parsed.values["--store"]);
     if (ledger) {
       try {
-        const filter: Parameters<typeof ledger.summary>[0] = {};
+        // audit also sums the tokens and dollars (ls does not: it reads every record).
+        const filter: Parameters<typeof ledger.summary>[0] = { usage: true };
         if (after !== undefined) filter.since = after;
         if (parsed.values["--host"] !== undefined) filter.machine = parsed.values["--host"];
         const s = await ledger.summary(filter);

@@ -30,6 +30,7 @@ import {
   type RunStore,
   type RunView,
   type StoreSummary,
+  type SummaryQuery,
   type Vantage,
   type WriteBatch,
 } from "./types.ts";
@@ -635,7 +636,7 @@ export class PgRunStore implements RunStore {
     }
   }
 
-  async summary(query: Omit<ListQuery, "state" | "limit" | "runId"> = {}): Promise<StoreSummary> {
+  async summary(query: SummaryQuery = {}): Promise<StoreSummary> {
     const vantage = this.#vantage();
     const where = ["r.newest"];
     const params: unknown[] = [String(vantage.now - vantage.hostTimeoutSeconds * 1000)];
@@ -703,7 +704,7 @@ export class PgRunStore implements RunStore {
       usageParams.push(query.machine);
       usageWhere.push(`r.machine = $${usageParams.length}`);
     }
-    const [used] = await this.#query(
+    const [used] = !query.usage ? [] : await this.#query(
       `SELECT count(*) AS runs,
           COALESCE(sum((u->>'inputTokens')::float8), 0) AS input,
           COALESCE(sum((u->>'outputTokens')::float8), 0) AS output,

@@ -28,6 +28,7 @@ import {
   type RunStore,
   type RunView,
   type StoreSummary,
+  type SummaryQuery,
   type Vantage,
   type WriteBatch,
 } from "./types.ts";
@@ -329,7 +330,7 @@ export class SqliteRunStore implements RunStore {
   }
 
   /** {@linkcode RunStore.summary}, synchronously. */
-  summarySync(query: Omit<ListQuery, "state" | "limit" | "runId"> = {}): StoreSummary {
+  summarySync(query: SummaryQuery = {}): StoreSummary {
     const where = ["r.newest = 1"];
     const params: unknown[] = [];
     if (query.since !== undefined) {
@@ -363,7 +364,7 @@ export class SqliteRunStore implements RunStore {
       const status = String(row.status) as EndStatus;
       out.byEnd[status] = (out.byEnd[status] ?? 0) + n;
     }
-    const used = this.#db.all(
+    const used = query.usage && this.#db.all(
       `SELECT COUNT(*) AS runs,
         TOTAL(json_extract(r.record, '$.usage.inputTokens')) AS input,
         TOTAL(json_extract(r.record, '$.usage.outputTokens')) AS output,
@@ -463,7 +464,7 @@ export class SqliteRunStore implements RunStore {
   list(query?: ListQuery): Promise<RunView[]> {
     return run(() => this.listSync(query));
   }
-  summary(query?: Omit<ListQuery, "state" | "limit" | "runId">): Promise<StoreSummary> {
+  summary(query?: SummaryQuery): Promise<StoreSummary> {
     return run(() => this.summarySync(query));
   }
   prune(before: number, limit: number): Promise<number> {

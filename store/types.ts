@@ -180,6 +180,12 @@ export interface ListQuery {
   limit?: number;
 }
 
+/** Which runs a summary counts, and whether it sums their model use. */
+export type SummaryQuery = Omit<ListQuery, "state" | "limit" | "runId"> & {
+  /** Also sum the tokens and dollars the runs reported (`usage`): this reads every record. */
+  usage?: boolean;
+};
+
 /** Counts of runs, by machine and state. */
 export interface StoreSummary {
   /** Runs counted. */
@@ -225,7 +231,7 @@ export interface RunStore {
   /** Runs, the most recently started first: the newest attempt of each run id unless `runId` is given. */
   list(query?: ListQuery): Promise<RunView[]>;
   /** Counts of runs (the newest attempt of each run id), by state and machine. */
-  summary(query?: Omit<ListQuery, "state" | "limit" | "runId">): Promise<StoreSummary>;
+  summary(query?: SummaryQuery): Promise<StoreSummary>;
   /** Remove at most `limit` records of ended runs last brought up to date before `before` (ms); how many went. */
   prune(before: number, limit: number): Promise<number>;
   /** Close the store. */
