@@ -13,14 +13,15 @@
 import { errorText, type Log } from "./log.ts";
 import type { EndStatus, RunCaps, ToolCall } from "./_record.ts";
 import type { RunTable } from "./_run_table.ts";
-import type { CheckpointEvent, RunInfo } from "./_writer.ts";
+import { type CheckpointEvent, type RunInfo, usageTotals } from "./_writer.ts";
 import type { MessagePort } from "node:worker_threads";
-import { formatDuration } from "./template.ts";
+import { formatDuration, formatUsd } from "./template.ts";
 import type {
   AttemptStart,
   CallInFlight,
   Heartbeat,
   HostId,
+  PriorUse,
   RunRecord,
   RunView,
   WriteBatch,
@@ -79,6 +80,7 @@ export function recordOf(
         startedAt: Math.round(start + call.startedAt * 1000),
       };
       if (call.callId !== undefined) c.callId = call.callId;
+      if (call.timedOut) c.timedOut = true;
       inFlight.push(c);
     } else {
       // Rounded: a record is rewritten every interval, and its size is what that costs.
@@ -108,6 +110,8 @@ export function recordOf(
   if (info.taskId !== undefined) record.taskId = info.taskId;
   if (info.attempts?.length) record.attempts = info.attempts;
   if (info.prior) record.prior = info.prior;
+  const usage = usageTotals(shared, slot);
+  if (usage) record.usage = usage;
   return record;
 }
 
@@ -267,7 +271,7 @@ export class LedgerProgress {
  * assert.equal(caps.turns?.value, 7);
  * ```
  */
-export function remainingCaps(caps: RunCaps, prior: { turns: number; seconds: number }): RunCaps {
+export function remainingCaps(caps: RunCaps, prior: PriorUse): RunCaps {
   const out: RunCaps = {};
   if (caps.turns) {
     out.turns = {
@@ -281,6 +285,25 @@ export function remainingCaps(caps: RunCaps, prior: { turns: number; seconds: nu
       source: `${caps.time.source}, less ${formatDuration(prior.seconds)} used by earlier attempts`,
     };
   }
+  // Tokens and dollars: less what the earlier attempts reported (kept whole when they did not).
+  if (caps.tokens) {
+    const used = prior.tokens ?? 0;
+    out.tokens = used > 0
+      ? {
+        value: Math.max(1, caps.tokens.value - used),
+        source: `${caps.tokens.source}, less ${used} used by earlier attempts`,
+      }
+      : caps.tokens;
+  }
+  if (caps.usd) {
+    const spent = prior.usd ?? 0;
+    out.usd = spent > 0
+      ? {
+        value: Math.max(0.01, caps.usd.value - spent),
+        source: `${caps.usd.source}, less $${formatUsd(spent)} spent by earlier attempts`,
+      }
+      : caps.usd;
+  }
   return out;
 }
 
@@ -289,6 +312,8 @@ export interface UnknownCall {
   tool: string;
   callId?: string;
   runningSeconds: number;
+  /** True once it ran past its deadline. */
+  timedOut?: boolean;
 }
 
 /** When an attempt was last heard of: its end, or its last record or heartbeat. */
@@ -307,6 +332,7 @@ export function unknownCalls(view: RunView, now: number): UnknownCall[] {
       runningSeconds: Math.max(0, (seen - c.startedAt) / 1000),
     };
     if (c.callId !== undefined) out.callId = c.callId;
+    if (c.timedOut) out.timedOut = true;
     return out;
   });
 }
@@ -314,7 +340,7 @@ export function unknownCalls(view: RunView, now: number): UnknownCall[] {
 const callText = (c: UnknownCall) =>
   `${c.tool} (${c.callId !== undefined ? `call id ${c.callId}, ` : ""}for ${
     formatDuration(c.runningSeconds)
-  })`;
+  }${c.timedOut ? ", past its deadline" : ""})`;
 
 /** Characters of a one-line summary. */
 const SUMMARY_CHARS = 300;
@@ -339,9 +365,25 @@ export function ledgerSummary(view: RunView, now: number): string {
   let text = `attempt ${r.attempt} ${how}${
     view.state === "ended" ? " after" : ""
   } ${turns} and ${time}`;
+  if (r.usage) {
+    const tokens = r.usage.inputTokens + r.usage.outputTokens;
+    text += `, ${tokens}${r.caps.tokens ? ` of ${r.caps.tokens.value}` : ""} tokens`;
+    if (r.usage.usd !== undefined) {
+      text += ` and $${formatUsd(r.usage.usd)}${
+        r.caps.usd ? ` of $${formatUsd(r.caps.usd.value)}` : ""
+      }`;
+    }
+  }
   const calls = unknownCalls(view, now);
   if (view.state !== "ended" && calls.length > 0) {
     text += `, inside tool ${calls.map(callText).join(", ")}`;
+  }
+  // A finished call that had timed out is named too (one in flight is, above).
+  const timedOut = r.recent.find((c) => c.timedOut);
+  if (timedOut) {
+    text += `; tool call ${timedOut.tool}${
+      timedOut.callId === undefined ? "" : ` (call id ${timedOut.callId})`
+    } ran past its deadline`;
   }
   if (r.end?.summary) text += `: ${r.end.summary}`;
   const chars = Array.from(text.replace(/\s*[\r\n]+\s*/g, " "));

@@ -15,7 +15,7 @@ import {
   escapeText,
   findBlock,
 } from "./_block.ts";
-import { formatDuration } from "./template.ts";
+import { formatDuration, formatUsd } from "./template.ts";
 
 /** A cap and where it was found. */
 export interface CapSource {
@@ -31,6 +31,32 @@ export interface RunCaps {
   turns?: CapSource;
   /** The time cap, in seconds. */
   time?: CapSource;
+  /** The token cap (input + output tokens). */
+  tokens?: CapSource;
+  /** The cost cap, in US dollars. */
+  usd?: CapSource;
+}
+
+/** The model use a run reported, added up. */
+export interface UsageTotals {
+  /** Input tokens. */
+  inputTokens: number;
+  /** Output tokens. */
+  outputTokens: number;
+  /** The cost in US dollars; absent when it is not known (no cost given and no price). */
+  usd?: number;
+}
+
+/** A tool call that ran past its deadline. */
+export interface TimedOutCall {
+  /** The tool's name. */
+  tool: string;
+  /** The host's id for the call, when it gave one. */
+  callId?: string;
+  /** The deadline it ran past, in seconds from its start. */
+  timeoutSeconds: number;
+  /** Seconds after the run started that it started. */
+  startedAt: number;
 }
 
 /** A tool call the host reported. */
@@ -47,13 +73,23 @@ export interface ToolCall {
   durationMs?: number;
   /** What the host reported of a failed call's error. */
   error?: string;
+  /** True when the call ran past its deadline. */
+  timedOut?: boolean;
 }
 
 /** Why a checkpoint was persisted. */
-export type RecordKind = "tier" | "uncapped" | "stall" | "manual" | "deadline" | "end";
+export type RecordKind =
+  | "tier"
+  | "uncapped"
+  | "stall"
+  | "manual"
+  | "deadline"
+  | "end"
+  | "tool_timeout";
 /** Which surface persisted it. */
 export type RecordSource =
   | "pre_llm_call"
+  | "post_llm_call"
   | "pre_tool_call"
   | "post_tool_call"
   | "watchdog"
@@ -128,6 +164,10 @@ export interface CheckpointRecord {
   workspace?: { snapshot: string; project: string };
   /** A supervisor's record of its command. */
   command?: CommandRecord;
+  /** The model use reported so far, when any was. */
+  usage?: UsageTotals;
+  /** The tool call a `tool_timeout` record is about. */
+  timedOut?: TimedOutCall;
 }
 
 /**
@@ -148,6 +188,7 @@ export const RECORD_KINDS: readonly RecordKind[] = [
   "manual",
   "deadline",
   "end",
+  "tool_timeout",
 ];
 /**
  * The record sources: the surfaces that persist a checkpoint.
@@ -167,6 +208,7 @@ export const RECORD_SOURCES: readonly RecordSource[] = [
   "watchdog",
   "host",
   "supervisor",
+  "post_llm_call",
 ];
 /**
  * The end statuses a run's last record can carry.
@@ -233,12 +275,59 @@ export function headerLine(
     ? "checkpoint persisted on request"
     : r.kind === "deadline"
     ? "deadline checkpoint persisted before the hard deadline"
+    : r.kind === "tool_timeout"
+    ? "tool call timed out; checkpoint persisted"
     : `run ended${r.end ? ` (${line(r.end.status)})` : ""}`;
   return `${PLUGIN}: ${what} (source: ${line(r.source)})`;
 }
 
 const capLine = (label: string, cap: CapSource | undefined, unit: (n: number) => string) =>
   `- ${label}: ${cap ? `${unit(cap.value)} (${line(cap.source)})` : "none"}`;
+
+const dollars = (n: number) => `$${formatUsd(n)}`;
+
+/** The token and cost lines: shown when the run has such a cap or reported use. */
+function usageLines(r: CheckpointRecord): string[] {
+  const out: string[] = [];
+  const u = isObject(r.usage) ? r.usage : undefined;
+  if (u) {
+    const inTokens = num(u.inputTokens);
+    const outTokens = num(u.outputTokens);
+    out.push(`- Tokens so far: ${inTokens + outTokens} (${inTokens} in, ${outTokens} out)`);
+  }
+  if (r.caps?.tokens) out.push(capLine("Token cap", r.caps.tokens, String));
+  if (u && typeof u.usd === "number" && Number.isFinite(u.usd)) {
+    out.push(`- Cost so far: ${dollars(u.usd)}`);
+  } else if (u && r.caps?.usd) out.push("- Cost so far: unknown (no cost reported, no price)");
+  if (r.caps?.usd) out.push(capLine("Cost cap", r.caps.usd, dollars));
+  return out;
+}
+
+/**
+ * A tool call's deadline in seconds as records show it: to the hundredth
+ * under ten seconds (`2.5s`), else as a duration.
+ *
+ * @example
+ * ```ts
+ * import { formatTimeout } from "./_record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(formatTimeout(0.25), "0.25s");
+ * assert.equal(formatTimeout(90), "1m30s");
+ * ```
+ */
+export const formatTimeout = (seconds: number): string =>
+  seconds < 10 && !Number.isInteger(seconds)
+    ? `${Number(Math.max(0, seconds).toFixed(2))}s`
+    : formatDuration(seconds);
+
+/** A timed-out tool call, in words. */
+function timedOutText(t: TimedOutCall): string {
+  const id = t.callId === undefined ? "" : ` [${line(t.callId)}]`;
+  return `${line(t.tool)}${id} ran past its ${
+    formatTimeout(num(t.timeoutSeconds))
+  } deadline (started at ${formatDuration(num(t.startedAt))})`;
+}
 
 const SAFE_ARG = /^[A-Za-z0-9_/.,:=@%+-]+$/;
 // deno-lint-ignore no-control-regex
@@ -335,8 +424,10 @@ export function recordText(r: CheckpointRecord): string {
     `- Elapsed: ${formatDuration(r.elapsedSeconds)}`,
     capLine("Turn cap", r.caps?.turns, String),
     capLine("Time cap", r.caps?.time, formatDuration),
-    `- Tier: ${r.tier}`,
   );
+  lines.push(...usageLines(r));
+  lines.push(`- Tier: ${r.tier}`);
+  if (r.timedOut) lines.push(`- Timed out: ${timedOutText(r.timedOut)}`);
   if (r.kind === "uncapped" && r.intervalSeconds !== undefined) {
     lines.push(
       `- Uncapped interval: ${formatDuration(r.intervalSeconds)} (checkpoint ${r.multiple})`,
@@ -361,7 +452,8 @@ export function recordText(r: CheckpointRecord): string {
     for (const t of r.tools) {
       const took = t.durationMs === undefined ? "" : `, ${Math.round(t.durationMs)} ms`;
       const id = t.callId === undefined ? "" : ` [${line(t.callId)}]`;
-      const error = t.error === undefined ? "" : `: ${line(t.error)}`;
+      const error = (t.timedOut ? ", timed out" : "") +
+        (t.error === undefined ? "" : `: ${line(t.error)}`);
       lines.push(
         `- ${line(t.tool)}${id} (${line(t.status)}${took}, at ${
           formatDuration(t.startedAt)
@@ -486,8 +578,26 @@ export function summaryLine(r: CheckpointRecord): string {
     ? `budget tier ${r.tier}`
     : r.kind === "uncapped"
     ? `uncapped checkpoint ${r.multiple ?? 1}`
+    : r.kind === "tool_timeout" && isObject(r.timedOut)
+    ? `tool call ${timedOutText(r.timedOut)}`
     : r.kind;
   let text = `attempt ${r.attempt ?? 1} ${how} after ${turns} and ${time}`;
+  if (isObject(r.usage)) {
+    const tokens = num(r.usage.inputTokens) + num(r.usage.outputTokens);
+    text += `, ${tokens}${r.caps?.tokens ? ` of ${r.caps.tokens.value}` : ""} tokens`;
+    if (typeof r.usage.usd === "number" && Number.isFinite(r.usage.usd)) {
+      text += ` and ${dollars(r.usage.usd)}${
+        r.caps?.usd ? ` of ${dollars(r.caps.usd.value)}` : ""
+      }`;
+    }
+  }
+  // A call that timed out is named even when a later record (its end) replaced the timeout's.
+  const timedOut = r.kind === "tool_timeout" ? undefined : r.tools?.find((t) => t.timedOut);
+  if (timedOut) {
+    text += `; tool call ${line(timedOut.tool)}${
+      timedOut.callId === undefined ? "" : ` [${line(timedOut.callId)}]`
+    } timed out`;
+  }
   text += r.end?.summary
     ? `: ${r.end.summary}`
     : `; last checkpoint: ${what} (${r.source}) at ${r.persistedAt}`;
@@ -501,6 +611,7 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === "object" && !Array.isArray(v);
 const isNumber = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
 const isString = (v: unknown): v is string => typeof v === "string";
+const num = (v: unknown) => (isNumber(v) ? v : 0);
 const TOOL_STATUSES: readonly unknown[] = ["in flight", "ok", "failed", "done"];
 const OUTCOMES: readonly unknown[] = ["exited", "signaled", "deadline", "not started"];
 
@@ -545,7 +656,7 @@ class Fields {
       return {};
     }
     const caps: RunCaps = {};
-    for (const axis of ["turns", "time"] as const) {
+    for (const axis of ["turns", "time", "tokens", "usd"] as const) {
       const c = v[axis];
       if (c === undefined) continue;
       if (isObject(c) && isNumber(c.value) && isString(c.source)) {
@@ -571,6 +682,7 @@ class Fields {
       this.keep(call, "callId", isString, `tools[${i}].callId`);
       this.keep(call, "durationMs", isNumber, `tools[${i}].durationMs`);
       this.keep(call, "error", isString, `tools[${i}].error`);
+      this.keep(call, "timedOut", (b) => b === true, `tools[${i}].timedOut`);
       if (!TOOL_STATUSES.includes(call.status)) {
         if (call.status !== undefined) this.dropped.push(`tools[${i}].status`);
         call.status = "done";
@@ -672,6 +784,19 @@ export function parseRecord(bytes: Uint8Array, dropped?: string[]): CheckpointRe
     "workspace",
     (w) => isObject(w) && isString(w.snapshot) && isString(w.project),
     "workspace",
+  );
+  f.keep(
+    r,
+    "usage",
+    (u) => isObject(u) && isNumber(u.inputTokens) && isNumber(u.outputTokens),
+    "usage",
+  );
+  if (isObject(r.usage)) f.keep(r.usage, "usd", isNumber, "usage.usd");
+  f.keep(
+    r,
+    "timedOut",
+    (t) => isObject(t) && isString(t.tool) && isNumber(t.timeoutSeconds),
+    "timedOut",
   );
   dropped?.push(...f.dropped);
   return r as unknown as CheckpointRecord;

@@ -33,7 +33,11 @@ const START = 0; // run start, ms on the shared clock
 const ACTIVITY = 1; // last hook call, ms
 const DEADLINE_AT = 2; // when the run's deadline signal aborts, ms; 0 while nobody asked for it
 const RING_F = 3; // TOOL_RING × [started at ms, duration ms]
-const F64_PER_SLOT = RING_F + TOOL_RING * 2;
+const IN_TOKENS = RING_F + TOOL_RING * 2; // input tokens reported so far
+const OUT_TOKENS = IN_TOKENS + 1; // output tokens reported so far
+const USD = IN_TOKENS + 2; // dollars spent so far; NaN once a call's cost was not known
+const TOOL_DEADLINE = IN_TOKENS + 3; // TOOL_RING × when the call times out, ms; 0 for never
+const F64_PER_SLOT = TOOL_DEADLINE + TOOL_RING;
 
 // Int32 fields of a slot.
 const GEN = 0; // bumped when the slot is freed, so stale handles see it
@@ -49,7 +53,9 @@ const COMMENTED = 9; // a bit per record kind whose first kanban comment went ou
 const DEADLINE = 10; // 1 once the deadline checkpoint is claimed
 const RING_I = 11; // TOOL_RING × [tool id, status]
 const FILE_LOCK = RING_I + TOOL_RING * 2; // 1 while a thread writes the run's file
-const I32_PER_SLOT = FILE_LOCK + 1; // an even count keeps slots 8-byte aligned
+const TIMED_OUT = FILE_LOCK + 1; // a bit per ring entry whose timeout record is claimed
+const TIMED_CALLS = TIMED_OUT + 1; // tool calls started with a deadline so far
+const I32_PER_SLOT = TIMED_CALLS + 1; // an even count keeps slots 8-byte aligned
 
 /** Bytes of a tool call's id in the ring: a length byte, then up to 47 bytes of UTF-8. */
 const CALL_ID_BYTES = 48;
@@ -403,6 +409,79 @@ export class RunTable {
     return Atomics.load(this.#i, this.#iAt(slot) + TURNS);
   }
 
+  /**
+   * Add one model call's use (one writer: the main thread). A cost of `NaN`
+   * (not known) makes the run's dollar figure `NaN` from then on.
+   */
+  addUsage(slot: number, inputTokens: number, outputTokens: number, usd: number): void {
+    const f = this.#fAt(slot);
+    this.#f[f + IN_TOKENS] = this.#f[f + IN_TOKENS]! + inputTokens;
+    this.#f[f + OUT_TOKENS] = this.#f[f + OUT_TOKENS]! + outputTokens;
+    this.#f[f + USD] = this.#f[f + USD]! + usd;
+  }
+
+  /** Set the dollars spent so far, as the framework counts them (one writer: the main thread). */
+  setUsd(slot: number, usd: number): void {
+    this.#f[this.#fAt(slot) + USD] = usd;
+  }
+
+  /** Tokens used so far, input and output. */
+  tokens(slot: number): number {
+    const f = this.#fAt(slot);
+    return this.#f[f + IN_TOKENS]! + this.#f[f + OUT_TOKENS]!;
+  }
+
+  /** Dollars spent so far; `NaN` when a call's cost was not known. */
+  usd(slot: number): number {
+    return this.#f[this.#fAt(slot) + USD]!;
+  }
+
+  /** Input and output tokens so far, and dollars. */
+  usage(slot: number): { inputTokens: number; outputTokens: number; usd: number } {
+    const f = this.#fAt(slot);
+    return {
+      inputTokens: this.#f[f + IN_TOKENS]!,
+      outputTokens: this.#f[f + OUT_TOKENS]!,
+      usd: this.#f[f + USD]!,
+    };
+  }
+
+  /**
+   * When tool call `n` (a sequence number) times out, ms, or 0 when it has no
+   * deadline, has ended or left the ring.
+   */
+  toolDeadline(slot: number, n: number): number {
+    const i = this.#iAt(slot);
+    const count = Atomics.load(this.#i, i + TOOL_COUNT);
+    if (n < 0 || n >= count || count - n > TOOL_RING) return 0;
+    const k = n % TOOL_RING;
+    if (Atomics.load(this.#i, i + RING_I + k * 2 + 1) !== IN_FLIGHT) return 0;
+    return this.#f[this.#fAt(slot) + TOOL_DEADLINE + k]!;
+  }
+
+  /** Claim the timeout record of tool call `n`: true for exactly one caller, whichever thread. */
+  claimTimeout(slot: number, n: number): boolean {
+    const bit = 1 << (n % TOOL_RING);
+    return (Atomics.or(this.#i, this.#iAt(slot) + TIMED_OUT, bit) & bit) === 0;
+  }
+
+  /** Whether tool call `n`'s timeout was claimed (while it is in the ring). */
+  timedOut(slot: number, n: number): boolean {
+    const bit = 1 << (n % TOOL_RING);
+    return (Atomics.load(this.#i, this.#iAt(slot) + TIMED_OUT) & bit) !== 0;
+  }
+
+  /** Tool calls started with a deadline so far: a new one calls for the watchdog's look. */
+  timedCalls(slot: number): number {
+    return Atomics.load(this.#i, this.#iAt(slot) + TIMED_CALLS);
+  }
+
+  /** The sequence numbers of the recent tool calls, oldest first. */
+  recentTools(slot: number): { from: number; to: number } {
+    const count = Atomics.load(this.#i, this.#iAt(slot) + TOOL_COUNT);
+    return { from: Math.max(0, count - TOOL_RING), to: count };
+  }
+
   /** Move a run's start (and last activity) back by `ms`, as if it had started earlier. */
   rewind(slot: number, ms: number): void {
     const f = this.#fAt(slot);
@@ -548,14 +627,20 @@ export class RunTable {
     return false;
   }
 
-  /** Record the start of a tool call; returns its sequence number. */
-  toolStart(slot: number, toolId: number, now: number, callId?: string): number {
+  /**
+   * Record the start of a tool call, and when it times out (`deadlineAt`,
+   * ms; 0 for never); returns its sequence number.
+   */
+  toolStart(slot: number, toolId: number, now: number, callId?: string, deadlineAt = 0): number {
     const i = this.#iAt(slot);
     const n = Atomics.load(this.#i, i + TOOL_COUNT);
     const k = n % TOOL_RING;
     const f = this.#fAt(slot) + RING_F + k * 2;
     this.#f[f] = now;
     this.#f[f + 1] = -1;
+    this.#f[this.#fAt(slot) + TOOL_DEADLINE + k] = deadlineAt;
+    Atomics.and(this.#i, i + TIMED_OUT, ~(1 << k));
+    if (deadlineAt > 0) Atomics.add(this.#i, i + TIMED_CALLS, 1);
     const id = this.#idAt(slot, k);
     if (callId === undefined) this.#b[id] = 0;
     else {
@@ -623,8 +708,9 @@ export class RunTable {
 
   /**
    * A number that changes when what a run's ledger record shows does: a
-   * turn, a tool call's start or end, a tier, its description. Reads only,
-   * allocates nothing: the watchdog compares it for every run each interval.
+   * turn, a tool call's start or end (or its timeout), a tier, its model use,
+   * its description. Reads only, allocates nothing: the watchdog compares it
+   * for every run each interval.
    */
   changeStamp(slot: number): number {
     const i = this.#iAt(slot);
@@ -636,6 +722,11 @@ export class RunTable {
     for (let k = 0; k < TOOL_RING; k++) {
       h = (h * 31 + Atomics.load(this.#i, i + RING_I + k * 2 + 1)) | 0;
     }
+    h = (h * 31 + Atomics.load(this.#i, i + TIMED_OUT)) | 0;
+    // The model use: tokens, and dollars to the micro-dollar (NaN, cost unknown, counts as 0).
+    const f = this.#fAt(slot);
+    h = (h * 31 + ((this.#f[f + IN_TOKENS]! + this.#f[f + OUT_TOKENS]!) % 2 ** 31)) | 0;
+    h = (h * 31 + (Math.round(this.#f[f + USD]! * 1e6) % 2 ** 31)) | 0;
     return h;
   }
 
@@ -659,6 +750,7 @@ export class RunTable {
       const idLength = this.#b[id]!;
       if (idLength > 0) call.callId = text(this.#b, id + 1, id + 1 + idLength);
       if (status !== "in flight") call.durationMs = this.#f[f + 1]!;
+      if (this.timedOut(slot, n)) call.timedOut = true;
       out.push(call);
     }
     return out;

@@ -12,10 +12,13 @@ import {
   type CheckpointRecord,
   commentBody,
   type EndStatus,
+  formatTimeout,
   type RecordKind,
   type RecordSource,
   renderBlock,
   type RunCaps,
+  type TimedOutCall,
+  type UsageTotals,
 } from "./_record.ts";
 import type { Settings } from "./settings.ts";
 import { INFO_BYTES, type RunTable } from "./_run_table.ts";
@@ -39,8 +42,10 @@ export interface RunInfo {
   toolErrors?: Record<string, string>;
   /** The newest workspace snapshot of the run's project. */
   workspace?: { snapshot: string; project: string };
+  /** The model the run uses, for the `prices` setting, when the host named it. */
+  model?: string;
   /** What the earlier attempts used, for the run ledger. */
-  prior?: { turns: number; seconds: number };
+  prior?: { turns: number; seconds: number; tokens?: number; usd?: number };
 }
 
 /** Characters of a run id kept in the watchdog's records when the id is too long for its slot. */
@@ -80,11 +85,12 @@ export function encodeRunInfo(info: RunInfo): Uint8Array | undefined {
   }
 }
 
-/** The template values of a run at a moment. */
+/** The template values of a run at a moment, with its tokens and dollars when it has those caps. */
 export function templateValues(
   info: RunInfo,
   turnsUsed: number,
   elapsedSeconds: number,
+  usage?: { tokens: number; usd: number },
 ): TemplateValues {
   const values: TemplateValues = {
     turnsUsed,
@@ -93,7 +99,27 @@ export function templateValues(
   };
   if (info.caps.turns) values.turnsCap = info.caps.turns.value;
   if (info.caps.time) values.timeCapSeconds = info.caps.time.value;
+  if (info.caps.tokens) {
+    values.tokensCap = info.caps.tokens.value;
+    values.tokensUsed = usage?.tokens ?? 0;
+  }
+  if (info.caps.usd) {
+    values.usdCap = info.caps.usd.value;
+    values.usdUsed = usage?.usd ?? 0;
+  }
   return values;
+}
+
+/**
+ * The run's use as a record shows it (its tokens, and its cost when known),
+ * or undefined when none was reported.
+ */
+export function usageTotals(shared: RunTable, slot: number): UsageTotals | undefined {
+  const u = shared.usage(slot);
+  if (u.inputTokens === 0 && u.outputTokens === 0 && u.usd === 0) return undefined;
+  const out: UsageTotals = { inputTokens: u.inputTokens, outputTokens: u.outputTokens };
+  if (Number.isFinite(u.usd)) out.usd = u.usd;
+  return out;
 }
 
 /** The budget numbers alone, for `notify` mode. */
@@ -120,7 +146,8 @@ export type PersistEvent =
   | { kind: "stall"; silentSeconds: number }
   | { kind: "manual"; message?: string }
   | { kind: "deadline"; atSeconds: number }
-  | { kind: "end"; status: EndStatus; summary?: string };
+  | { kind: "end"; status: EndStatus; summary?: string }
+  | { kind: "tool_timeout"; call: TimedOutCall };
 
 /** The highest tier the mid-run surface has persisted. */
 const tierReached = (shared: RunTable, slot: number) =>
@@ -138,7 +165,20 @@ function messageOf(
 ): string {
   switch (event.kind) {
     case "tier":
-      return tierMessage(settings, event.tier, templateValues(info, turnsUsed, elapsedSeconds));
+      return tierMessage(
+        settings,
+        event.tier,
+        templateValues(info, turnsUsed, elapsedSeconds, {
+          tokens: shared.tokens(info.slot),
+          usd: shared.usd(info.slot),
+        }),
+      );
+    case "tool_timeout": {
+      const c = event.call;
+      return `Tool call ${c.tool}${c.callId === undefined ? "" : ` (${c.callId})`} ran past its ${
+        formatTimeout(c.timeoutSeconds)
+      } deadline; its signal aborts it now. This record is where the run got to.`;
+    }
     case "uncapped":
       return `This run has no discoverable turn or time cap, so no budget tiers apply; ` +
         `this checkpoint was persisted on the uncapped interval (${
@@ -164,7 +204,6 @@ function messageOf(
     case "end":
       return event.summary ?? `The run ended: ${event.status}.`;
   }
-  void shared;
 }
 
 /** Build the record of a run as it stands now. */
@@ -208,6 +247,9 @@ export function buildRecord(
   if (info.attempt !== undefined) record.attempt = info.attempt;
   if (info.attempts?.length) record.attempts = info.attempts;
   if (info.workspace) record.workspace = info.workspace;
+  const usage = usageTotals(shared, slot);
+  if (usage) record.usage = usage;
+  if (event.kind === "tool_timeout") record.timedOut = event.call;
   return record;
 }
 
@@ -217,7 +259,7 @@ export interface CheckpointEvent {
   runId: string;
   /** The checkpoint file. */
   file: string;
-  /** Why it was written: `tier`, `uncapped`, `stall`, `manual`, `deadline` or `end`. */
+  /** Why it was written: `tier`, `uncapped`, `stall`, `manual`, `deadline`, `tool_timeout` or `end`. */
   kind: RecordKind;
   /** The budget tier, for tier checkpoints. */
   tier?: 1 | 2;

@@ -10,7 +10,7 @@ import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } fro
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, deniedRead, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
-import { MAX_ATTEMPTS, summaryLine } from "./_record.ts";
+import { MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
 import {
   type PreviousAttempt,
   Run,
@@ -21,7 +21,7 @@ import {
 import { Workspaces } from "./workspace/mod.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
-import { capValues, tierPlan } from "./tier.ts";
+import { capValues, hasCap, tierPlan } from "./tier.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
 import {
   type CheckpointEvent,
@@ -41,7 +41,13 @@ import {
   resumeNote,
   unknownCalls,
 } from "./_ledger.ts";
-import { openRunStore, type RunRecord, type RunView, thisHost } from "./store/mod.ts";
+import {
+  openRunStore,
+  type PriorUse,
+  type RunRecord,
+  type RunView,
+  thisHost,
+} from "./store/mod.ts";
 import { existsSync } from "node:fs";
 import type { EndStatus } from "./_record.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
@@ -169,8 +175,31 @@ function workspaceOf(dir: unknown): string {
 interface Earlier {
   previous: PreviousAttempt;
   attempts: string[];
-  prior: { turns: number; seconds: number };
+  prior: PriorUse;
   resumeNote?: string;
+}
+
+/** What the attempts up to this one used: the earlier ones' (`before`) and this one's. */
+function priorUse(
+  before: PriorUse | undefined,
+  turns: number,
+  seconds: number,
+  usage: UsageTotals | undefined,
+): PriorUse {
+  const out: PriorUse = {
+    turns: (before?.turns ?? 0) + turns,
+    seconds: (before?.seconds ?? 0) + seconds,
+  };
+  const tokens = (before?.tokens ?? 0) + (usage ? usage.inputTokens + usage.outputTokens : 0);
+  if (tokens > 0) out.tokens = tokens;
+  // Dollars add up only while every attempt's cost is known (none used is known: $0).
+  const earlier = before === undefined
+    ? 0
+    : before.usd ?? ((before.tokens ?? 0) > 0 ? undefined : 0);
+  const now = usage === undefined ? 0 : usage.usd;
+  const usd = earlier === undefined || now === undefined ? undefined : earlier + now;
+  if (usd !== undefined && usd > 0) out.usd = usd;
+  return out;
 }
 
 /** The earlier attempt as the run ledger recorded it, with what its file adds when it has one. */
@@ -189,10 +218,7 @@ function ledgerAttempt(
     return {
       ...file!,
       previous: { ...same, status, host },
-      prior: {
-        turns: (r.prior?.turns ?? 0) + same.turnsUsed,
-        seconds: (r.prior?.seconds ?? 0) + same.elapsedSeconds,
-      },
+      prior: priorUse(r.prior, same.turnsUsed, same.elapsedSeconds, same.usage ?? r.usage),
     };
   }
   const summary = ledgerSummary(view, now);
@@ -216,6 +242,7 @@ function ledgerAttempt(
   };
   if (r.end) previous.endStatus = r.end.status;
   if (calls.length > 0) previous.inFlight = calls;
+  if (r.usage) previous.usage = r.usage;
   const attempts = [...(r.attempts ?? file?.attempts.slice(0, -1) ?? []), previous.summary]
     .slice(-MAX_ATTEMPTS);
   const used = Math.max(r.elapsedSeconds, (now - r.startedAt) / 1000);
@@ -223,10 +250,7 @@ function ledgerAttempt(
     r.elapsedSeconds,
     ((view.heartbeat?.at ?? r.updatedAt) - r.startedAt) / 1000,
   );
-  const prior = {
-    turns: (r.prior?.turns ?? 0) + r.turnsUsed,
-    seconds: (r.prior?.seconds ?? 0) + Math.max(0, seconds),
-  };
+  const prior = priorUse(r.prior, r.turnsUsed, Math.max(0, seconds), r.usage);
   return { previous, attempts, prior };
 }
 
@@ -258,11 +282,12 @@ function earlierAttempt(
     summary,
   };
   if (record.end) previous.endStatus = record.end.status;
+  if (record.usage) previous.usage = record.usage;
   const attempts = [...(record.attempts ?? []), summary].slice(-MAX_ATTEMPTS);
   return {
     previous,
     attempts,
-    prior: { turns: record.turnsUsed, seconds: record.elapsedSeconds },
+    prior: priorUse(undefined, record.turnsUsed, record.elapsedSeconds, record.usage),
   };
 }
 
@@ -457,6 +482,8 @@ export class AgentCheckpoint {
         attempt: 1,
       };
       if (found.taskId !== undefined) info.taskId = found.taskId;
+      const model = (init as { model?: unknown } | undefined)?.model;
+      if (typeof model === "string" && model !== "") info.model = model.slice(0, 200);
       const fromFile = settings.resume === false ? undefined : earlierAttempt(
         info.checkpointFile,
         (message) => this.#log("warn", message, runId),
@@ -547,7 +574,7 @@ export class AgentCheckpoint {
       const info = this.#runs[slot];
       if (!info || this.#shared.toolInFlight(slot)) continue;
       const plan = tierPlan(capValues(info.caps), settings);
-      const capped = plan.turnCap !== undefined || plan.timeCap !== undefined;
+      const capped = hasCap(plan);
       const pastCap = plan.timeCap !== undefined &&
         now - this.#shared.start(slot) > (plan.timeCap + 180) * 1000;
       if (capped && !this.#shared.tierClaimed(slot, 2) && !pastCap) continue;

@@ -32,8 +32,13 @@ export interface RunInit {
   taskId?: string;
   /** The dialect, when the host knows it. */
   dialect?: "chat" | "kanban" | "goal";
-  /** Caps the host knows; they win over every other source. */
-  caps?: { turns?: number; timeSeconds?: number };
+  /**
+   * Caps the host knows; they win over every other source. `tokens` counts
+   * input and output tokens, `usd` is the cost in US dollars.
+   */
+  caps?: { turns?: number; timeSeconds?: number; tokens?: number; usd?: number };
+  /** The model the run calls, for the `prices` setting; `run.usage()` can name it too. */
+  model?: string;
   /** The goal the run pursues. */
   goal?: { maxTurns?: number };
   /** The run's working tree, for workspace snapshots. @default {the current directory} */
@@ -292,8 +297,22 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
   }
   if (t) found.time = t;
   if (n) found.turns = n;
+  // Tokens and dollars: the host's caps, then the plugin's, in every dialect.
+  const tokens = first([["host", () => field(init.caps, "tokens")], [
+    "caps.tokens",
+    () => settings.caps.tokens,
+  ]]);
+  const usd = first([["host", () => field(init.caps, "usd")], [
+    "caps.usd",
+    () => settings.caps.usd,
+  ]]);
+  if (tokens) found.tokens = tokens;
+  if (usd) found.usd = usd;
 
-  const counted = countedCaps({ turns: n?.value, timeSeconds: t?.value }, settings);
+  const counted = countedCaps(
+    { turns: n?.value, timeSeconds: t?.value, tokens: tokens?.value, usd: usd?.value },
+    settings,
+  );
   const caps: RunCaps = {};
   const dropped: string[] = [];
   if (n && counted.turns !== undefined) caps.turns = n;
@@ -313,6 +332,14 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
         ? `time cap ${t.value}s not counted: time is not in enabled_axes`
         : `time cap ${t.value}s not counted: below min_budget_floor_seconds ${settings.min_budget_floor_seconds}`,
     );
+  }
+  for (const [axis, cap, unit] of [["tokens", tokens, ""], ["usd", usd, " USD"]] as const) {
+    if (!cap) continue;
+    if (axis === "tokens" ? counted.tokens !== undefined : counted.usd !== undefined) {
+      caps[axis] = cap;
+    } else {dropped.push(
+        `${axis} cap ${cap.value}${unit} not counted: ${axis} is not in enabled_axes`,
+      );}
   }
   const out: DiscoveredCaps = {
     dialect,

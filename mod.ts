@@ -37,17 +37,18 @@ export {
   createAgentCheckpoint,
   type TaskComment,
 } from "./agent_checkpoint.ts";
-export { type PreviousAttempt, Run } from "./run.ts";
+export { type PreviousAttempt, Run, type UsageReport } from "./run.ts";
 export type { CheckpointEvent } from "./_writer.ts";
 export { discoverCaps, type DiscoveredCaps, type RunInit } from "./discover.ts";
 export { type Env, type LoadedSettings, loadSettings, type SettingsOptions } from "./config.ts";
 export { type Caps, dueTier, type Tier } from "./tier.ts";
-export { formatDuration, renderTemplate, type TemplateValues } from "./template.ts";
+export { formatDuration, formatUsd, renderTemplate, type TemplateValues } from "./template.ts";
 export { writeFileAtomic } from "./persist.ts";
 export {
   type Axis,
   type JsonSchema,
   type Mode,
+  type ModelPrice,
   SETTINGS,
   type Settings,
   type SettingSource,
@@ -55,5 +56,13 @@ export {
   settingsSchema,
   type Verdict,
 } from "./settings.ts";
-export type { CapSource, EndStatus, RecordKind, RecordSource, RunCaps } from "./_record.ts";
+export type {
+  CapSource,
+  EndStatus,
+  RecordKind,
+  RecordSource,
+  RunCaps,
+  TimedOutCall,
+  UsageTotals,
+} from "./_record.ts";
 export type { HostLogger, LogRecord } from "./log.ts";

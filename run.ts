@@ -15,8 +15,9 @@ import {
   type RecordKind,
   type RecordSource,
   type RunCaps,
+  type UsageTotals,
 } from "./_record.ts";
-import type { Settings } from "./settings.ts";
+import { budgetValue, type ModelPrice, type Settings } from "./settings.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import { renderTemplate } from "./template.ts";
 import { capValues, fireTier, tierFor, type TierPlan, tierPlan } from "./tier.ts";
@@ -98,6 +99,8 @@ export interface PreviousAttempt {
   elapsedSeconds: number;
   /** Its caps. */
   caps: RunCaps;
+  /** The model use it reported (tokens, and dollars when known), when it reported any. */
+  usage?: UsageTotals;
   /** When its last checkpoint was written, ISO 8601. */
   persistedAt: string;
   /** How it ended, when it ended at all; undefined when it was cut off. */
@@ -111,7 +114,7 @@ export interface PreviousAttempt {
   /** From the run ledger: where it ran. */
   host?: { machine: string; pid: number };
   /** From the run ledger: the tool calls in flight when it stopped, whose outcome is unknown. */
-  inFlight?: { tool: string; callId?: string; runningSeconds: number }[];
+  inFlight?: { tool: string; callId?: string; runningSeconds: number; timedOut?: boolean }[];
 }
 
 /** What a run starts with besides its hooks' host. @internal */
@@ -141,6 +144,49 @@ const fileExists = (file: string) => {
 };
 /** A deadline signal that never aborts, for runs without a time cap. */
 const NEVER = new AbortController().signal;
+
+/** One model call's use, as {@linkcode Run.usage} takes it. */
+export interface UsageReport {
+  /** Input (prompt) tokens of the call. */
+  inputTokens?: number;
+  /** Output (completion) tokens of the call. */
+  outputTokens?: number;
+  /** The call's cost in US dollars, when the framework gives one. */
+  usd?: number;
+  /** The model called, for the `prices` setting. @default {the model given to startRun} */
+  model?: string;
+  /**
+   * The run's whole cost so far in US dollars, when the framework counts it
+   * (the Claude Agent SDK's `total_cost_usd`): it replaces the run's sum.
+   */
+  totalUsd?: number;
+}
+
+/** A whole number of tokens ≥ 0 from what a host reported; anything else counts as 0. */
+const tokenCount = (n: unknown): number =>
+  typeof n === "number" && Number.isFinite(n) && n > 0 ? Math.floor(n) : 0;
+
+/**
+ * A model's price in the `prices` setting: its own entry, else the longest
+ * name that begins the model's (`gpt-4o` prices `gpt-4o-2024-08-06`).
+ */
+function priceOf(prices: Record<string, ModelPrice>, model: string): ModelPrice | undefined {
+  if (Object.hasOwn(prices, model)) return prices[model];
+  let best: string | undefined;
+  for (const name of Object.keys(prices)) {
+    if (model.startsWith(name) && (best === undefined || name.length > best.length)) best = name;
+  }
+  return best === undefined ? undefined : prices[best];
+}
+
+/** A tool call whose deadline the main thread keeps. */
+interface ToolTimer {
+  timer: LongTimer;
+  tool: string;
+  callId: string | undefined;
+  startedAt: number;
+  timeoutSeconds: number;
+}
 
 /**
  * A run: one conversation run or task. Created by
@@ -173,6 +219,14 @@ export class Run {
   #deadlineTimer: LongTimer | undefined;
   #ended = false;
   readonly #workspace: string;
+  /** The price in force for the run's model, by model name, for one settings version. */
+  #prices = new Map<string, ModelPrice | undefined>();
+  #pricesVersion = -1;
+  #costUnknownLogged = false;
+  /** Main-thread timers of the tool calls with a deadline, by sequence number. */
+  readonly #toolTimers = new Map<number, ToolTimer>();
+  /** The signals handed out by {@linkcode Run.toolSignal}, by call id. */
+  readonly #toolSignals = new Map<string, AbortController>();
 
   /** @internal */
   constructor(host: RunHost | undefined, start: RunStart) {
@@ -265,7 +319,13 @@ export class Run {
       if (!settings.enabled) return undefined;
       host.contact(settings);
       const elapsed = this.#elapsed(host, now);
-      const tier = tierFor(this.#planFor(host, settings), used, elapsed);
+      const tier = tierFor(
+        this.#planFor(host, settings),
+        used,
+        elapsed,
+        host.shared.tokens(slot),
+        host.shared.usd(slot),
+      );
       const resume = this.#resumePending
         ? this.#resumeText(host, settings, used, elapsed)
         : undefined;
@@ -278,7 +338,14 @@ export class Run {
         host.log("info", `tier ${tier} due on the prologue surface (turn ${used})`, this.runId);
         return resume;
       }
-      const text = tierMessage(settings, tier, templateValues(this.#info, used, elapsed));
+      const text = tierMessage(
+        settings,
+        tier,
+        templateValues(this.#info, used, elapsed, {
+          tokens: host.shared.tokens(slot),
+          usd: host.shared.usd(slot),
+        }),
+      );
       return resume === undefined ? text : `${resume}\n\n${text}`;
     } catch (error) {
       this.#fail("preLlmCall", error);
@@ -351,8 +418,116 @@ export class Run {
       this.#planFor(host, settings),
       host.shared.turns(slot),
       this.#elapsed(host, now),
+      host.shared.tokens(slot),
+      host.shared.usd(slot),
     );
     if (tier !== 0) this.#midRun(host, settings, tier, now, source);
+  }
+
+  /**
+   * Report one model call's use, after the call: its input and output
+   * tokens, and its cost when the framework gives one (else the `prices`
+   * setting prices it from the model's name). The run adds them up; when a
+   * token or dollar tier becomes due, the checkpoint file is persisted
+   * before this returns (source `post_llm_call`), and the next
+   * `preLlmCall()` returns the directive. When neither a cost nor a price is
+   * known, the dollar axis is off for the rest of the run, with one log line.
+   *
+   * @param report The call's `inputTokens`, `outputTokens`, `usd` and `model`.
+   *
+   * @example A dollar cap of $1: tier 1 at $0.50, tier 2 at $0.90
+   * ```ts
+   * import { createAgentCheckpoint } from "./mod.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({
+   *   home: mkdtempSync(join(tmpdir(), "ac-")),
+   *   env: {},
+   *   settings: { prices: { "small-model": { input: 1, output: 4 } } }, // $ per million tokens
+   * });
+   * const run = ac.startRun({ sessionId: "cost", caps: { usd: 1 }, model: "small-model" });
+   * const texts: (string | undefined)[] = [];
+   * for (let call = 0; call < 10; call++) {
+   *   texts.push(run.preLlmCall());
+   *   run.usage({ inputTokens: 100_000, outputTokens: 0 }); // $0.10 a call
+   * }
+   * assert.equal(texts.findIndex((t) => t !== undefined), 5); // after $0.50
+   * assert.match(texts[9]!, /\$0\.90 of \$1\.00/);
+   * await ac.close();
+   * ```
+   */
+  usage(report: UsageReport): void {
+    try {
+      const host = this.#live();
+      if (!host) return;
+      const input = tokenCount(report?.inputTokens);
+      const output = tokenCount(report?.outputTokens);
+      const now = nowMs();
+      const slot = this.#info.slot;
+      host.shared.touch(slot, now);
+      const settings = host.settingsAt(now);
+      const given = report?.usd;
+      const usd = typeof given === "number" && Number.isFinite(given) && given >= 0
+        ? given
+        : input + output === 0 || typeof report?.totalUsd === "number"
+        ? 0
+        : this.#price(host, settings, report?.model, input, output);
+      host.shared.addUsage(slot, input, output, usd);
+      const total = report?.totalUsd;
+      if (typeof total === "number" && Number.isFinite(total) && total >= 0) {
+        host.shared.setUsd(slot, total);
+      }
+      if (!settings.enabled) return;
+      const plan = this.#planFor(host, settings);
+      if (plan.tokenCap === undefined && plan.usdCap === undefined) return;
+      host.contact(settings);
+      const tier = tierFor(
+        plan,
+        host.shared.turns(slot),
+        this.#elapsed(host, now),
+        host.shared.tokens(slot),
+        host.shared.usd(slot),
+      );
+      if (tier !== 0) this.#midRun(host, settings, tier, now, "post_llm_call");
+    } catch (error) {
+      this.#fail("usage", error);
+    }
+  }
+
+  /** A call's cost from the `prices` setting, or `NaN` (logged once) when there is no price. */
+  #price(
+    host: RunHost,
+    settings: Settings,
+    model: unknown,
+    input: number,
+    output: number,
+  ): number {
+    const name = typeof model === "string" && model !== "" ? model : this.#info.model ?? "";
+    const version = host.settingsVersion();
+    if (version !== this.#pricesVersion) {
+      this.#prices.clear();
+      this.#pricesVersion = version;
+    }
+    let price = this.#prices.get(name);
+    if (price === undefined && !this.#prices.has(name)) {
+      price = name === "" ? undefined : priceOf(settings.prices, name);
+      this.#prices.set(name, price);
+    }
+    if (price) return (input * price.input + output * price.output) / 1e6;
+    if (!this.#costUnknownLogged && this.caps.usd) {
+      this.#costUnknownLogged = true;
+      host.log(
+        "warn",
+        `the usd axis is off for this run: a model call came with no cost, and ${
+          name === "" ? "no model was named" : `the prices setting has no price for ${name}`
+        } (add one under prices, dollars per million input and output tokens)`,
+        this.runId,
+      );
+    }
+    return NaN;
   }
 
   /**
@@ -384,7 +559,10 @@ export class Run {
    * await ac.close();
    * ```
    */
-  preToolCall(tool: string, call?: { callId?: string; input?: unknown }): void {
+  preToolCall(
+    tool: string,
+    call?: { callId?: string; input?: unknown; timeoutSeconds?: number },
+  ): void {
     try {
       const host = this.#live();
       if (!host) return;
@@ -392,7 +570,12 @@ export class Run {
       const slot = this.#info.slot;
       host.shared.touch(slot, now);
       const callId = call?.callId === undefined ? undefined : String(call.callId);
-      const seq = host.shared.toolStart(slot, host.toolId(tool), now, callId);
+      const settings = host.settingsAt(now);
+      const timeout = settings.enabled
+        ? budgetValue(call?.timeoutSeconds) ?? settings.tool_timeout_seconds
+        : undefined;
+      const deadlineAt = timeout === undefined ? 0 : now + timeout * 1000;
+      const seq = host.shared.toolStart(slot, host.toolId(tool), now, callId, deadlineAt);
       if (callId !== undefined) {
         this.#calls.set(callId, seq);
         // Calls whose end never came: past the ring, their starts are gone from the record too.
@@ -400,7 +583,7 @@ export class Run {
           this.#calls.delete(this.#calls.keys().next().value as string);
         }
       }
-      const settings = host.settingsAt(now);
+      if (timeout !== undefined) this.#armToolTimer(host, seq, String(tool), callId, now, timeout);
       if (!settings.enabled) return;
       if (call?.input !== undefined) {
         // Synchronous: the tool runs next, and must find its tree stored.
@@ -459,6 +642,9 @@ export class Run {
         this.#calls.delete(callId);
       } else seq = host.shared.oldestInFlight(slot, toolId);
       const ok = outcome?.error !== undefined ? false : outcome?.ok;
+      if (seq >= 0) this.#toolTimers.get(seq)?.timer.clear();
+      this.#toolTimers.delete(seq);
+      if (callId !== undefined) this.#toolSignals.delete(callId);
       if (ok === false && outcome?.error !== undefined) {
         this.#toolError(host, seq < 0 ? host.shared.toolCount(slot) : seq, outcome.error);
       }
@@ -704,6 +890,122 @@ export class Run {
     controller.abort(new DOMException("The run's deadline passed", "TimeoutError"));
   }
 
+  /** Keep a tool call's deadline on this thread too: the watchdog's twin, and the signal's clock. */
+  #armToolTimer(
+    host: RunHost,
+    seq: number,
+    tool: string,
+    callId: string | undefined,
+    now: number,
+    timeoutSeconds: number,
+  ): void {
+    // The watchdog plans the new deadline now rather than at its next poll.
+    host.shared.wake();
+    const startedAt = this.#elapsed(host, now);
+    const timer = longTimeout(() => this.#fireToolTimeout(seq), timeoutSeconds * 1000, {
+      unref: true,
+    });
+    this.#toolTimers.set(seq, { timer, tool, callId, startedAt, timeoutSeconds });
+    if (this.#toolTimers.size > MAX_OPEN_CALLS) {
+      const [oldest, kept] = this.#toolTimers.entries().next().value!;
+      kept.timer.clear();
+      this.#toolTimers.delete(oldest);
+    }
+  }
+
+  /** A tool call's deadline passed: write its record unless the watchdog did, then abort its signal. */
+  #fireToolTimeout(seq: number): void {
+    const kept = this.#toolTimers.get(seq);
+    this.#toolTimers.delete(seq);
+    if (!kept) return;
+    try {
+      const host = this.#live();
+      if (!host || host.shared.toolDeadline(this.#info.slot, seq) === 0) return; // it ended
+      if (host.shared.claimTimeout(this.#info.slot, seq)) {
+        const now = nowMs();
+        const settings = host.settingsAt(now);
+        if (settings.enabled && settings.mid_run_persist) {
+          const call: PersistEvent & { kind: "tool_timeout" } = {
+            kind: "tool_timeout",
+            call: {
+              tool: kept.tool,
+              timeoutSeconds: kept.timeoutSeconds,
+              startedAt: kept.startedAt,
+            },
+          };
+          if (kept.callId !== undefined) call.call.callId = kept.callId;
+          host.writer.write(this.#info, settings, call, "host", now);
+        }
+      }
+      if (kept.callId !== undefined) this.#abortTool(kept.callId);
+    } catch (error) {
+      this.#fail("tool timeout", error);
+    }
+  }
+
+  #abortTool(callId: string): void {
+    this.#toolSignals.get(callId)?.abort(
+      new DOMException(`The tool call ${callId} ran past its deadline`, "TimeoutError"),
+    );
+  }
+
+  /**
+   * An `AbortSignal` for one tool call, by its call id: it aborts when the
+   * call runs past its deadline (`preToolCall(tool, { callId, timeoutSeconds })`,
+   * else the `tool_timeout_seconds` setting), right after the `tool_timeout`
+   * checkpoint that names the call (written by the watchdog when the main
+   * thread is blocked). It never aborts for a call without a deadline, or
+   * once the call has ended. Its reason is a `TimeoutError` `DOMException`.
+   * Its timer never keeps the process alive.
+   *
+   * @param callId The call id given to `preToolCall()`.
+   * @returns The call's signal.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "./mod.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync, readFileSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const run = ac.startRun({ sessionId: "slow-tool" });
+   * run.preToolCall("fetch_page", { callId: "c1", timeoutSeconds: 0.1 });
+   * const signal = run.toolSignal("c1");
+   * const work = setInterval(() => {}, 50); // the host's own work keeps the process alive
+   * await new Promise((resolve) => signal.addEventListener("abort", resolve));
+   * clearInterval(work);
+   * run.postToolCall("fetch_page", { callId: "c1", error: signal.reason });
+   * assert.match(readFileSync(run.checkpointFile, "utf8"), /fetch_page \[c1\] ran past its 0.1s deadline/);
+   * await ac.close();
+   * ```
+   */
+  toolSignal(callId: string): AbortSignal {
+    try {
+      const id = String(callId);
+      const known = this.#toolSignals.get(id);
+      if (known) return known.signal;
+      const host = this.#live();
+      if (!host) return NEVER;
+      const controller = new AbortController();
+      this.#toolSignals.set(id, controller);
+      if (this.#toolSignals.size > MAX_OPEN_CALLS) {
+        this.#toolSignals.delete(this.#toolSignals.keys().next().value as string);
+      }
+      // Asked for after its deadline passed: the call has timed out already.
+      const seq = this.#calls.get(id);
+      if (
+        seq !== undefined && host.shared.toolDeadline(this.#info.slot, seq) > 0 &&
+        host.shared.timedOut(this.#info.slot, seq)
+      ) this.#abortTool(id);
+      return controller.signal;
+    } catch (error) {
+      this.#fail("toolSignal", error);
+      return NEVER;
+    }
+  }
+
   /**
    * Workspace snapshots: call before the agent changes files (S19). A no-op
    * unless `workspace_snapshots` is on.
@@ -784,6 +1086,9 @@ export class Run {
     this.#ended = true;
     try {
       this.#deadlineTimer?.clear();
+      for (const kept of this.#toolTimers.values()) kept.timer.clear();
+      this.#toolTimers.clear();
+      this.#toolSignals.clear();
       const host = this.#live();
       if (!host) return Promise.resolve();
       let status = outcome?.status ?? "done";

@@ -36,8 +36,10 @@ export interface JsonSchema {
   anyOf?: JsonSchema[];
   /** The schema of each key of an object. */
   properties?: Record<string, JsonSchema>;
-  /** False: no keys but `properties`. */
-  additionalProperties?: boolean;
+  /** False: no keys but `properties`; a schema: what every other key holds. */
+  additionalProperties?: boolean | JsonSchema;
+  /** Keys that must be present. */
+  required?: string[];
   /** The default value. */
   default?: unknown;
   /** What the value means. */
@@ -221,11 +223,11 @@ export const MIN_POLL_SECONDS = 0.05;
 
 /** The built-in tier-1 template. */
 export const DEFAULT_TIER1_TEMPLATE =
-  "Budget checkpoint: {budget}. Before you continue, write everything you have found so far into {checkpoint_file}, including what remains to be done, then carry on at normal pace.";
+  "Budget checkpoint: {budget}; your {nearest} budget is nearest its cap. Before you continue, write everything you have found so far into {checkpoint_file}, including what remains to be done, then carry on at normal pace.";
 
 /** The built-in tier-2 template. */
 export const DEFAULT_TIER2_TEMPLATE =
-  "Final budget checkpoint: {budget}. Stop expanding the work now. Bring {checkpoint_file} and your deliverable to a final state; if the task is unfinished, mark the checkpoint INCOMPLETE and write the exact next step. Post your summary, then verify that {checkpoint_file} exists.";
+  "Final budget checkpoint: {budget}; your {nearest} budget is nearest its cap. Stop expanding the work now. Bring {checkpoint_file} and your deliverable to a final state; if the task is unfinished, mark the checkpoint INCOMPLETE and write the exact next step. Post your summary, then verify that {checkpoint_file} exists.";
 
 /** The built-in text for the first model call of a resumed run. */
 export const DEFAULT_RESUME_TEMPLATE =
@@ -236,21 +238,70 @@ const fraction = (doc: string, defaultValue: number): SettingSpec<number> =>
 
 const timeSeconds = budget(false, "A time cap in seconds for runs whose own cap is not found.");
 const turns = budget(true, "A turn cap for runs whose own cap is not found.");
-const caps: SettingSpec<{ time_seconds?: number; turns?: number }> = {
-  doc: "Caps the plugin supplies for runs whose own cap is not discoverable.",
-  default: {},
-  schemaDefault: true,
-  schema: {
-    type: "object",
-    additionalProperties: false,
-    properties: { time_seconds: timeSeconds.schema, turns: turns.schema },
-  },
-  check: () => reject("must be a mapping"), // resolved key by key, from `fields`
-  fields: {
-    time_seconds: timeSeconds as SettingSpec<unknown>,
-    turns: turns as SettingSpec<unknown>,
+const tokens = budget(true, "A token cap (input + output) for runs whose host gives none.");
+const usd = budget(false, "A cost cap in US dollars for runs whose host gives none.");
+const caps: SettingSpec<{ time_seconds?: number; turns?: number; tokens?: number; usd?: number }> =
+  {
+    doc: "Caps the plugin supplies for runs whose own cap is not discoverable.",
+    default: {},
+    schemaDefault: true,
+    schema: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        time_seconds: timeSeconds.schema,
+        turns: turns.schema,
+        tokens: tokens.schema,
+        usd: usd.schema,
+      },
+    },
+    check: () => reject("must be a mapping"), // resolved key by key, from `fields`
+    fields: {
+      time_seconds: timeSeconds as SettingSpec<unknown>,
+      turns: turns as SettingSpec<unknown>,
+      tokens: tokens as SettingSpec<unknown>,
+      usd: usd as SettingSpec<unknown>,
+    },
+  };
+
+/** A model's price, in US dollars per million tokens. */
+export interface ModelPrice {
+  /** Dollars per million input tokens. */
+  input: number;
+  /** Dollars per million output tokens. */
+  output: number;
+}
+
+const PRICE_RULE =
+  "must be a mapping of model names to { input, output }, dollars per million tokens, each >= 0";
+const priceSchema: JsonSchema = {
+  type: "object",
+  additionalProperties: false,
+  required: ["input", "output"],
+  properties: {
+    input: { type: "number", minimum: 0 },
+    output: { type: "number", minimum: 0 },
   },
 };
+const prices: SettingSpec<Record<string, ModelPrice>> = spec(
+  "Prices per model, in dollars per million input and output tokens, for frameworks that report no cost.",
+  {},
+  { type: "object", additionalProperties: priceSchema },
+  (v) => {
+    if (!isMapping(v)) return reject(PRICE_RULE);
+    const out: Record<string, ModelPrice> = {};
+    for (const [model, price] of Object.entries(v)) {
+      if (!isMapping(price)) return reject(PRICE_RULE);
+      const { input, output, ...extra } = price as Record<string, unknown>;
+      if (
+        Object.keys(extra).length > 0 || !inRange(input, { minimum: 0 }) ||
+        !inRange(output, { minimum: 0 })
+      ) return reject(PRICE_RULE);
+      out[model] = { input, output };
+    }
+    return accept(out);
+  },
+);
 
 /**
  * A set of tools for workspace snapshots: their `names`, and the input keys
@@ -312,10 +363,10 @@ export const SETTINGS = {
     0,
   ),
   enabled_axes: list(
-    choice(["time", "turns"], "A budget axis.", "time"),
-    { uniqueItems: true, rule: "must be a list of time and/or turns" },
+    choice(["time", "turns", "tokens", "usd"], "A budget axis.", "time"),
+    { uniqueItems: true, rule: "must be a list of time, turns, tokens and/or usd" },
     "Axes that count; an empty list makes every run capless.",
-    ["time", "turns"],
+    ["time", "turns", "tokens", "usd"],
   ),
   checkpoint_dir: {
     ...text(
@@ -435,6 +486,11 @@ export const SETTINGS = {
     ["fresh", "remaining"],
     "A resumed run's caps: fresh (the full caps again) or remaining (less what earlier attempts used).",
     "fresh",
+  ),
+  prices,
+  tool_timeout_seconds: budget(
+    false,
+    "Seconds a tool call may run before a tool_timeout checkpoint and its signal's abort; unset: no limit.",
   ),
 } as const;
 

@@ -14,6 +14,14 @@ export interface TemplateValues {
   elapsedSeconds?: number;
   /** The time cap in seconds; absent means no time axis. */
   timeCapSeconds?: number;
+  /** Tokens used so far (input + output). */
+  tokensUsed?: number;
+  /** The token cap; absent means no token axis. */
+  tokensCap?: number;
+  /** Dollars spent so far; `NaN` when the cost is not known, which leaves the dollar axis out. */
+  usdUsed?: number;
+  /** The cost cap in US dollars; absent means no dollar axis. */
+  usdCap?: number;
   /** The path of the checkpoint file. */
   checkpointFile?: string;
   /** A one-line summary of the earlier attempt of a resumed run; absent on a fresh run. */
@@ -44,6 +52,28 @@ export function formatDuration(seconds: number): string {
   if (s < 60) return `${s}s`;
   if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
   return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+}
+
+/**
+ * Format US dollars without the sign: two decimals, or four below a cent so
+ * that small sums do not read as zero. Negative and non-finite input counts
+ * as zero.
+ *
+ * @param usd An amount in US dollars.
+ * @returns The amount, such as `1.25` or `0.0042`.
+ *
+ * @example
+ * ```ts
+ * import { formatUsd } from "./template.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(formatUsd(5), "5.00");
+ * assert.equal(formatUsd(0.0042), "0.0042");
+ * ```
+ */
+export function formatUsd(usd: number): string {
+  const n = Number.isFinite(usd) && usd > 0 ? usd : 0;
+  return n > 0 && n < 0.01 ? n.toFixed(4) : n.toFixed(2);
 }
 
 /**
@@ -89,7 +119,36 @@ function placeholders(values: TemplateValues) {
     map.set("time_left", timeLeft);
     parts.push(`${timeUsed} of ${formatDuration(timeCap)} (${timeLeft} left)`);
   }
+  // Tokens and dollars: the axis nearest its cap is named when more than one axis is present.
+  const fractions: Array<[string, number]> = [];
+  if (turnsPresent) fractions.push(["turn", used / cap]);
+  if (timePresent) fractions.push(["time", elapsed / timeCap]);
+  if (finite(values.tokensCap) && values.tokensCap > 0) {
+    const tokens = count(values.tokensUsed);
+    const tokenCap = Math.floor(values.tokensCap);
+    map.set("tokens_used", String(tokens));
+    map.set("tokens_cap", String(tokenCap));
+    parts.push(`${tokens} of ${tokenCap} tokens (${Math.max(0, tokenCap - tokens)} left)`);
+    fractions.push(["token", tokens / values.tokensCap]);
+  }
+  const usdKnown = values.usdUsed === undefined || Number.isFinite(values.usdUsed);
+  if (finite(values.usdCap) && values.usdCap > 0 && usdKnown) {
+    const spent = finite(values.usdUsed) && values.usdUsed > 0 ? values.usdUsed : 0;
+    map.set("usd_used", formatUsd(spent));
+    map.set("usd_cap", formatUsd(values.usdCap));
+    parts.push(
+      `$${formatUsd(spent)} of $${formatUsd(values.usdCap)} ($${
+        formatUsd(Math.max(0, values.usdCap - spent))
+      } left)`,
+    );
+    fractions.push(["dollar", spent / values.usdCap]);
+  }
   if (parts.length > 0) map.set("budget", `you have used ${parts.join(" and ")}`);
+  if (fractions.length > 1) {
+    let nearest = fractions[0]!;
+    for (const f of fractions) if (f[1] > nearest[1]) nearest = f;
+    map.set("nearest", nearest[0]);
+  }
   map.set("checkpoint_file", values.checkpointFile || "your checkpoint file");
   const previous = typeof values.previous === "string"
     ? values.previous.replace(/\s*\n\s*/g, " ").trim()
@@ -113,6 +172,11 @@ const AXIS_PLACEHOLDERS = new Set([
   "time_cap",
   "time_left",
   "budget",
+  "tokens_used",
+  "tokens_cap",
+  "usd_used",
+  "usd_cap",
+  "nearest",
   "previous",
   "attempt",
 ]);
@@ -165,6 +229,23 @@ const isSentenceEnd = (sep: string) => /^[.!?\n]/.test(sep);
  *   "This is attempt 2; the last one was cut off at tier 1. Read a.md.",
  * );
  * assert.equal(renderTemplate(resume, { checkpointFile: "a.md" }), "Read a.md.");
+ * ```
+ *
+ * @example Tokens and dollars; `{nearest}` names the axis nearest its cap
+ * ```ts
+ * import { renderTemplate } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const values = { turnsUsed: 4, turnsCap: 40, usdUsed: 4.5, usdCap: 5 };
+ * assert.equal(
+ *   renderTemplate("{budget}; your {nearest} budget is nearest its cap.", values),
+ *   "you have used 4 of 40 turns (36 left) and $4.50 of $5.00 ($0.50 left); " +
+ *     "your dollar budget is nearest its cap.",
+ * );
+ * assert.equal(
+ *   renderTemplate("{tokens_used} of {tokens_cap} tokens.", { tokensUsed: 1200, tokensCap: 5000 }),
+ *   "1200 of 5000 tokens.",
+ * );
  * ```
  */
 export function renderTemplate(template: string, values: TemplateValues): string {

@@ -7,12 +7,16 @@
 import type { RunCaps } from "./_record.ts";
 import { defaultSettings, resolveSettings, type Settings } from "./settings.ts";
 
-/** Caps on the two axes; an absent axis has no cap. */
+/** Caps on the four axes; an absent axis has no cap. */
 export interface Caps {
   /** Turn cap (model calls). */
   turns?: number | undefined;
   /** Time cap in seconds. */
   timeSeconds?: number | undefined;
+  /** Token cap (input + output tokens). */
+  tokens?: number | undefined;
+  /** Cost cap in US dollars. */
+  usd?: number | undefined;
 }
 
 /** A tier: 0 none, 1 the half-way checkpoint, 2 the final one. */
@@ -35,13 +39,20 @@ export interface TierPlan {
   tier2Time: number;
   tier2Turn: number;
   tier1Allowed: boolean;
+  tokenCap: number | undefined;
+  usdCap: number | undefined;
 }
 
 /** The cap values of a run's caps, without their sources. */
 export const capValues = (caps: RunCaps): Caps => ({
   turns: caps.turns?.value,
   timeSeconds: caps.time?.value,
+  tokens: caps.tokens?.value,
+  usd: caps.usd?.value,
 });
+
+const usable = (n: number | undefined): n is number =>
+  n !== undefined && Number.isFinite(n) && n > 0;
 
 /** Apply S4's floors, `enabled_axes` and the 1-turn rule to raw caps. */
 export function countedCaps(caps: Caps, settings: Settings): Caps {
@@ -57,6 +68,8 @@ export function countedCaps(caps: Caps, settings: Settings): Caps {
     time !== undefined && Number.isFinite(time) && time > 0 &&
     time >= settings.min_budget_floor_seconds && axes.includes("time")
   ) out.timeSeconds = time;
+  if (usable(caps.tokens) && axes.includes("tokens")) out.tokens = caps.tokens;
+  if (usable(caps.usd) && axes.includes("usd")) out.usd = caps.usd;
   return out;
 }
 
@@ -73,12 +86,41 @@ export function tierPlan(caps: Caps, settings: Settings): TierPlan {
     tier2Time: tier2 ?? settings.tier2_time_fraction,
     tier2Turn: tier2 ?? settings.tier2_turn_fraction,
     tier1Allowed: !tiny || settings.allow_tiny_tier1,
+    tokenCap: counted.tokens,
+    usdCap: counted.usd,
   };
 }
 
-/** The tier due under a plan; the hot path of every hook. */
-export function tierFor(plan: TierPlan, turnsUsed: number, elapsedSeconds: number): Tier {
-  const { turnCap, timeCap } = plan;
+/** Whether a plan has a cap on any axis. */
+export const hasCap = (plan: TierPlan): boolean =>
+  plan.turnCap !== undefined || plan.timeCap !== undefined || plan.tokenCap !== undefined ||
+  plan.usdCap !== undefined;
+
+/**
+ * The tier due under a plan; the hot path of every hook. Tokens and dollars
+ * take the turn fractions, and their tier 1 is never suppressed as tiny; a
+ * dollar figure that is not a number (cost unknown) never makes a tier due.
+ */
+export function tierFor(
+  plan: TierPlan,
+  turnsUsed: number,
+  elapsedSeconds: number,
+  tokensUsed = 0,
+  usdUsed = 0,
+): Tier {
+  const { turnCap, timeCap, tokenCap, usdCap } = plan;
+  // Tokens and dollars: tier 1 is never tiny there (the tiny rule is about turns and time).
+  let spent = -1;
+  if (tokenCap !== undefined) {
+    const frac = tokensUsed / tokenCap;
+    if (frac >= plan.tier2Turn - EPSILON) return 2;
+    spent = frac;
+  }
+  if (usdCap !== undefined) {
+    const frac = usdUsed / usdCap;
+    if (frac >= plan.tier2Turn - EPSILON) return 2;
+    if (frac > spent) spent = frac;
+  }
   let largest = -1;
   if (timeCap !== undefined) {
     const frac = elapsedSeconds / timeCap;
@@ -90,6 +132,7 @@ export function tierFor(plan: TierPlan, turnsUsed: number, elapsedSeconds: numbe
     if (frac >= plan.tier2Turn - EPSILON || turnsUsed >= turnCap - 2) return 2;
     if (frac > largest) largest = frac;
   }
+  if (spent >= plan.tier1 - EPSILON) return 1;
   return plan.tier1Allowed && largest >= plan.tier1 - EPSILON ? 1 : 0;
 }
 
@@ -136,16 +179,28 @@ export function timeCrossing(plan: TierPlan, tier: 1 | 2): number | undefined {
  * assert.equal(dueTier({ caps: { turns: 10 }, turnsUsed: 8, elapsedSeconds: 0 }), 2);
  * // Time cap one hour: tier 1 at 30 minutes.
  * assert.equal(dueTier({ caps: { timeSeconds: 3600 }, turnsUsed: 0, elapsedSeconds: 1800 }), 1);
+ * // Tokens and dollars take the turn fractions: tier 1 at half, tier 2 at 90 %.
+ * const caps = { tokens: 100_000, usd: 5 };
+ * assert.equal(dueTier({ caps, turnsUsed: 3, elapsedSeconds: 0, tokensUsed: 50_000 }), 1);
+ * assert.equal(dueTier({ caps, turnsUsed: 3, elapsedSeconds: 0, usdUsed: 4.5 }), 2);
  * ```
  */
 export function dueTier(input: {
   caps: Caps;
   turnsUsed: number;
   elapsedSeconds: number;
+  tokensUsed?: number;
+  usdUsed?: number;
   settings?: Record<string, unknown>;
 }): Tier {
   const { settings } = resolveSettings(defaultSettings(""), [
     { source: "override", values: input.settings },
   ]);
-  return tierFor(tierPlan(input.caps, settings), input.turnsUsed, input.elapsedSeconds);
+  return tierFor(
+    tierPlan(input.caps, settings),
+    input.turnsUsed,
+    input.elapsedSeconds,
+    input.tokensUsed ?? 0,
+    input.usdUsed ?? 0,
+  );
 }

@@ -5,8 +5,8 @@
  *
  * It sleeps until the next moment something can be due (a tier crossing on
  * the time axis, the next uncapped multiple, a stall deadline, a run's
- * deadline) or the poll interval, whichever comes first, and reloads the
- * settings on each poll. A look takes in only new and changed runs and those
+ * deadline, a tool call's deadline) or the poll interval, whichever comes
+ * first, and reloads the settings on each poll. A look takes in only new and changed runs and those
  * whose moment has come, unless the settings changed. The writes one look finds
  * due go out through the one checkpoint writer: one at once, a burst
  * concurrently.
@@ -20,7 +20,8 @@ import { createLog, errorText, type Log } from "./log.ts";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
 import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./_writer.ts";
-import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
+import type { TimedOutCall } from "./_record.ts";
+import { capValues, hasCap, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
 import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
@@ -43,6 +44,10 @@ interface Watched {
   /** Its deadline and stall state at its last look: a change calls for a new one. */
   deadlineAt: number;
   stalled: boolean;
+  /** Tool calls with a deadline started by its last look: a new one calls for a look. */
+  timedCalls: number;
+  /** Whether "stops watching" was logged. */
+  stopLogged: boolean;
   plan?: TierPlan;
   planVersion?: number;
 }
@@ -116,6 +121,39 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     }
   }
 
+  /**
+   * Write the record of each tool call of the run past its deadline (once
+   * per call, whichever thread sees it first); returns the next deadline of
+   * a call still in flight, or Infinity.
+   */
+  function toolTimeouts(run: Watched, settings: Settings, now: number): number {
+    const slot = run.info.slot;
+    const { from, to } = shared.recentTools(slot);
+    let next = Infinity;
+    let calls: ReturnType<typeof shared.tools> | undefined;
+    for (let n = from; n < to; n++) {
+      const at = shared.toolDeadline(slot, n);
+      if (at === 0 || shared.timedOut(slot, n)) continue;
+      if (now < at) {
+        next = Math.min(next, at);
+        continue;
+      }
+      if (!shared.claimTimeout(slot, n)) continue;
+      calls ??= shared.tools(slot);
+      const call = calls.find((c) => c.seq === n);
+      if (!call) continue;
+      const startedMs = shared.start(slot) + call.startedAt * 1000;
+      const timedOut: TimedOutCall = {
+        tool: call.tool,
+        timeoutSeconds: (at - startedMs) / 1000,
+        startedAt: call.startedAt,
+      };
+      if (call.callId !== undefined) timedOut.callId = call.callId;
+      act(run, settings, { kind: "tool_timeout", call: timedOut }, now);
+    }
+    return next;
+  }
+
   /** Look at one run; returns when it next needs looking at, or undefined to stop watching. */
   function watch(run: Watched, settings: Settings, now: number): number | undefined {
     const info = run.info;
@@ -127,33 +165,34 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       run.planVersion = source.version;
     }
     const plan = run.plan;
-    const capped = plan.turnCap !== undefined || plan.timeCap !== undefined;
+    const capped = hasCap(plan);
     const deadline = shared.deadlineAt(slot);
     if (deadline > 0 && now >= deadline && shared.claimDeadline(slot)) {
       act(run, settings, { kind: "deadline", atSeconds: (deadline - start) / 1000 }, now);
     }
+    const toolDue = toolTimeouts(run, settings, now);
+    // A run no longer watched for its budget is still watched for its tool calls' deadlines.
+    const stop = (why: string): number | undefined => {
+      if (!run.stopLogged) log("info", why, info.runId);
+      run.stopLogged = true;
+      return toolDue === Infinity ? undefined : toolDue;
+    };
     if (
       plan.timeCap !== undefined && elapsed > plan.timeCap + PAST_CAP_SECONDS &&
       !(deadline > now)
-    ) {
-      log(
-        "info",
-        `time cap + ${PAST_CAP_SECONDS}s passed; the watchdog stops watching`,
-        info.runId,
-      );
-      return undefined;
-    }
+    ) return stop(`time cap + ${PAST_CAP_SECONDS}s passed; the watchdog stops watching`);
     if (!capped && settings.uncapped_interval_seconds === 0) {
-      log(
-        "info",
-        "no cap and uncapped_interval_seconds is 0; the watchdog stops watching",
-        info.runId,
-      );
-      return undefined;
+      return stop("no cap and uncapped_interval_seconds is 0; the watchdog stops watching");
     }
-    let next = deadline > now ? deadline : Infinity;
+    let next = Math.min(deadline > now ? deadline : Infinity, toolDue);
     if (capped) {
-      const tier = tierFor(plan, shared.turns(slot), elapsed);
+      const tier = tierFor(
+        plan,
+        shared.turns(slot),
+        elapsed,
+        shared.tokens(slot),
+        shared.usd(slot),
+      );
       if (tier !== 0 && shared.claimTier(slot, tier)) {
         act(run, settings, { kind: "tier", tier }, now);
       }
@@ -219,6 +258,8 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       nextAt: -Infinity,
       deadlineAt: 0,
       stalled: false,
+      timedCalls: -1,
+      stopLogged: same && known.stopLogged,
     };
     watched.set(slot, run);
     return run;
@@ -297,15 +338,19 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     for (let slot = 0; slot < slots; slot++) {
       try {
         const run = runIn(slot);
-        if (!run || run.dropped) continue;
+        if (!run) continue;
+        const timedCalls = shared.timedCalls(slot);
+        if (run.dropped && run.timedCalls === timedCalls) continue;
         if (
           !full && run.nextAt > now && run.deadlineAt === shared.deadlineAt(slot) &&
-          run.stalled === shared.stalled(slot)
+          run.stalled === shared.stalled(slot) && run.timedCalls === timedCalls
         ) {
           next = Math.min(next, run.nextAt);
           continue;
         }
         run.deadlineAt = shared.deadlineAt(slot);
+        run.timedCalls = timedCalls;
+        run.dropped = false;
         const due = watch(run, settings, now);
         run.stalled = shared.stalled(slot);
         if (due === undefined) run.dropped = true;

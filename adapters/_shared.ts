@@ -17,6 +17,10 @@ export interface AdapterInit extends Omit<RunInit, "caps" | "sessionId"> {
   sessionId?: string;
   /** The time cap in seconds: a nudge, and with `deadline: true` a hard stop. */
   timeSeconds?: number;
+  /** A token cap (input + output tokens over the run's model calls). */
+  tokens?: number;
+  /** A cost cap in US dollars (the framework's cost, else the `prices` setting). */
+  usd?: number;
   /** Where the prologue goes. @default {"user"} */
   placement?: Placement;
   /** Abort the framework's run at the time cap (plus `deadline_grace_seconds`). @default {false} */
@@ -41,7 +45,11 @@ export function checkCap(
   const ok = typeof value === "number" && Number.isFinite(value) && value > 0 &&
     (kind === "seconds" || Number.isInteger(value));
   if (!ok) {
-    const what = kind === "turns" ? "a whole number of at least 1" : "a number of seconds above 0";
+    const what = kind === "turns"
+      ? "a whole number of at least 1"
+      : name === "usd"
+      ? "a number of dollars above 0"
+      : "a number of seconds above 0";
     throw new TypeError(`${name} must be ${what}, got ${describe(value)}`);
   }
 }
@@ -68,6 +76,8 @@ export function startAdapterRun(
 ): Run {
   checkCap(capName, turns, "turns");
   checkCap("timeSeconds", init.timeSeconds, "seconds", true);
+  checkCap("tokens", init.tokens, "turns", true);
+  checkCap("usd", init.usd, "seconds", true);
   if (init.placement !== undefined && !PLACEMENTS.includes(init.placement)) {
     throw new TypeError(
       `placement must be "user", "system" or "tool-result", got ${describe(init.placement)}`,
@@ -76,9 +86,11 @@ export function startAdapterRun(
   if (typeof sessionId !== "string" || sessionId === "") {
     throw new TypeError(`sessionId must be a non-empty string, got ${describe(sessionId)}`);
   }
-  const { timeSeconds, placement: _p, deadline: _d, ...rest } = init;
-  const caps: { turns: number; timeSeconds?: number } = { turns: turns as number };
+  const { timeSeconds, tokens, usd, placement: _p, deadline: _d, ...rest } = init;
+  const caps: NonNullable<RunInit["caps"]> = { turns: turns as number };
   if (timeSeconds !== undefined) caps.timeSeconds = timeSeconds;
+  if (tokens !== undefined) caps.tokens = tokens;
+  if (usd !== undefined) caps.usd = usd;
   return ac.startRun({ ...rest, sessionId, caps });
 }
 
@@ -166,4 +178,17 @@ export function tellOnce(key: string, line: string): boolean {
     } catch { /* nowhere left to say it */ }
   }
   return true;
+}
+
+/**
+ * A tool call's signal: the call's deadline signal (`run.toolSignal`) joined
+ * to the framework's own signal for the call, when it has one.
+ */
+export function toolCallSignal(
+  run: Run,
+  callId: string,
+  theirs?: AbortSignal | null,
+): AbortSignal {
+  const own = run.toolSignal(callId);
+  return theirs instanceof AbortSignal ? AbortSignal.any([theirs, own]) : own;
 }

@@ -21,6 +21,12 @@
  *   and the end of the stream ends the run;
  * - `abortSignal`: with `deadline: true`, the run's deadline joins yours.
  *
+ * Each model call's usage (`inputTokens`, `outputTokens`, from the result or
+ * the stream's `finish` part) is reported with `run.usage()`, with the
+ * model's id for the `prices` setting (the SDK gives no cost). Each tool's
+ * `abortSignal` also aborts when the call runs past its deadline
+ * (`tool_timeout_seconds`), through `run.toolSignal()`.
+ *
  * @module
  */
 import * as aiDefault from "npm:ai@^7.0.0";
@@ -33,6 +39,7 @@ import {
   runSignal,
   startAdapterRun,
   thrownStatus,
+  toolCallSignal,
 } from "./_shared.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
@@ -444,11 +451,41 @@ class Wiring {
     try {
       const result = await model[method](sent);
       this.#markSent(options?.prompt);
-      return result;
+      return method === "doGenerate"
+        ? this.#reportUsage(model, result)
+        : this.#usageOfStream(model, result);
     } catch (error) {
       // The retry (or a later call) carries the directive this call lost.
       if (placed !== undefined) this.#pending.take(placed, false);
       throw error;
+    }
+  }
+
+  /** Report a generated call's usage; returns the result as it was. */
+  #reportUsage(model: Record<string, Any>, result: Any): unknown {
+    try {
+      const usage = usageOf(result?.usage);
+      if (usage) this.#run.usage({ ...usage, ...modelId(model) });
+    } catch (error) {
+      this.#fault("reporting usage", error);
+    }
+    return result;
+  }
+
+  /** A streamed call's result whose stream reports the usage of its `finish` part. */
+  #usageOfStream(model: Record<string, Any>, result: Any): unknown {
+    try {
+      if (!(result?.stream instanceof ReadableStream)) return result;
+      const watch = new TransformStream<Part, Part>({
+        transform: (part, controller) => {
+          if (part?.type === "finish") this.#reportUsage(model, part);
+          controller.enqueue(part);
+        },
+      });
+      return { ...result, stream: result.stream.pipeThrough(watch) };
+    } catch (error) {
+      this.#fault("reporting usage", error);
+      return result;
     }
   }
 
@@ -535,7 +572,7 @@ class Wiring {
       run.preToolCall(name, callId === undefined ? { input } : { callId, input });
       let result;
       try {
-        result = execute.call(tool, input, options);
+        result = execute.call(tool, input, withToolSignal(run, callId, options));
       } catch (error) {
         report(false, error);
         throw error;
@@ -618,6 +655,30 @@ class Wiring {
     });
     return { readable: pass.readable, writable };
   };
+}
+
+/**
+ * A model call's usage in either shape: numbers (v5) or `{ total }` objects
+ * (v6, v7); undefined when it gives no token count.
+ */
+function usageOf(usage: Any): { inputTokens: number; outputTokens: number } | undefined {
+  if (!isObject(usage)) return undefined;
+  const count = (v: Any): number | undefined =>
+    typeof v === "number" ? v : isObject(v) && typeof v.total === "number" ? v.total : undefined;
+  const inputTokens = count(usage.inputTokens);
+  const outputTokens = count(usage.outputTokens);
+  if (inputTokens === undefined && outputTokens === undefined) return undefined;
+  return { inputTokens: inputTokens ?? 0, outputTokens: outputTokens ?? 0 };
+}
+
+/** The model's id, for the `prices` setting. */
+const modelId = (model: Record<string, Any>): { model?: string } =>
+  typeof model.modelId === "string" ? { model: model.modelId } : {};
+
+/** A tool call's options with the call's deadline signal joined to the SDK's `abortSignal`. */
+function withToolSignal(run: Run, callId: string | undefined, options: Any): Any {
+  if (callId === undefined) return options;
+  return { ...options, abortSignal: toolCallSignal(run, callId, options?.abortSignal) };
 }
 
 /** The kinds of tool output that can carry the directive. */

@@ -143,7 +143,15 @@ const str = (value: unknown): string | undefined =>
  * - `PreToolUse`, `PostToolUse` and `PostToolUseFailure` report each tool call
  *   with its `tool_use_id`, its input (so workspace snapshots cover `Write`,
  *   `Edit`, `MultiEdit`, `NotebookEdit` and `Bash`) and its duration.
- * - Every message the iterator yields counts as activity.
+ * - Every message the iterator yields counts as activity. Each model
+ *   request's usage (from the assistant messages: input tokens with the
+ *   cache's, and the output tokens counted when the response began, which
+ *   is all the SDK tells before the result) is reported with `run.usage()`
+ *   as it comes; the result's `usage` and `total_cost_usd` complete it, the
+ *   SDK's cost becoming the run's. The SDK gives no cost per request: a dollar cap
+ *   counts per request through the `prices` setting. Tool deadlines are
+ *   recorded (`tool_timeout`), but the SDK's tools run in its CLI, out of
+ *   reach of an abort signal.
  * - `placement` is accepted as in every adapter, but on this SDK a directive
  *   can only travel as hook `additionalContext`: the CLI sends it as a system
  *   reminder after the newest tool results (with the prompt, on the first
@@ -368,9 +376,11 @@ export function checkpointedQuery(
     }
     return ending;
   };
+  const reportUsage = usageReporter(run);
   const seen = (message: SDKMessage | undefined): void => {
     try {
       run.activity();
+      reportUsage(message);
       if (message?.type === "result") {
         const result = message as { subtype?: unknown; is_error?: unknown; errors?: unknown };
         const subtype = String(result.subtype);
@@ -448,6 +458,66 @@ export function checkpointedQuery(
     run,
   });
   return q as CheckpointedQuery;
+}
+
+/** Anthropic's token counts: input includes the cache's writes and reads, which are billed too. */
+interface ApiUsage {
+  input_tokens?: unknown;
+  output_tokens?: unknown;
+  cache_creation_input_tokens?: unknown;
+  cache_read_input_tokens?: unknown;
+}
+const tokens = (n: unknown) => (typeof n === "number" && Number.isFinite(n) && n > 0 ? n : 0);
+const inputOf = (u: ApiUsage) =>
+  tokens(u.input_tokens) + tokens(u.cache_creation_input_tokens) +
+  tokens(u.cache_read_input_tokens);
+
+/**
+ * Report each model request's usage from the assistant messages (one API
+ * message may come as several, with its usage growing: what grew is
+ * reported), and, at the result, the rest of the query's `usage` and its
+ * `total_cost_usd` as the run's cost.
+ */
+function usageReporter(run: Run): (message: SDKMessage | undefined) => void {
+  let lastId: unknown;
+  let last = { input: 0, output: 0 };
+  const sum = { input: 0, output: 0 };
+  const add = (input: number, output: number, extra: { model?: string; totalUsd?: number }) => {
+    sum.input += input;
+    sum.output += output;
+    if (input > 0 || output > 0 || extra.totalUsd !== undefined) {
+      run.usage({ inputTokens: input, outputTokens: output, ...extra });
+    }
+  };
+  return (message) => {
+    try {
+      if (message?.type === "assistant") {
+        const m = (message as { message?: { id?: unknown; model?: unknown; usage?: ApiUsage } })
+          .message;
+        const u = m?.usage;
+        if (!u) return;
+        if (m.id !== lastId) {
+          lastId = m.id;
+          last = { input: 0, output: 0 };
+        }
+        const input = Math.max(0, inputOf(u) - last.input);
+        const output = Math.max(0, tokens(u.output_tokens) - last.output);
+        last = { input: last.input + input, output: last.output + output };
+        add(input, output, typeof m.model === "string" ? { model: m.model } : {});
+      } else if (message?.type === "result") {
+        const r = message as { usage?: ApiUsage; total_cost_usd?: unknown };
+        const u = r.usage ?? {};
+        const cost = r.total_cost_usd;
+        add(
+          Math.max(0, inputOf(u) - sum.input),
+          Math.max(0, tokens(u.output_tokens) - sum.output),
+          typeof cost === "number" && Number.isFinite(cost) ? { totalUsd: cost } : {},
+        );
+      }
+    } catch (error) {
+      logFault(run, "claude-agent-sdk usage", error);
+    }
+  };
 }
 
 function summaryOf(error: unknown): string {

@@ -9,6 +9,11 @@
  * middleware enforces `maxTurns`; LangGraph counts graph steps
  * (`recursionLimit`), where one turn is two steps (the model, then its tools).
  *
+ * Each model call's `AIMessage.usage_metadata` is reported with
+ * `run.usage()` (for `createReactAgent`, when the next model call, a
+ * streamed chunk or the end of `invoke()` shows it), and each tool call's `config.signal` also aborts
+ * at the call's deadline (`tool_timeout_seconds`).
+ *
  * @example One line in createAgent's middleware
  * ```ts
  * import { createAgentCheckpoint } from "../mod.ts";
@@ -58,6 +63,7 @@ import {
   startAdapterRun,
   tellOnce,
   thrownStatus,
+  toolCallSignal,
 } from "./_shared.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
@@ -82,6 +88,50 @@ function reportTool(
       ...id,
       ...(error !== undefined ? { error } : {}),
     });
+}
+
+/**
+ * Report a model call's use from its `AIMessage.usage_metadata` (and the
+ * model's name from `response_metadata`, for the `prices` setting).
+ */
+function reportUsage(run: Run, message: unknown): void {
+  try {
+    const m = message as {
+      usage_metadata?: { input_tokens?: unknown; output_tokens?: unknown };
+      response_metadata?: { model_name?: unknown; model?: unknown };
+    } | undefined;
+    const u = m?.usage_metadata;
+    if (u === null || typeof u !== "object") return;
+    const model = m?.response_metadata?.model_name ?? m?.response_metadata?.model;
+    run.usage({
+      inputTokens: Number(u.input_tokens ?? 0),
+      outputTokens: Number(u.output_tokens ?? 0),
+      ...(typeof model === "string" ? { model } : {}),
+    });
+  } catch (error) {
+    logFault(run, "langchain: reporting usage", error);
+  }
+}
+
+/**
+ * A tool for one call whose `invoke` also aborts at the call's deadline
+ * (`run.toolSignal`), joined to the graph's own signal in `config.signal`.
+ */
+function withToolSignal<T>(tool: T, run: Run, callId: string | undefined): T {
+  if (callId === undefined || tool === null || typeof tool !== "object") return tool;
+  const t = tool as unknown as { invoke?: unknown };
+  if (typeof t.invoke !== "function") return tool;
+  return new Proxy(tool as unknown as object, {
+    get: (target, prop) => {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "invoke") return typeof value === "function" ? value.bind(target) : value;
+      return (input: unknown, config?: { signal?: AbortSignal }) =>
+        value.call(target, input, {
+          ...config,
+          signal: toolCallSignal(run, callId, config?.signal),
+        });
+    },
+  }) as T;
 }
 
 /** What the LangChain adapters take: the run's init (session id optional) and its turn cap. */
@@ -404,7 +454,9 @@ export function checkpointMiddleware(
         }
       }
       try {
-        return await withDeadline(handler(placed), live.signal);
+        const out = await withDeadline(handler(placed), live.signal);
+        reportUsage(live.run, out);
+        return out;
       } catch (error) {
         await finish(key, live, failed(live, error, request.runtime?.signal));
         throw error;
@@ -422,7 +474,10 @@ export function checkpointMiddleware(
       const callId = typeof request.toolCall?.id === "string" ? request.toolCall.id : undefined;
       const post = reportTool(live.run, name, callId, request.toolCall?.args);
       try {
-        const out = await withDeadline(handler(request), live.signal);
+        const timed = request.tool === undefined
+          ? request
+          : { ...request, tool: withToolSignal(request.tool, live.run, callId) };
+        const out = await withDeadline(handler(timed), live.signal);
         const outcome = toolOutcome(out);
         post(outcome.ok, outcome.error);
         return out;
@@ -594,8 +649,10 @@ const REACT_KEY = "__agent_checkpoint_run";
 /** One checkpointed invocation: the config the graph gets, and the ways its run ends (once). */
 interface Invocation {
   config: Record<string, unknown>;
-  activity(): void;
-  done(): Promise<void>;
+  /** A sign of life; `chunk`, when given, is what the graph streamed. */
+  activity(chunk?: unknown): void;
+  /** The run ended well; `out` is the graph's output, when it gives one. */
+  done(out?: unknown): Promise<void>;
   failed(error: unknown): Promise<void>;
   abandoned(): Promise<void>;
 }
@@ -662,7 +719,7 @@ export function checkpointedReactAgent(
   }
   const placement = init.placement ?? "user";
   const recursionLimit = recursionLimitForReactAgent(init.maxTurns);
-  const runs = new Map<string, { run: Run; pending: PendingPrologue }>();
+  const runs = new Map<string, ReactLive>();
   const liveOf = (config: unknown) => {
     const key = (config as { configurable?: Record<string, unknown> } | undefined)
       ?.configurable?.[REACT_KEY];
@@ -674,6 +731,8 @@ export function checkpointedReactAgent(
     const messages = await promptMessages(userPrompt, state, config);
     const live = liveOf(config);
     if (!live) return messages;
+    // The previous model call's usage is in its AIMessage, now in the state.
+    reportNewUsage(live, state.messages);
     const text = live.run.preLlmCall();
     if (text === undefined && !live.pending.waiting) return messages;
     try {
@@ -714,7 +773,8 @@ export function checkpointedReactAgent(
       init.maxTurns,
     );
     const key = `${run.runId}#${crypto.randomUUID()}`;
-    runs.set(key, { run, pending: new PendingPrologue() });
+    const live: ReactLive = { run, pending: new PendingPrologue(), reported: new Set() };
+    runs.set(key, live);
     const userSignal = config.signal as AbortSignal | undefined;
     const signal = runSignal(run, init.deadline, userSignal);
     let ending: Promise<void> | undefined;
@@ -734,8 +794,16 @@ export function checkpointedReactAgent(
         configurable: { ...configurable, [REACT_KEY]: key },
         ...(signal ? { signal } : {}),
       },
-      activity: () => run.activity(),
-      done: () => end({ status: "done" }),
+      activity: (chunk?: unknown) => {
+        run.activity();
+        // A streamed chunk may show the newest model call's message, usage and all.
+        if (chunk !== undefined) reportNewUsage(live, messagesIn(chunk));
+      },
+      done: (out?: unknown) => {
+        // The last model call's usage: no prompt comes after it.
+        reportNewUsage(live, (out as { messages?: unknown } | undefined)?.messages);
+        return end({ status: "done" });
+      },
       failed: (error) =>
         end({
           status: (error as Error)?.name === "GraphRecursionError"
@@ -754,7 +822,7 @@ export function checkpointedReactAgent(
       const call = begin(graph, config);
       try {
         const out = await graph.invoke(input as never, call.config as never);
-        await call.done();
+        await call.done(out);
         return out;
       } catch (error) {
         await call.failed(error);
@@ -850,7 +918,7 @@ class ObservedStream<T> extends IterableReadableStream<T> {
           controller.close();
           return;
         }
-        call.activity();
+        call.activity(step.value);
         controller.enqueue(step.value);
       },
       cancel: abandon,
@@ -871,6 +939,53 @@ function observeEvents(out: unknown, call: Invocation): unknown {
   if (output instanceof Promise) output.then(() => call.done(), (error) => call.failed(error));
   else void call.done();
   return out;
+}
+
+/**
+ * The messages a streamed chunk holds: a state's (`streamMode: "values"`),
+ * a node's update's (`"updates"`), an event's output's, or a message itself
+ * (`"messages"`, as `[message, metadata]`).
+ */
+function messagesIn(chunk: unknown): unknown[] {
+  const out: unknown[] = [];
+  const visit = (v: unknown, depth: number) => {
+    if (v === null || typeof v !== "object" || depth > 3) return;
+    const o = v as { messages?: unknown; usage_metadata?: unknown };
+    if (o.usage_metadata !== undefined) out.push(v);
+    else if (Array.isArray(o.messages)) out.push(...o.messages);
+    else if (Array.isArray(v)) { for (const x of v.slice(0, 4)) visit(x, depth + 1); }
+    else for (const x of Object.values(o).slice(0, 8)) visit(x, depth + 1);
+  };
+  visit(chunk, 0);
+  return out;
+}
+
+/** A createReactAgent invocation in flight. */
+interface ReactLive {
+  run: Run;
+  pending: PendingPrologue;
+  /** Messages (by id, else by identity) whose usage was reported, or that came with the input. */
+  reported: Set<unknown>;
+  primed?: boolean;
+}
+
+/**
+ * Report the usage of the model calls whose messages are new in the state
+ * since the last look; the messages the invocation started with are history.
+ */
+function reportNewUsage(live: ReactLive, messages: unknown): void {
+  if (!Array.isArray(messages)) return;
+  for (const m of messages) {
+    if (m === null || typeof m !== "object") continue;
+    // By identity and by id: a streamed message may get its id in the state later.
+    const id = (m as { id?: unknown }).id;
+    const named = typeof id === "string" && id !== "";
+    if (live.reported.has(m) || (named && live.reported.has(id))) continue;
+    live.reported.add(m);
+    if (named) live.reported.add(id);
+    if (live.primed) reportUsage(live.run, m);
+  }
+  live.primed = true;
 }
 
 /** The messages the host's own prompt makes of the state, as createReactAgent would. */
@@ -914,7 +1029,11 @@ function wrapTool(
     const callId = isCall && typeof call.id === "string" ? call.id : undefined;
     const post = reportTool(live.run, name, callId, isCall ? call.args : input);
     try {
-      const out = await invoke.call(original, input, config);
+      const signal = (config as { signal?: AbortSignal } | undefined)?.signal;
+      const timed = callId === undefined
+        ? config
+        : { ...(config as object), signal: toolCallSignal(live.run, callId, signal) };
+      const out = await invoke.call(original, input, timed);
       const outcome = toolOutcome(out);
       post(outcome.ok, outcome.error);
       return out;

@@ -50,6 +50,7 @@ import {
   type Placement,
   runSignal,
   startAdapterRun,
+  toolCallSignal,
 } from "./_shared.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
@@ -100,6 +101,14 @@ type Status = "done" | "capped" | "failed" | "aborted" | "deadline";
  * A tool call counts as failed when its result is the SDK's own error text
  * (its default error message, a timeout message, or an error rendered as
  * `XxxError: …`); the SDK reports no other outcome.
+ *
+ * Usage: what each model response adds to the run context's `usage` is
+ * reported with `run.usage()` before the next model call (and the last at the
+ * end), with the agent's model name for the `prices` setting. Tool deadlines:
+ * with `tool_timeout_seconds` set, the SDK runs a copy of the agent
+ * (`agent.clone()`) whose function tools find the call's deadline signal in
+ * `details.signal`; a call cut off by it tells the model that the tool timed
+ * out, as the SDK's own tool timeouts do. Handoffs' agents are not copied.
  *
  * @param ac The library instance.
  * @param init The run's init, its `maxTurns` and optionally `timeSeconds`, `placement`, `deadline`.
@@ -189,7 +198,94 @@ export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
     );
   }
   const run = startAdapterRun(ac, init, "maxTurns", init.maxTurns);
-  return drive(run, init, agent, input, options);
+  // Tool deadlines reach the tools through a copy of the agent whose tools take the call's signal.
+  const timed = ac.settings.tool_timeout_seconds === undefined
+    ? agent
+    : withToolDeadlines(agent, run);
+  return drive(run, init, timed, input, options);
+}
+
+/**
+ * A copy of the agent (`agent.clone()`) whose function tools get, in their
+ * `details.signal`, the SDK's signal joined to the call's deadline signal
+ * (`run.toolSignal`); the agent itself when it has no function tool.
+ */
+function withToolDeadlines<TAgent extends AnyAgent>(agent: TAgent, run: Run): TAgent {
+  try {
+    const a = agent as unknown as { tools?: unknown; clone?: (config: object) => unknown };
+    if (!Array.isArray(a.tools) || typeof a.clone !== "function") return agent;
+    let wrapped = false;
+    const tools = a.tools.map((t) => {
+      const tool = t as { type?: unknown; invoke?: unknown };
+      if (tool?.type !== "function" || typeof tool.invoke !== "function") return t;
+      wrapped = true;
+      const invoke = tool.invoke as (ctx: unknown, input: unknown, details?: unknown) => unknown;
+      const name = String((tool as { name?: unknown }).name ?? "tool");
+      return {
+        ...tool,
+        invoke: async (ctx: unknown, input: unknown, details?: unknown) => {
+          const d = details as
+            | { toolCall?: { callId?: unknown }; signal?: AbortSignal | undefined }
+            | undefined;
+          const callId = d?.toolCall?.callId;
+          if (!d || typeof callId !== "string") return invoke.call(tool, ctx, input, details);
+          // The details object is the SDK's own for this one call; its signal is put back after.
+          const theirs = d.signal;
+          const own = run.toolSignal(callId);
+          const started = performance.now();
+          d.signal = toolCallSignal(run, callId, theirs);
+          try {
+            return await invoke.call(tool, ctx, input, details);
+          } catch (error) {
+            // The SDK takes an aborted signal for the run's end; a deadline is the call's alone,
+            // so the model hears of it as the SDK words its own tool timeouts.
+            if (own.aborted && !theirs?.aborted) {
+              return `Tool '${name}' timed out after ${Math.round(performance.now() - started)}ms.`;
+            }
+            throw error;
+          } finally {
+            d.signal = theirs;
+          }
+        },
+      };
+    });
+    return wrapped ? a.clone({ tools }) as TAgent : agent;
+  } catch (error) {
+    logFault(run, "openai-agents: giving tools their deadlines", error);
+    return agent;
+  }
+}
+
+/**
+ * Reports the model calls' usage as the run context's usage grows: what was
+ * added since the last report is one model call's (or, at the end, the last
+ * one's).
+ */
+function usageReporter(
+  run: Run,
+  context: { usage?: { inputTokens?: unknown; outputTokens?: unknown } } | undefined,
+  model: unknown,
+): () => void {
+  let input = 0;
+  let output = 0;
+  return () => {
+    try {
+      const usage = context?.usage;
+      if (!usage) return;
+      const i = Number(usage.inputTokens ?? 0) - input;
+      const o = Number(usage.outputTokens ?? 0) - output;
+      if (!(i > 0 || o > 0)) return;
+      input += i;
+      output += o;
+      run.usage({
+        inputTokens: i,
+        outputTokens: o,
+        ...(typeof model === "string" ? { model } : {}),
+      });
+    } catch (error) {
+      logFault(run, "openai-agents: reporting usage", error);
+    }
+  };
 }
 
 async function drive<TAgent extends AnyAgent, TContext>(
@@ -208,10 +304,20 @@ async function drive<TAgent extends AnyAgent, TContext>(
     const context = runContextOf(input, rest.context);
     detach = reportTools(run, runner, given ? context : undefined);
     const signal = runSignal(run, init.deadline, rest.signal);
+    const reportUsage = usageReporter(
+      run,
+      context ?? (input as { _context?: RunContext<unknown> })?._context,
+      (agent as { model?: unknown }).model,
+    );
     const sdkOptions = {
       ...rest,
       maxTurns: init.maxTurns,
-      callModelInputFilter: prologueFilter(run, placementFor(init.placement, rest), userFilter),
+      callModelInputFilter: prologueFilter(
+        run,
+        placementFor(init.placement, rest),
+        userFilter,
+        reportUsage,
+      ),
       ...(context ? { context } : {}),
       ...(signal ? { signal } : {}),
       ...(rest.errorHandlers
@@ -225,6 +331,7 @@ async function drive<TAgent extends AnyAgent, TContext>(
         sdkOptions as NonStreamRunOptions<TContext, TAgent>,
       );
       detach();
+      reportUsage();
       await run.end({ status: capped ? "capped" : "done" });
       return result;
     }
@@ -237,6 +344,7 @@ async function drive<TAgent extends AnyAgent, TContext>(
     streamed.completed.then(
       () => {
         detach();
+        reportUsage();
         return run.end({ status: capped ? "capped" : "done" });
       },
       (error: unknown) => {
@@ -320,10 +428,12 @@ function prologueFilter(
   run: Run,
   placement: Placement,
   userFilter: CallModelInputFilter | undefined,
+  beforeCall: () => void = () => {},
 ): CallModelInputFilter {
   const pending = new PendingPrologue();
   const filter: CallModelInputFilter = async (args) => {
     const data = userFilter ? await userFilter(args) : args.modelData;
+    beforeCall(); // the previous call's usage, so a tier it crossed reaches this call
     const text = run.preLlmCall();
     if (text === undefined && !pending.waiting) return data;
     try {

@@ -15,6 +15,7 @@ import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
 export type { CheckpointFile };
 import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../persist.ts";
 import { errorText } from "../log.ts";
+import { formatUsd } from "../template.ts";
 import { PgRunStore } from "../store/postgres.ts";
 import {
   homeSettings,
@@ -26,6 +27,7 @@ import {
   runJson,
   sinceOption,
   statusOption,
+  usageCell,
 } from "./_ledger.ts";
 import { END_STATUSES, type EndStatus } from "../_record.ts";
 
@@ -148,7 +150,10 @@ export function namedRuns(ids: string[]): string {
 function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): string {
   if (files.length === 0) return `No checkpoint files in ${terminalSafe(dir)}.\n`;
   const yes = (b: boolean) => (b ? "yes" : "-");
-  const rows = files.map((f) => [
+  // Tokens and cost get a column when any run reported use or had such a cap.
+  const usage = files.map((f) => usageCell(f.record));
+  const withUsage = usage.some((u) => u !== undefined);
+  const rows = files.map((f, i) => [
     f.runId,
     f.record ? ago(io.now() - f.at) : "-",
     kindText(f),
@@ -156,13 +161,23 @@ function lsText(files: CheckpointFile[], dir: string, io: CliIo, p: Paint): stri
     yes(f.agentText),
     f.incomplete ? "INCOMPLETE" : "-",
     size(f.size) + (f.utf8 ? "" : "  (not UTF-8)"),
+    ...(withUsage ? [usage[i] ?? "-"] : []),
   ]);
   const withRecord = files.filter((f) => f.record);
   const ended = withRecord.filter((f) => runState(f).state === "ended").length;
   const cutOff = withRecord.filter((f) => runState(f).state === "cut off");
   const lines = [
     table([
-      ["RUN", "PERSISTED", "KIND", "SOURCE", "AGENT TEXT", "MARKED", "SIZE"],
+      [
+        "RUN",
+        "PERSISTED",
+        "KIND",
+        "SOURCE",
+        "AGENT TEXT",
+        "MARKED",
+        "SIZE",
+        ...(withUsage ? ["TOKENS, COST"] : []),
+      ],
       ...rows,
     ], p.bold),
     "",
@@ -203,7 +218,9 @@ reads the ledger's index, not the checkpoint files.
 
 Without a run ledger (or with --files), it lists the checkpoint files, newest first: run id, when last persisted, kind,
 tier and source, whether the agent wrote its own text there, whether it is
-marked INCOMPLETE, and size. Files without a readable record are listed too.
+marked INCOMPLETE, and size; and, when any run reported model use or had a
+token or dollar cap, its tokens and cost (against its caps). Files without a
+readable record are listed too.
 
 KIND tells a run that ended ("ended done", "ended capped", "ended failed",
 "ended aborted", "ended deadline") from a run that was cut off: a run that
@@ -504,6 +521,10 @@ export interface AuditSummary {
   incomplete: number;
   /** Files without a record, by state. */
   withoutRecord: Record<string, number>;
+  /** Tokens the runs reported: how many runs reported use, input and output tokens in all. */
+  tokens: { runs: number; input: number; output: number };
+  /** Dollars the runs spent, over the runs whose cost is known; `unknown`: runs with use but no cost. */
+  usd: { runs: number; total: number; unknown: number };
 }
 
 /**
@@ -546,7 +567,26 @@ export function auditSummary(files: CheckpointFile[]): AuditSummary {
     agentText: files.filter((f) => f.agentText).length,
     incomplete: files.filter((f) => f.incomplete).length,
     withoutRecord: count(files.filter((f) => !f.record).map((f) => f.state)),
+    ...usageTotals(records),
   };
+}
+
+function usageTotals(records: CheckpointFile[]): Pick<AuditSummary, "tokens" | "usd"> {
+  const tokens = { runs: 0, input: 0, output: 0 };
+  const usd = { runs: 0, total: 0, unknown: 0 };
+  const n = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+  for (const f of records) {
+    const u = f.record!.usage;
+    if (!u || typeof u !== "object") continue;
+    tokens.runs++;
+    tokens.input += n(u.inputTokens);
+    tokens.output += n(u.outputTokens);
+    if (typeof u.usd === "number" && Number.isFinite(u.usd)) {
+      usd.runs++;
+      usd.total += u.usd;
+    } else usd.unknown++;
+  }
+  return { tokens, usd };
 }
 
 function auditText(a: AuditSummary, dir: string, since: string | undefined): string {
@@ -567,6 +607,22 @@ function auditText(a: AuditSummary, dir: string, since: string | undefined): str
     ["agent's own text", `${a.agentText} of ${a.files}`],
     ["marked INCOMPLETE", String(a.incomplete)],
     ["files without a record", list(a.withoutRecord)],
+    [
+      "tokens",
+      a.tokens.runs === 0
+        ? "-"
+        : `${a.tokens.input + a.tokens.output} over ${
+          plural(a.tokens.runs, "run")
+        } (${a.tokens.input} in, ${a.tokens.output} out)`,
+    ],
+    [
+      "cost",
+      a.usd.runs === 0 && a.usd.unknown === 0
+        ? "-"
+        : `$${formatUsd(a.usd.total)} over ${plural(a.usd.runs, "run")}${
+          a.usd.unknown > 0 ? ` (${plural(a.usd.unknown, "run")} with no known cost)` : ""
+        }`,
+    ],
   ]) + "\n";
 }
 
@@ -581,7 +637,8 @@ machine. It reads the ledger's index, not the checkpoint files.
 Without a run ledger (or with --files), it summarizes the checkpoint directory: runs with a record, how many ended (by
 status: done, capped, failed, aborted, deadline) and how many were cut off
 (no end recorded); by kind, source and tier; resumed runs by attempt; how
-many hold the agent's own text; how many are marked INCOMPLETE.
+many hold the agent's own text; how many are marked INCOMPLETE; the tokens
+and dollars the runs reported.
 
   --since DURATION   only runs heard of (checkpoints persisted) in the last DURATION (90s, 30m, 12h, 7d, 2w)
   --store URL        read the fleet store at this postgres:// URL (default: the
@@ -629,7 +686,8 @@ export const auditCommand: Command = {
       : openLedger(home, settings, io, parsed.values["--store"]);
     if (ledger) {
       try {
-        const filter: Parameters<typeof ledger.summary>[0] = {};
+        // audit also sums the tokens and dollars (ls does not: it reads every record).
+        const filter: Parameters<typeof ledger.summary>[0] = { usage: true };
         if (after !== undefined) filter.since = after;
         if (parsed.values["--host"] !== undefined) filter.machine = parsed.values["--host"];
         const s = await ledger.summary(filter);

@@ -13,7 +13,7 @@ import {
   type Explanation,
   type TierSchedule,
 } from "./_explain_report.ts";
-import { formatDuration } from "../template.ts";
+import { formatDuration, formatUsd } from "../template.ts";
 
 const HELP = `Usage: ${NAME} explain [--home DIR] [--session ID] [--task ID] [--json]
 
@@ -47,20 +47,27 @@ const crossing = (seconds: number) => formatDuration(Math.ceil(seconds - 1e-6));
 function whenText(t: TierSchedule): { prologue: string; midRun: string } {
   if (!t.fires) return { prologue: "never", midRun: "never" };
   const time = t.atSeconds === undefined ? undefined : crossing(t.atSeconds);
-  const or = (a: string | undefined, b: string | undefined) =>
-    [a, b].filter((x) => x !== undefined).join(", or ");
+  const spent = [
+    t.atTokens === undefined ? undefined : `${t.atTokens} tokens`,
+    t.atUsd === undefined ? undefined : `$${formatUsd(t.atUsd)}`,
+  ].filter((x) => x !== undefined).join(" or ");
+  const usage = spent === "" ? undefined : `the run.usage() that reaches ${spent}`;
+  const or = (...parts: Array<string | undefined>) =>
+    parts.filter((x) => x !== undefined).join(", or ");
   return {
     prologue: or(
       t.prologueModelCall === undefined
         ? undefined
         : `model call ${t.prologueModelCall} (${t.prologueModelCall - 1} turns used)`,
       time === undefined ? undefined : `the first model call after ${time}`,
+      spent === "" ? undefined : `the first model call after ${spent}`,
     ),
     midRun: or(
       t.midRunAfterModelCall === undefined
         ? undefined
         : `tool calls after model call ${t.midRunAfterModelCall}`,
       time === undefined ? undefined : `${time} (the watchdog, even if the main thread is blocked)`,
+      usage,
     ),
   };
 }
@@ -113,6 +120,8 @@ export function explainText(e: Explanation, p: Paint): string {
     ["turn cap", cap(e.run.caps.turns, String)],
     ["time cap", cap(e.run.caps.time, formatDuration)],
   ];
+  if (e.run.caps.tokens) rows.push(["token cap", cap(e.run.caps.tokens, String)]);
+  if (e.run.caps.usd) rows.push(["cost cap", cap(e.run.caps.usd, (n) => `$${formatUsd(n)}`)]);
   if (e.supervisor) rows.push(["supervisor deadline", supervisorText(e.supervisor)]);
   if (e.supervisor?.runId) {
     rows.push(["supervisor run id", `${e.supervisor.runId}  (AGENT_CHECKPOINT_RUN_ID)`]);

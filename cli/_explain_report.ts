@@ -32,6 +32,10 @@ export interface TierSchedule {
    * tier's fraction (to the millisecond; the watchdog persists then).
    */
   atSeconds?: number;
+  /** Both surfaces: the tokens reported (input + output) at which the token axis makes it due. */
+  atTokens?: number;
+  /** Both surfaces: the dollars spent at which the dollar axis makes it due. */
+  atUsd?: number;
 }
 
 /** Everything `explain` reports. */
@@ -142,6 +146,16 @@ function schedule(caps: DiscoveredCaps["caps"], settings: Settings): TierSchedul
       out.atSeconds = at;
       out.fires = true;
     }
+    // Tokens and dollars take the turn fractions (tier 1 is never tiny there).
+    const fraction = tier === 1 ? plan.tier1 : plan.tier2Turn;
+    if (plan.tokenCap !== undefined) {
+      out.atTokens = Math.ceil(fraction * plan.tokenCap - 1e-9);
+      out.fires = true;
+    }
+    if (plan.usdCap !== undefined) {
+      out.atUsd = fraction * plan.usdCap;
+      out.fires = true;
+    }
     return out;
   });
 }
@@ -213,7 +227,8 @@ export function explain(options: ExplainOptions = {}): Explanation {
     options.taskId === undefined ? { sessionId } : { sessionId, taskId: options.taskId },
     { home, env, settings, config, sqlite: driver ?? null, startedAtMs: now },
   );
-  const capless = found.caps.turns === undefined && found.caps.time === undefined;
+  const capless = found.caps.turns === undefined && found.caps.time === undefined &&
+    found.caps.tokens === undefined && found.caps.usd === undefined;
   const checkpointFile = path.join(settings.checkpoint_dir, checkpointFileName(found.runId));
   const writable = probeWritable(settings.checkpoint_dir);
 

@@ -8,7 +8,8 @@
 import * as fs from "node:fs";
 import { loadSettings } from "../config.ts";
 import type { Settings } from "../settings.ts";
-import { formatDuration } from "../template.ts";
+import { formatDuration, formatUsd } from "../template.ts";
+import type { RunCaps, UsageTotals } from "../_record.ts";
 import { errorText } from "../log.ts";
 import {
   isPostgresUrl,
@@ -26,6 +27,42 @@ import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";
 import { homeDir } from "./_home.ts";
 import { parseArgs, UsageError } from "./_args.ts";
 import { parseDuration } from "../_duration.ts";
+
+/**
+ * A record's tokens and cost, as `ls` shows them (over the ledger or the files): `12000/50000 tok, $0.42/$5.00`
+ * (the caps after the slash when the run had them); undefined when the run
+ * reported no use and had neither cap.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { usageCell } from "./_ledger.ts";
+ *
+ * const record = {
+ *   usage: { inputTokens: 9000, outputTokens: 3000, usd: 0.42 },
+ *   caps: { usd: { value: 5, source: "host" } },
+ * };
+ * assert.equal(usageCell(record as never), "12000 tok, $0.42/$5.00");
+ * assert.equal(usageCell({ caps: {} } as never), undefined);
+ * ```
+ */
+export function usageCell(
+  record: { usage?: UsageTotals | undefined; caps?: RunCaps | undefined } | undefined,
+): string | undefined {
+  const u = record?.usage;
+  const caps = record?.caps;
+  if (!record || (!u && !caps?.tokens && !caps?.usd)) return undefined;
+  const n = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+  const tokens = n(u?.inputTokens) + n(u?.outputTokens);
+  let cell = `${tokens}${caps?.tokens ? `/${caps.tokens.value}` : ""} tok`;
+  const usd = u?.usd;
+  if (typeof usd === "number" || caps?.usd) {
+    cell += `, ${typeof usd === "number" ? `$${formatUsd(usd)}` : u ? "$?" : "$0.00"}${
+      caps?.usd ? `/$${formatUsd(caps.usd.value)}` : ""
+    }`;
+  }
+  return cell;
+}
 
 /** The home's settings, as the command line reads them. */
 export function homeSettings(home: string, io: Pick<CliIo, "env">): Settings {
@@ -120,7 +157,10 @@ export function ledgerLsText(
 ): string {
   if (counts.total === 0) return `No runs in the run ledger ${terminalSafe(file)}.\n`;
   const now = io.now();
-  const rows = views.map((v) => [
+  // Tokens and cost get a column when any run shown reported use or had such a cap.
+  const usage = views.map((v) => usageCell(v.record));
+  const withUsage = usage.some((u) => u !== undefined);
+  const rows = views.map((v, i) => [
     terminalSafe(v.record.runId),
     stateText(v),
     String(v.record.attempt),
@@ -129,6 +169,7 @@ export function ledgerLsText(
     terminalSafe(inFlightText(v, now)),
     ago(now - heardAt(v)),
     terminalSafe(`${v.record.host.machine}:${v.record.host.pid}`),
+    ...(withUsage ? [usage[i] ?? "-"] : []),
   ]);
   const cut = views.filter((v) => v.state === "cut-off").map((v) => terminalSafe(v.record.runId));
   const n = (x: number) => x.toLocaleString("en");
@@ -137,7 +178,20 @@ export function ledgerLsText(
     : "";
   return [
     table(
-      [["RUN", "STATE", "ATTEMPT", "TURNS", "TIER", "IN FLIGHT", "HEARD", "HOST"], ...rows],
+      [
+        [
+          "RUN",
+          "STATE",
+          "ATTEMPT",
+          "TURNS",
+          "TIER",
+          "IN FLIGHT",
+          "HEARD",
+          "HOST",
+          ...(withUsage ? ["TOKENS, COST"] : []),
+        ],
+        ...rows,
+      ],
       p.bold,
     ),
     "",
@@ -235,6 +289,7 @@ export function ledgerShowText(view: RunView, io: CliIo): string {
       }`,
     ],
     ["tier", String(r.tier)],
+    ...(usageCell(r) === undefined ? [] : [["tokens, cost", usageCell(r)!]]),
     ["in flight", terminalSafe(inFlightText(view, now))],
     [
       "recent calls",
@@ -273,6 +328,24 @@ export function ledgerAuditText(s: StoreSummary, file: string, since: string | u
       `  on ${terminalSafe(machine)}`,
       `live ${n.live} · ended ${n.ended} · cut off ${n["cut-off"]}`,
     ]);
+  }
+  const u = s.usage;
+  if (u) {
+    const runs = (k: number) => `${k} run${k === 1 ? "" : "s"}`;
+    rows.push(
+      [
+        "tokens",
+        `${u.inputTokens + u.outputTokens} over ${
+          runs(u.runs)
+        } (${u.inputTokens} in, ${u.outputTokens} out)`,
+      ],
+      [
+        "cost",
+        `$${formatUsd(u.usd)} over ${runs(u.usdRuns)}${
+          u.runs > u.usdRuns ? ` (${runs(u.runs - u.usdRuns)} with no known cost)` : ""
+        }`,
+      ],
+    );
   }
   return table(rows) + "\n";
 }

@@ -33,6 +33,7 @@ import type {
   RunStore,
   RunView,
   StoreSummary,
+  SummaryQuery,
   WriteBatch,
 } from "./types.ts";
 
@@ -331,7 +332,7 @@ export class PgBridge implements RunStore {
   list(query?: ListQuery): Promise<RunView[]> {
     return this.#read().list(query);
   }
-  summary(query?: Omit<ListQuery, "state" | "limit" | "runId">): Promise<StoreSummary> {
+  summary(query?: SummaryQuery): Promise<StoreSummary> {
     return this.#read().summary(query);
   }
   /** Pruning is the watchdog's, at each process's start. */

@@ -30,6 +30,7 @@ import {
   type RunStore,
   type RunView,
   type StoreSummary,
+  type SummaryQuery,
   type Vantage,
   type WriteBatch,
 } from "./types.ts";
@@ -642,7 +643,7 @@ export class PgRunStore implements RunStore {
     }
   }
 
-  async summary(query: Omit<ListQuery, "state" | "limit" | "runId"> = {}): Promise<StoreSummary> {
+  async summary(query: SummaryQuery = {}): Promise<StoreSummary> {
     const vantage = this.#vantage();
     const where = ["r.newest"];
     const params: unknown[] = [String(vantage.now - vantage.hostTimeoutSeconds * 1000)];
@@ -698,6 +699,37 @@ export class PgRunStore implements RunStore {
       const fresh = gone === "cut-off" ? 0 : Number(r.fresh);
       count(machine, "live", fresh);
       count(machine, "cut-off", n - fresh);
+    }
+    // The model use of the runs that reported any (their records are the only ones parsed).
+    const usageWhere = ["r.newest", `r.record LIKE '%"usage":{%'`];
+    const usageParams: unknown[] = [];
+    if (query.since !== undefined) {
+      usageParams.push(String(Math.floor(query.since)));
+      usageWhere.push(`r.updated_at >= $${usageParams.length}`);
+    }
+    if (query.machine !== undefined) {
+      usageParams.push(query.machine);
+      usageWhere.push(`r.machine = $${usageParams.length}`);
+    }
+    const [used] = !query.usage ? [] : await this.#query(
+      `SELECT count(*) AS runs,
+          COALESCE(sum((u->>'inputTokens')::float8), 0) AS input,
+          COALESCE(sum((u->>'outputTokens')::float8), 0) AS output,
+          COALESCE(sum((u->>'usd')::float8), 0) AS usd,
+          count(u->'usd') AS usd_runs
+        FROM (SELECT (r.record::jsonb)->'usage' AS u FROM ${this.#s}.runs r
+          WHERE ${usageWhere.join(" AND ")}) used
+        WHERE jsonb_typeof(u) = 'object'`,
+      usageParams,
+    );
+    if (used && Number(used.runs) > 0) {
+      out.usage = {
+        runs: Number(used.runs),
+        inputTokens: Number(used.input),
+        outputTokens: Number(used.output),
+        usd: Number(used.usd),
+        usdRuns: Number(used.usd_runs),
+      };
     }
     return out;
   }

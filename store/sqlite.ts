@@ -29,6 +29,7 @@ import {
   type RunStore,
   type RunView,
   type StoreSummary,
+  type SummaryQuery,
   type Vantage,
   type WriteBatch,
 } from "./types.ts";
@@ -360,7 +361,7 @@ export class SqliteRunStore implements RunStore {
   }
 
   /** {@linkcode RunStore.summary}, synchronously. */
-  summarySync(query: Omit<ListQuery, "state" | "limit" | "runId"> = {}): StoreSummary {
+  summarySync(query: SummaryQuery = {}): StoreSummary {
     const where = ["r.newest = 1"];
     const params: unknown[] = [];
     if (query.since !== undefined) {
@@ -393,6 +394,25 @@ export class SqliteRunStore implements RunStore {
       count(String(row.machine), "ended", n);
       const status = String(row.status) as EndStatus;
       out.byEnd[status] = (out.byEnd[status] ?? 0) + n;
+    }
+    const used = query.usage && this.#db.all(
+      `SELECT COUNT(*) AS runs,
+        TOTAL(json_extract(r.record, '$.usage.inputTokens')) AS input,
+        TOTAL(json_extract(r.record, '$.usage.outputTokens')) AS output,
+        TOTAL(json_extract(r.record, '$.usage.usd')) AS usd,
+        COUNT(json_extract(r.record, '$.usage.usd')) AS usd_runs
+        FROM runs r WHERE ${where.join(" AND ")}
+        AND json_extract(r.record, '$.usage') IS NOT NULL`,
+      ...params,
+    )[0];
+    if (used && Number(used.runs) > 0) {
+      out.usage = {
+        runs: Number(used.runs),
+        inputTokens: Number(used.input),
+        outputTokens: Number(used.output),
+        usd: Number(used.usd),
+        usdRuns: Number(used.usd_runs),
+      };
     }
     const vantage = this.#vantage();
     const live = this.#db.all(
@@ -475,7 +495,7 @@ export class SqliteRunStore implements RunStore {
   list(query?: ListQuery): Promise<RunView[]> {
     return run(() => this.listSync(query));
   }
-  summary(query?: Omit<ListQuery, "state" | "limit" | "runId">): Promise<StoreSummary> {
+  summary(query?: SummaryQuery): Promise<StoreSummary> {
     return run(() => this.summarySync(query));
   }
   prune(before: number, limit: number): Promise<number> {

@@ -10,7 +10,7 @@
  *
  * @module
  */
-import type { EndStatus, RunCaps, ToolCall } from "../_record.ts";
+import type { EndStatus, RunCaps, ToolCall, UsageTotals } from "../_record.ts";
 
 /** The process a run ran in. */
 export interface HostId {
@@ -34,6 +34,8 @@ export interface CallInFlight {
   callId?: string;
   /** When it started, ms since the epoch. */
   startedAt: number;
+  /** True once it ran past its deadline (a `tool_timeout` checkpoint names it). */
+  timedOut?: boolean;
 }
 
 /** A record's status: `live` while its run runs, else how it ended. */
@@ -55,6 +57,10 @@ export interface PriorUse {
   turns: number;
   /** Seconds the earlier attempts ran, together. */
   seconds: number;
+  /** Tokens the earlier attempts reported, together, when any did. */
+  tokens?: number;
+  /** Dollars the earlier attempts spent, together, when their cost is known. */
+  usd?: number;
 }
 
 /**
@@ -98,6 +104,8 @@ export interface RunRecord {
   attempts?: string[];
   /** What the earlier attempts used. */
   prior?: PriorUse;
+  /** The model use the run reported: tokens, and dollars when known. */
+  usage?: UsageTotals;
   /** The process the run ran in. */
   host: HostId;
   /** `live`, or how it ended. */
@@ -172,6 +180,12 @@ export interface ListQuery {
   limit?: number;
 }
 
+/** Which runs a summary counts, and whether it sums their model use. */
+export type SummaryQuery = Omit<ListQuery, "state" | "limit" | "runId"> & {
+  /** Also sum the tokens and dollars the runs reported (`usage`): this reads every record. */
+  usage?: boolean;
+};
+
 /** Counts of runs, by machine and state. */
 export interface StoreSummary {
   /** Runs counted. */
@@ -182,6 +196,12 @@ export interface StoreSummary {
   byEnd: Partial<Record<EndStatus, number>>;
   /** Runs per machine, per state. */
   byMachine: Record<string, Record<RunState, number>>;
+  /**
+   * The model use of the runs that reported any: how many, their tokens, and
+   * their dollars over the `usdRuns` whose cost is known. A backend may leave
+   * it out.
+   */
+  usage?: { runs: number; inputTokens: number; outputTokens: number; usd: number; usdRuns: number };
 }
 
 /**
@@ -211,7 +231,7 @@ export interface RunStore {
   /** Runs, the most recently started first: the newest attempt of each run id unless `runId` is given. */
   list(query?: ListQuery): Promise<RunView[]>;
   /** Counts of runs (the newest attempt of each run id), by state and machine. */
-  summary(query?: Omit<ListQuery, "state" | "limit" | "runId">): Promise<StoreSummary>;
+  summary(query?: SummaryQuery): Promise<StoreSummary>;
   /** Remove at most `limit` records of ended runs last brought up to date before `before` (ms); how many went. */
   prune(before: number, limit: number): Promise<number>;
   /** Close the store. */

@@ -58,7 +58,12 @@ const invalid: Array<[string, string, RegExp]> = [
   ["a boolean for a cap", "caps: { turns: true }", /caps.turns = true .*using no value/],
   ["a fraction for an int", "min_budget_floor_turns: 2.5", /min_budget_floor_turns = 2.5.*using 0/],
   ["a negative floor", "min_budget_floor_seconds: -1", /min_budget_floor_seconds = -1.*using 0/],
-  ["an unknown axis", "enabled_axes: [time, tokens]", /enabled_axes.*using \["time","turns"\]/],
+  [
+    "an unknown axis",
+    "enabled_axes: [time, money]",
+    /enabled_axes.*using \["time","turns","tokens","usd"\]/,
+  ],
+  ["a price without output", "prices: { m: { input: 1 } }", /setting prices = .*using \{\}/],
   ["a string for a number", "stall_window_seconds: soon", /stall_window_seconds = "soon"/],
 ];
 for (const [what, yaml, warning] of invalid) {
@@ -170,7 +175,8 @@ function schemaAccepts(schema: Record<string, unknown>, value: unknown): boolean
     uniqueItems?: boolean;
     anyOf?: Record<string, unknown>[];
     properties?: Record<string, Record<string, unknown>>;
-    additionalProperties?: boolean;
+    additionalProperties?: boolean | Record<string, unknown>;
+    required?: string[];
   };
   if (s.anyOf && !s.anyOf.some((sub) => schemaAccepts(sub, value))) return false;
   if (s.enum && !s.enum.includes(value)) return false;
@@ -209,14 +215,18 @@ function schemaAccepts(schema: Record<string, unknown>, value: unknown): boolean
     }
     if (s.items && !value.every((v) => schemaAccepts(s.items!, v))) return false;
   }
-  if (s.properties && typeof value === "object" && value !== null && !Array.isArray(value)) {
+  const isObject = typeof value === "object" && value !== null && !Array.isArray(value);
+  if ((s.properties || typeof s.additionalProperties === "object") && isObject) {
+    const extra = s.additionalProperties;
     for (const [k, v] of Object.entries(value)) {
-      const sub = Object.hasOwn(s.properties, k) ? s.properties[k] : undefined;
-      if (sub === undefined ? s.additionalProperties === false : !schemaAccepts(sub, v)) {
-        return false;
-      }
+      const sub = s.properties && Object.hasOwn(s.properties, k) ? s.properties[k] : undefined;
+      if (sub !== undefined) {
+        if (!schemaAccepts(sub, v)) return false;
+      } else if (extra === false) return false;
+      else if (typeof extra === "object" && !schemaAccepts(extra, v)) return false;
     }
   }
+  if (s.required && isObject && !s.required.every((k) => Object.hasOwn(value, k))) return false;
   return true;
 }
 
@@ -231,10 +241,24 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
   tier2_turn_fraction: [[0.9], [0, 2, false, "x"]],
   min_budget_floor_turns: [[0, 5, 2.0], [-1, 2.5, true, "3"]],
   min_budget_floor_seconds: [[0, 0.5, 100], [-1, true, "10"]],
-  enabled_axes: [[["time"], ["turns", "time"], []], [["tokens"], ["time", "time"], "time", [1]]],
+  enabled_axes: [[["time"], ["turns", "time"], [], ["tokens", "usd"]], [
+    ["money"],
+    ["time", "time"],
+    "time",
+    [1],
+  ]],
   checkpoint_dir: [["/tmp/cp", "~/cp"], ["", "   ", 3, true]],
   allow_tiny_tier1: [[true], ["yes", 1]],
-  caps: [[{ turns: 3 }, { time_seconds: 0.5 }, { time_seconds: "850" }, { turns: "40" }], [
+  caps: [[
+    { turns: 3 },
+    { time_seconds: 0.5 },
+    { time_seconds: "850" },
+    { turns: "40" },
+    { tokens: 200000 },
+    { usd: 2.5 },
+  ], [
+    { tokens: 1.5 },
+    { usd: 0 },
     { turns: 2.5 },
     { turns: true },
     { turns: 0 },
@@ -276,6 +300,15 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
     true,
   ]],
   store_file_max_kb: [[256, 0.5], [0, -1, "256"]],
+  prices: [[{}, { "gpt-4o": { input: 2.5, output: 10 } }, { free: { input: 0, output: 0 } }], [
+    { m: { input: 1 } },
+    { m: { input: -1, output: 1 } },
+    { m: { input: 1, output: 2, cached: 1 } },
+    { m: 3 },
+    [],
+    "gpt-4o",
+  ]],
+  tool_timeout_seconds: [[30, 0.5, "120"], [0, -1, true, "soon"]],
 };
 
 test("settingsSchema and the checks agree on every key's valid and invalid values", () => {

@@ -283,3 +283,30 @@ test("{previous} and {attempt} fill a resume text, and their clauses go when abs
     "attempt 2, you have used 1 of 10 turns (9 left)",
   );
 });
+
+test("renderTemplate() shows tokens and dollars, and leaves an unknown cost out", () => {
+  const values = { tokensUsed: 41_000, tokensCap: 50_000, usdUsed: 0.5, usdCap: 4 };
+  assert.equal(
+    renderTemplate(
+      "{budget}. Tokens {tokens_used}/{tokens_cap}, ${usd_used} of ${usd_cap}.",
+      values,
+    ),
+    "you have used 41000 of 50000 tokens (9000 left) and $0.50 of $4.00 ($3.50 left). " +
+      "Tokens 41000/50000, $0.50 of $4.00.",
+  );
+  assert.equal(
+    renderTemplate("{budget}; your {nearest} budget is nearest its cap.", values),
+    "you have used 41000 of 50000 tokens (9000 left) and $0.50 of $4.00 ($3.50 left); " +
+      "your token budget is nearest its cap.",
+  );
+  // One axis: no {nearest} clause. A cost not known: the dollar axis is absent.
+  assert.equal(
+    renderTemplate("{budget}; your {nearest} budget is nearest its cap. Spent ${usd_used}.", {
+      tokensUsed: 10,
+      tokensCap: 100,
+      usdUsed: NaN,
+      usdCap: 1,
+    }),
+    "you have used 10 of 100 tokens (90 left).",
+  );
+});

@@ -125,3 +125,35 @@ test("dueTier() falls back to defaults for invalid settings", () => {
     1,
   );
 });
+
+test("dueTier() fires token and dollar tiers at the turn fractions", () => {
+  const at = (caps: { tokens?: number; usd?: number }, tokensUsed: number, usdUsed: number) =>
+    dueTier({ caps, turnsUsed: 0, elapsedSeconds: 0, tokensUsed, usdUsed });
+  assert.deepEqual([4999, 5000, 8999, 9000].map((t) => at({ tokens: 10_000 }, t, 0)), [0, 1, 1, 2]);
+  assert.deepEqual([0.49, 0.5, 0.89, 0.9].map((d) => at({ usd: 1 }, 0, d)), [0, 1, 1, 2]);
+  // A cost that is not known (NaN) never makes a tier due.
+  assert.equal(at({ usd: 1 }, 0, NaN), 0);
+  // The fractions and enabled_axes apply as to turns.
+  const settings = { tier_fractions: [0.3, 0.6] };
+  assert.equal(
+    dueTier({ caps: { tokens: 100 }, turnsUsed: 0, elapsedSeconds: 0, tokensUsed: 60, settings }),
+    2,
+  );
+  const axes = { enabled_axes: ["time", "turns", "usd"] };
+  assert.equal(
+    dueTier({
+      caps: { tokens: 100 },
+      turnsUsed: 0,
+      elapsedSeconds: 0,
+      tokensUsed: 99,
+      settings: axes,
+    }),
+    0,
+  );
+});
+
+test("dueTier() fires tier 1 of tokens and dollars even beside a tiny turn cap", () => {
+  const caps = { turns: 10, usd: 1 };
+  assert.equal(dueTier({ caps, turnsUsed: 1, elapsedSeconds: 0, usdUsed: 0.5 }), 1);
+  assert.equal(dueTier({ caps, turnsUsed: 5, elapsedSeconds: 0, usdUsed: 0 }), 0, "turns: tiny");
+});

@@ -409,3 +409,56 @@ test("close() waits for the watchdog's write in flight: no file appears after it
     assert.deepEqual(files(), atClose, `round ${round}: the directory changed after close()`);
   }
 });
+
+test("a tool call past its deadline gets its tool_timeout record while the main thread is blocked", async () => {
+  const ac = createAgentCheckpoint({ home: tempHome(), env: {} });
+  const run = ac.startRun({ sessionId: "hung-tool", caps: { tokens: 1_000_000 } });
+  run.preLlmCall();
+  run.usage({ inputTokens: 1200, outputTokens: 300, usd: 0.01 });
+  const signal = run.toolSignal("call_hang");
+  const started = Date.now();
+  run.preToolCall("shell", { callId: "call_hang", timeoutSeconds: 0.5 });
+  // One long synchronous call, lasting until the record is on disk (at most 20 s).
+  assert.ok(
+    blockUntil(() => record(run.checkpointFile)?.kind === "tool_timeout"),
+    "the watchdog wrote the tool_timeout record during the block",
+  );
+  const blockEnded = Date.now();
+  const r = record(run.checkpointFile)!;
+  assert.equal(r.source, "watchdog");
+  assert.equal(r.timedOut?.tool, "shell");
+  assert.equal(r.timedOut?.callId, "call_hang");
+  assert.ok(Date.parse(r.persistedAt) >= started + 500 - 50, "not before the deadline");
+  assert.ok(Date.parse(r.persistedAt) <= blockEnded, "persisted during the block");
+  // The watchdog sees the usage the main thread reported.
+  assert.deepEqual(r.usage, { inputTokens: 1200, outputTokens: 300, usd: 0.01 });
+  // Once the main thread is free, the call's signal aborts; the record is not written twice.
+  const alive = setInterval(() => {}, 50);
+  await new Promise((resolve) => {
+    if (signal.aborted) resolve(undefined);
+    else signal.addEventListener("abort", resolve, { once: true });
+  });
+  clearInterval(alive);
+  assert.equal((signal.reason as DOMException).name, "TimeoutError");
+  assert.equal(record(run.checkpointFile)?.persistedAt, r.persistedAt);
+  run.postToolCall("shell", { callId: "call_hang", error: signal.reason });
+  await ac.close();
+});
+
+test("a run the watchdog stopped watching for its budget still gets its tool_timeout record", async () => {
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: {},
+    settings: { uncapped_interval_seconds: 0, stall_window_seconds: 0 },
+  });
+  const run = ac.startRun({ sessionId: "capless-hang" });
+  run.activity(); // the watchdog starts, looks once and stops watching this capless run
+  assert.ok(await watchdogLooks(ac.sharedRuns, 1));
+  run.preToolCall("fetch", { callId: "c9", timeoutSeconds: 0.3 });
+  assert.ok(
+    blockUntil(() => record(run.checkpointFile)?.kind === "tool_timeout"),
+    "the watchdog wrote the tool_timeout record during the block",
+  );
+  assert.equal(record(run.checkpointFile)?.timedOut?.callId, "c9");
+  await ac.close();
+});
