@@ -10,16 +10,23 @@
  *
  * The public face of the checkpoint file, which the rest of the library
  * imports; each job lives in a private module: the atomic write in
- * `_atomic.ts`, file names in `_naming.ts`, the block persist in
- * `_persist_block.ts`, the burst in `_persist_batch.ts`, the reader in
- * `_reader.ts` (file-system steps in `_file_ops.ts`).
+ * `_atomic.ts`, the block persist and the burst in `_persist_block.ts`,
+ * the reader in `_reader.ts` (file-system steps in `_file_ops.ts`); file
+ * names are made here.
  *
  * @module
  */
+import { createHash } from "node:crypto";
+
 export { ensureDir, writeFileAtomic, writeFileAtomicSync } from "./_atomic.ts";
-export { checkpointFileName } from "./_naming.ts";
-export { FILE_LOCK_WAIT_MS, type FileLock, persistBlock } from "./_persist_block.ts";
-export { type BlockWrite, persistBlocks, type PersistBlocksOptions } from "./_persist_batch.ts";
+export {
+  type BlockWrite,
+  FILE_LOCK_WAIT_MS,
+  type FileLock,
+  persistBlock,
+  persistBlocks,
+  type PersistBlocksOptions,
+} from "./_persist_block.ts";
 export {
   type CheckpointFile,
   type FileState,
@@ -27,3 +34,33 @@ export {
   readCheckpoint,
   readCheckpointBytes,
 } from "./_reader.ts";
+
+const MAX_STEM = 120;
+const HASHED = /-[0-9a-f]{12}$/;
+
+/**
+ * The checkpoint file name for a run id: characters outside `A-Za-z0-9._-`
+ * replaced, no leading dot, bounded length, and a short hash of the id added
+ * whenever anything was changed, so two ids never share a file.
+ *
+ * @param runId Any run id.
+ * @returns A file name ending in `.md`.
+ *
+ * @example
+ * ```ts
+ * import { checkpointFileName } from "./persist.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(checkpointFileName("run-1"), "run-1.md");
+ * assert.match(checkpointFileName("../x"), /^_/);
+ * ```
+ */
+export function checkpointFileName(runId: string): string {
+  let stem = runId.replace(/[^A-Za-z0-9._-]/g, "_").replace(/^\./, "_");
+  if (stem.length > MAX_STEM) stem = stem.slice(0, MAX_STEM);
+  if (stem === "") stem = "_";
+  if (stem !== runId || HASHED.test(runId)) {
+    stem += "-" + createHash("sha256").update(runId).digest("hex").slice(0, 12);
+  }
+  return `${stem}.md`;
+}

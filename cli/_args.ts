@@ -5,7 +5,7 @@
  * @module
  */
 import { parseArgs as nodeParseArgs } from "node:util";
-import { parseDuration } from "../_duration.ts";
+import { parseDuration } from "../template.ts";
 
 /**
  * A usage error: the main loop prints `agent-checkpoint: MESSAGE (see

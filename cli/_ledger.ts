@@ -26,7 +26,7 @@ import { ago, type Paint, table, terminalSafe } from "./_format.ts";
 import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";
 import { homeDir } from "./_home.ts";
 import { parseArgs, UsageError } from "./_args.ts";
-import { parseDuration } from "../_duration.ts";
+import { parseDuration } from "../template.ts";
 
 /**
  * A record's tokens and cost, as `ls` shows them (over the ledger or the files): `12000/50000 tok, $0.42/$5.00`

@@ -20,7 +20,7 @@ import { serveCommand } from "./_serve.ts";
 
 export type { CliIo, Command } from "./_io.ts";
 export { ago } from "./_format.ts";
-export { parseDuration } from "../_duration.ts";
+export { parseDuration } from "../template.ts";
 export { UsageError } from "./_args.ts";
 
 /**

@@ -15,7 +15,7 @@ import { lastSeen, ledgerSummary } from "../_ledger.ts";
 import { readCheckpointBytes } from "../persist.ts";
 import type { Settings } from "../settings.ts";
 import { capValues, tierPlan, timeCrossing } from "../tier.ts";
-import { parseDuration } from "../_duration.ts";
+import { parseDuration } from "../template.ts";
 import type {
   Heartbeat,
   ListQuery,
