@@ -345,12 +345,16 @@ function capUses(record: RunRecord, elapsed: number, settings: Settings): CapUse
       tiers: tiers(plan.tier2Time),
     });
   }
-  // Caps beyond turns and time (tokens, usd), where the record holds them and their use.
-  const extra = record as unknown as Record<string, unknown>;
+  // Tokens and dollars, where the record holds a cap and the use the run reported.
+  const usage = record.usage;
+  const usedOf: Record<string, number | undefined> = {
+    tokens: usage ? usage.inputTokens + usage.outputTokens : undefined,
+    usd: usage?.usd,
+  };
   for (const [axis, cap] of Object.entries(record.caps as Record<string, unknown>)) {
     if (axis === "turns" || axis === "time") continue;
     const value = (cap as { value?: unknown } | undefined)?.value;
-    const used = extra[`${axis}Used`];
+    const used = usedOf[axis];
     if (typeof value !== "number" || typeof used !== "number") continue;
     out.push({
       axis,

@@ -166,6 +166,34 @@ test("a run's detail lists every attempt the store keeps, newest first", async (
   }
 });
 
+test("token and dollar caps are drawn against the use the run reported", async () => {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  const run = ac.startRun({ sessionId: "priced", caps: { turns: 10, tokens: 10_000, usd: 2 } });
+  run.preLlmCall();
+  run.usage({ inputTokens: 3000, outputTokens: 1000, usd: 0.5 });
+  await run.end({ status: "done" });
+  await ac.close();
+  const { settings } = loadSettings({ home, env: {} });
+  const store = openStore({ home, settings, mode: "read" })!;
+  const own = await serveRuns({ store, settings, port: 0 });
+  try {
+    const body = await (await fetch(`${own.url}api/runs`)).json() as RunsPayload;
+    const caps = body.runs.find((r) => r.runId === "priced")!.caps;
+    assert.deepEqual(
+      caps.filter((c) => c.axis === "tokens" || c.axis === "usd").map((c) => [
+        c.axis,
+        c.used,
+        c.cap,
+      ]),
+      [["tokens", 4000, 10_000], ["usd", 0.5, 2]],
+    );
+  } finally {
+    await own.close();
+    await store.close();
+  }
+});
+
 test("a checkpoint file outside the home's checkpoint directory, or a link to one, is not read", async () => {
   const home = tempHome();
   const { settings } = loadSettings({ home, env: {} });
