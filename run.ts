@@ -264,6 +264,49 @@ export class Run {
     return this.#plan;
   }
 
+  /**
+   * The one opening of the hooks the host calls: the guard (any throw becomes a
+   * log line and `neutral`, never the host's), the run's liveness, the activity
+   * mark, the settings in force and, unless `disabledToo`, their `enabled`.
+   */
+  #hook<T>(
+    name: string,
+    neutral: T,
+    body: (host: RunHost, settings: Settings, now: number) => T,
+    disabledToo = false,
+  ): T {
+    try {
+      const host = this.#live();
+      if (!host) return neutral;
+      const now = nowMs();
+      host.shared.touch(this.#info.slot, now);
+      const settings = host.settingsAt(now);
+      if (!disabledToo && !settings.enabled) return neutral;
+      return body(host, settings, now);
+    } catch (error) {
+      this.#fail(name, error);
+      return neutral;
+    }
+  }
+
+  /** The guard and liveness alone, for what is not an activity of the run (timers, signals, the end). */
+  #guard<T>(name: string, neutral: T, body: (host: RunHost) => T): T {
+    return this.#safe(name, neutral, () => {
+      const host = this.#live();
+      return host ? body(host) : neutral;
+    });
+  }
+
+  /** The guard alone: any throw becomes a log line and `neutral`. */
+  #safe<T>(name: string, neutral: T, body: () => T): T {
+    try {
+      return body();
+    } catch (error) {
+      this.#fail(name, error);
+      return neutral;
+    }
+  }
+
   #fail(hook: string, error: unknown): void {
     try {
       this.#host?.log("error", `${hook} failed: ${errorText(error)}`, this.runId);
@@ -308,14 +351,10 @@ export class Run {
    * ```
    */
   preLlmCall(): string | undefined {
-    try {
-      const host = this.#live();
-      if (!host) return undefined;
-      const now = nowMs();
+    return this.#hook("preLlmCall", undefined, (host, settings, now) => {
       const slot = this.#info.slot;
+      // Turns count while the library is disabled too: enabled again, it knows where the run is.
       const used = host.shared.addTurn(slot);
-      host.shared.touch(slot, now);
-      const settings = host.settingsAt(now);
       if (!settings.enabled) return undefined;
       host.contact(settings);
       const elapsed = this.#elapsed(host, now);
@@ -347,10 +386,7 @@ export class Run {
         }),
       );
       return resume === undefined ? text : `${resume}\n\n${text}`;
-    } catch (error) {
-      this.#fail("preLlmCall", error);
-      return undefined;
-    }
+    }, true);
   }
 
   /** The resume text, once (S16). */
@@ -460,15 +496,10 @@ export class Run {
    * ```
    */
   usage(report: UsageReport): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
+    this.#hook("usage", undefined, (host, settings, now) => {
       const input = tokenCount(report?.inputTokens);
       const output = tokenCount(report?.outputTokens);
-      const now = nowMs();
       const slot = this.#info.slot;
-      host.shared.touch(slot, now);
-      const settings = host.settingsAt(now);
       const given = report?.usd;
       const usd = typeof given === "number" && Number.isFinite(given) && given >= 0
         ? given
@@ -492,9 +523,7 @@ export class Run {
         host.shared.usd(slot),
       );
       if (tier !== 0) this.#midRun(host, settings, tier, now, "post_llm_call");
-    } catch (error) {
-      this.#fail("usage", error);
-    }
+    }, true);
   }
 
   /** A call's cost from the `prices` setting, or `NaN` (logged once) when there is no price. */
@@ -563,14 +592,9 @@ export class Run {
     tool: string,
     call?: { callId?: string; input?: unknown; timeoutSeconds?: number },
   ): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
+    this.#hook("preToolCall", undefined, (host, settings, now) => {
       const slot = this.#info.slot;
-      host.shared.touch(slot, now);
       const callId = call?.callId === undefined ? undefined : String(call.callId);
-      const settings = host.settingsAt(now);
       const timeout = settings.enabled
         ? budgetValue(call?.timeoutSeconds) ?? settings.tool_timeout_seconds
         : undefined;
@@ -594,9 +618,7 @@ export class Run {
         });
       }
       this.#boundary(host, settings, now, "pre_tool_call");
-    } catch (error) {
-      this.#fail("preToolCall", error);
-    }
+    }, true);
   }
 
   /**
@@ -628,12 +650,8 @@ export class Run {
     tool: string,
     outcome?: { ok?: boolean; durationMs?: number; callId?: string; error?: unknown },
   ): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
+    this.#hook("postToolCall", undefined, (host, settings, now) => {
       const slot = this.#info.slot;
-      host.shared.touch(slot, now);
       const toolId = host.toolId(tool);
       const callId = outcome?.callId === undefined ? undefined : String(outcome.callId);
       let seq = -1;
@@ -649,7 +667,6 @@ export class Run {
         this.#toolError(host, seq < 0 ? host.shared.toolCount(slot) : seq, outcome.error);
       }
       host.shared.toolEnd(slot, seq, toolId, ok, outcome?.durationMs ?? -1, now, callId);
-      const settings = host.settingsAt(now);
       if (!settings.enabled) return;
       const ws = host.workspaces(settings);
       if (ws && this.#workspace !== "") {
@@ -659,9 +676,7 @@ export class Run {
         ws.afterTool(this.#workspace, String(tool), options);
       }
       this.#boundary(host, settings, now, "post_tool_call");
-    } catch (error) {
-      this.#fail("postToolCall", error);
-    }
+    }, true);
   }
 
   /** Keep a failed call's error for the record (the newest few). */
@@ -691,15 +706,7 @@ export class Run {
    * ```
    */
   activity(): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
-      host.contact(host.settingsAt(now));
-    } catch (error) {
-      this.#fail("activity", error);
-    }
+    this.#hook("activity", undefined, (host, settings) => host.contact(settings), true);
   }
 
   /**
@@ -721,21 +728,15 @@ export class Run {
    * ```
    */
   note(text: string): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
+    this.#hook("note", undefined, (host, settings) => {
       let line = String(text);
       if (line.length > MAX_NOTE) line = Array.from(line).slice(0, MAX_NOTE).join("");
       const notes = this.#info.notes;
       notes.push(line);
       if (notes.length > MAX_NOTES) notes.splice(0, notes.length - MAX_NOTES);
       host.publish(this.#info);
-      host.contact(host.settingsAt(now));
-    } catch (error) {
-      this.#fail("note", error);
-    }
+      host.contact(settings);
+    }, true);
   }
 
   /**
@@ -763,22 +764,13 @@ export class Run {
    * ```
    */
   checkpoint(message?: string): Promise<string | undefined> {
-    try {
-      const host = this.#live();
-      if (!host) return Promise.resolve(undefined);
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
-      const settings = host.settingsAt(now);
-      if (!settings.enabled) return Promise.resolve(undefined);
+    return Promise.resolve(this.#hook("checkpoint", undefined, (host, settings, now) => {
       host.contact(settings);
       const event: PersistEvent = message === undefined
         ? { kind: "manual" }
         : { kind: "manual", message: String(message) };
-      return Promise.resolve(host.writer.write(this.#info, settings, event, "host", now));
-    } catch (error) {
-      this.#fail("checkpoint", error);
-      return Promise.resolve(undefined);
-    }
+      return host.writer.write(this.#info, settings, event, "host", now);
+    }));
   }
 
   /**
@@ -808,17 +800,12 @@ export class Run {
    * ```
    */
   requestTimeout(seconds: number, options?: { explicit?: boolean }): number {
-    try {
-      if (options?.explicit) return seconds;
-      const host = this.#live();
+    return this.#guard("requestTimeout", seconds, (host) => {
       const cap = this.caps.time?.value;
-      if (!host || cap === undefined || !(seconds > 0)) return seconds;
+      if (options?.explicit || cap === undefined || !(seconds > 0)) return seconds;
       const remaining = cap - this.#elapsed(host, nowMs());
       return Math.min(seconds, Math.max(60, Math.ceil(remaining / 2)));
-    } catch (error) {
-      this.#fail("requestTimeout", error);
-      return seconds;
-    }
+    });
   }
 
   /**
@@ -847,10 +834,9 @@ export class Run {
    */
   get deadline(): AbortSignal {
     if (this.#deadline) return this.#deadline.signal;
-    try {
-      const host = this.#live();
+    this.#guard("deadline", undefined, (host) => {
       const cap = this.caps.time?.value;
-      if (!host || cap === undefined) return NEVER;
+      if (cap === undefined) return;
       this.#deadline = new AbortController();
       const settings = host.settingsAt(nowMs());
       const grace = Number(
@@ -861,20 +847,17 @@ export class Run {
       const wait = at - nowMs();
       if (wait <= 0) this.#fireDeadline();
       else this.#deadlineTimer = longTimeout(() => this.#fireDeadline(), wait, { unref: true });
-      return this.#deadline.signal;
-    } catch (error) {
-      this.#fail("deadline", error);
-      return this.#deadline?.signal ?? NEVER;
-    }
+    });
+    // Made above unless the run has no time cap or ended (or making it failed, which is logged).
+    return (this.#deadline as AbortController | undefined)?.signal ?? NEVER;
   }
 
   /** Write the deadline checkpoint unless the watchdog did, then abort. */
   #fireDeadline(): void {
     const controller = this.#deadline;
     if (!controller || controller.signal.aborted) return;
-    try {
-      const host = this.#live();
-      if (host && host.shared.claimDeadline(this.#info.slot)) {
+    this.#guard("deadline", undefined, (host) => {
+      if (host.shared.claimDeadline(this.#info.slot)) {
         const now = nowMs();
         const settings = host.settingsAt(now);
         const atSeconds = (host.shared.deadlineAt(this.#info.slot) -
@@ -884,9 +867,7 @@ export class Run {
           host.writer.write(this.#info, settings, { kind: "deadline", atSeconds }, "host", now);
         }
       }
-    } catch (error) {
-      this.#fail("deadline", error);
-    }
+    });
     controller.abort(new DOMException("The run's deadline passed", "TimeoutError"));
   }
 
@@ -918,9 +899,8 @@ export class Run {
     const kept = this.#toolTimers.get(seq);
     this.#toolTimers.delete(seq);
     if (!kept) return;
-    try {
-      const host = this.#live();
-      if (!host || host.shared.toolDeadline(this.#info.slot, seq) === 0) return; // it ended
+    this.#guard("tool timeout", undefined, (host) => {
+      if (host.shared.toolDeadline(this.#info.slot, seq) === 0) return; // it ended
       if (host.shared.claimTimeout(this.#info.slot, seq)) {
         const now = nowMs();
         const settings = host.settingsAt(now);
@@ -938,9 +918,7 @@ export class Run {
         }
       }
       if (kept.callId !== undefined) this.#abortTool(kept.callId);
-    } catch (error) {
-      this.#fail("tool timeout", error);
-    }
+    });
   }
 
   #abortTool(callId: string): void {
@@ -982,7 +960,7 @@ export class Run {
    * ```
    */
   toolSignal(callId: string): AbortSignal {
-    try {
+    return this.#safe("toolSignal", NEVER, () => {
       const id = String(callId);
       const known = this.#toolSignals.get(id);
       if (known) return known.signal;
@@ -1000,10 +978,7 @@ export class Run {
         host.shared.timedOut(this.#info.slot, seq)
       ) this.#abortTool(id);
       return controller.signal;
-    } catch (error) {
-      this.#fail("toolSignal", error);
-      return NEVER;
-    }
+    });
   }
 
   /**
@@ -1013,22 +988,14 @@ export class Run {
    * @param paths The files about to be written, when known.
    */
   beforeWrite(paths?: string[]): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
-      const settings = host.settingsAt(now);
-      if (!settings.enabled) return;
+    this.#hook("beforeWrite", undefined, (host, settings) => {
       const list = Array.isArray(paths) ? paths.map(String) : undefined;
       this.#snapshot(
         host,
         settings,
         (ws, dir, turn) => ws.beforeWrite(dir, turn, list, this.runId),
       );
-    } catch (error) {
-      this.#fail("beforeWrite", error);
-    }
+    });
   }
 
   /**
@@ -1038,19 +1005,13 @@ export class Run {
    * @param paths The files written.
    */
   afterWrite(paths: string[]): void {
-    try {
-      const host = this.#live();
-      if (!host || !Array.isArray(paths)) return;
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
-      const settings = host.settingsAt(now);
-      const ws = settings.enabled ? host.workspaces(settings) : undefined;
+    if (!this.#guard("afterWrite", false, () => Array.isArray(paths))) return;
+    this.#hook("afterWrite", undefined, (host, settings) => {
+      const ws = host.workspaces(settings);
       if (ws && this.#workspace !== "") {
         ws.afterWrite(this.#workspace, paths.map(String), this.runId);
       }
-    } catch (error) {
-      this.#fail("afterWrite", error);
-    }
+    });
   }
 
   /**
@@ -1084,13 +1045,13 @@ export class Run {
   ): Promise<void> {
     if (this.#ended) return Promise.resolve();
     this.#ended = true;
-    try {
+    return this.#safe("end", undefined, () => {
       this.#deadlineTimer?.clear();
       for (const kept of this.#toolTimers.values()) kept.timer.clear();
       this.#toolTimers.clear();
       this.#toolSignals.clear();
       const host = this.#live();
-      if (!host) return Promise.resolve();
+      if (!host) return;
       let status = outcome?.status ?? "done";
       if (!END_STATUSES.includes(status)) {
         host.log(
@@ -1114,7 +1075,7 @@ export class Run {
         this.#info,
         event.summary === undefined ? { status } : { status, summary: event.summary },
       );
-      if (!prepared) return Promise.resolve();
+      if (!prepared) return;
       const commit = () => {
         if (fileExists(this.checkpointFile)) host.writer.commit(prepared);
       };
@@ -1124,9 +1085,6 @@ export class Run {
         );
       }
       commit();
-    } catch (error) {
-      this.#fail("end", error);
-    }
-    return Promise.resolve();
+    }) ?? Promise.resolve();
   }
 }
