@@ -11,13 +11,8 @@ import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, deniedRead, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
-import {
-  type PreviousAttempt,
-  Run,
-  type RunHost,
-  type RunStart,
-  type WorkspaceHooks,
-} from "./run.ts";
+import { type PreviousAttempt, Run, type RunStart } from "./run.ts";
+import { RunContext, type WorkspaceHooks } from "./_run_context.ts";
 import { Workspaces } from "./workspace/mod.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
@@ -26,7 +21,6 @@ import { nowMs, RunTable } from "./_run_table.ts";
 import {
   type CheckpointEvent,
   CheckpointWriter,
-  encodeRunInfo,
   type RunInfo,
   type WriterSinks,
 } from "./_writer.ts";
@@ -91,8 +85,6 @@ export interface AgentCheckpointOptions {
   /** @internal Ask the watchdog for heap figures every this many ms (benchmarks). */
   watchdogStatsEveryMs?: number;
 }
-
-const MAX_TOOL_NAME = 200;
 
 /**
  * The watchdog module. `node:worker_threads` starts only `file:` and `data:`
@@ -326,16 +318,15 @@ export class AgentCheckpoint {
   readonly #freeSlots: number[] = [];
   /** Live runs by run id, so that two live runs never share a file. */
   readonly #live = new Map<string, number>();
-  readonly #toolIds = new Map<string, number>();
   #workspaces: WorkspaceHooks | undefined;
-  #namesFull = false;
   readonly #writer: CheckpointWriter;
   readonly #sinks: WriterSinks;
   #worker: Worker | undefined;
   #workerFailed = false;
   #stats: WatchdogStats | undefined;
   #closed = false;
-  readonly #host: RunHost;
+  /** What the runs of the shared table work with. */
+  readonly #context: RunContext;
   /** The run ledger's store on the main thread, once opened. */
   #ledger: LedgerStore | undefined;
   #ledgerRetryAt = 0;
@@ -371,26 +362,18 @@ export class AgentCheckpoint {
       written: (event) => this.#written(event),
     };
     this.#writer = new CheckpointWriter(shared, this.#sinks);
-    this.#host = {
+    this.#context = new RunContext({
+      source,
       shared,
       log: this.#log,
       writer: this.#writer,
-      settingsAt: (now) => source.at(now),
-      settingsVersion: () => source.version,
-      contact: (settings) => {
-        if (
-          this.#worker === undefined &&
-          (settings.watchdog || (settings.ledger && this.#ledger !== undefined))
-        ) this.#startWatchdog();
-      },
-      toolId: (name) => this.#toolId(name),
-      workspaces: (settings) => settings.workspace_snapshots ? this.#workspaceHooks() : undefined,
-      publish: (info) => this.#publish(info),
+      workspaces: () => this.#workspaceHooks(),
+      watchdog: (settings) => this.#contact(settings),
       ended: (info, end) => {
         if (end) this.#ledgerEnd(shared, info, end);
         this.#free(info.slot, "ended");
       },
-    };
+    });
     // Opened now, not in the first startRun: creating a store costs a few disk flushes.
     const settings = source.at(nowMs());
     if (settings.enabled && settings.ledger) this.#ledgerStore(settings);
@@ -488,7 +471,7 @@ export class AgentCheckpoint {
         info.checkpointFile,
         (message) => this.#log("warn", message, runId),
       );
-      const table = own ? own.host.shared : this.#shared;
+      const table = own ? own.context.shared : this.#shared;
       // The run ledger first (where the earlier attempt was when it stopped), the file second.
       const ledger = this.#ledgerStart(info, table, settings, fromFile);
       const earlier = ledger.seen ? ledger.earlier : fromFile;
@@ -516,13 +499,13 @@ export class AgentCheckpoint {
         this.#runs[info.slot] = info;
         taken = true;
         this.#live.set(runId, info.slot);
-        this.#publish(info);
+        this.#context.publish(info);
         this.#shared.wake();
       } else this.#live.set(runId, -1);
       // The worker keeps the run's ledger record up to date from now on. Started once startRun
       // has returned: starting a thread takes tens of milliseconds, the host's, not the run's.
       if (claimed && settings.enabled && settings.ledger && this.#ledger) {
-        queueMicrotask(() => this.#host.contact(this.#source.at(nowMs())));
+        queueMicrotask(() => this.#context.contact(this.#source.at(nowMs())));
       }
       const start: RunStart = {
         info,
@@ -532,7 +515,7 @@ export class AgentCheckpoint {
       };
       if (earlier) start.previous = earlier.previous;
       if (resumeText !== undefined) start.resumeNote = resumeText;
-      return new Run(own?.host ?? this.#host, start);
+      return new Run(own?.context ?? this.#context, start);
     } catch (error) {
       if (claimed && !taken) {
         this.#shared.free(claimed.slot);
@@ -590,7 +573,7 @@ export class AgentCheckpoint {
    * prologue, tool-boundary checkpoints) from a table of its own, which the
    * watchdog does not see. The host is told.
    */
-  #unwatched(runId: string, now: number): { host: RunHost; gen: number } {
+  #unwatched(runId: string, now: number): { context: RunContext; gen: number } {
     this.#log(
       "warn",
       `the run table is full (${this.#shared.maxSlots} runs, each busy); this run gets no watchdog checkpoints`,
@@ -598,17 +581,20 @@ export class AgentCheckpoint {
     );
     const table = new RunTable(undefined, 1);
     table.grow();
-    const host: RunHost = {
-      ...this.#host,
+    const context = new RunContext({
+      source: this.#source,
       shared: table,
+      log: this.#log,
       writer: new CheckpointWriter(table, this.#sinks),
+      workspaces: () => this.#workspaceHooks(),
+      watchdog: (settings) => this.#contact(settings),
       ended: (info, end) => {
         if (end) this.#ledgerEnd(table, info, end);
         table.free(0);
         if (this.#live.get(runId) === -1) this.#live.delete(runId);
       },
-    };
-    return { host, gen: table.claim(0, now) };
+    });
+    return { context, gen: table.claim(0, now) };
   }
 
   /**
@@ -897,30 +883,6 @@ export class AgentCheckpoint {
     if (info && why !== "ended" && why !== "closed") this.#log("info", why, info.runId);
   }
 
-  #toolId(name: string): number {
-    const known = this.#toolIds.get(name);
-    if (known !== undefined) return known;
-    if (this.#namesFull) return 0;
-    const id = this.#shared.internName(Array.from(String(name)).slice(0, MAX_TOOL_NAME).join(""));
-    if (id !== 0) this.#toolIds.set(name, id);
-    else {
-      this.#namesFull = true;
-      this.#log(
-        "warn",
-        "the tool-name table is full (16 MiB of distinct names); new tool names show as (unknown)",
-      );
-    }
-    return id;
-  }
-
-  /** Put a run's description where the watchdog reads it. */
-  #publish(info: RunInfo): void {
-    const bytes = encodeRunInfo(info);
-    if (!bytes || !this.#shared.writeInfo(info.slot, bytes)) {
-      this.#log("warn", "the run's description is too large for the watchdog", info.runId);
-    }
-  }
-
   /** Tell the host's listener of a write; a throwing listener costs a log line. */
   #written(event: CheckpointEvent): void {
     // The fleet store keeps the file's content, so a retry elsewhere can recreate it.
@@ -957,6 +919,18 @@ export class AgentCheckpoint {
       }
     } catch (error) {
       fail(error);
+    }
+  }
+
+  /** A run's hook saw these settings: start the watchdog when they want it and it does not run. */
+  #contact(settings: Settings): void {
+    if (
+      this.#worker === undefined &&
+      (settings.watchdog || (settings.ledger && this.#ledger !== undefined))
+    ) this.#startWatchdog();
+    // Running, or never to run: the runs' contact is a field read from now on.
+    if (this.#worker !== undefined || this.#workerFailed || this.#closed) {
+      this.#context.watchdogDue = false;
     }
   }
 

@@ -8,7 +8,7 @@
  */
 import { existsSync } from "node:fs";
 import { longTimeout, type LongTimer } from "./_timer.ts";
-import { errorText, type Log } from "./log.ts";
+import { errorText } from "./log.ts";
 import {
   END_STATUSES,
   type EndStatus,
@@ -18,67 +18,17 @@ import {
   type UsageTotals,
 } from "./_record.ts";
 import { budgetValue, type ModelPrice, type Settings } from "./settings.ts";
-import { nowMs, type RunTable } from "./_run_table.ts";
+import type { RunContext, WorkspaceHooks } from "./_run_context.ts";
+import { nowMs } from "./_run_table.ts";
 import { renderTemplate } from "./template.ts";
 import { capValues, fireTier, tierFor, type TierPlan, tierPlan } from "./tier.ts";
 import {
-  type CheckpointWriter,
   MAX_NOTES,
   type PersistEvent,
   type RunInfo,
   templateValues,
   tierMessage,
 } from "./_writer.ts";
-
-/** What a run needs from its `AgentCheckpoint`. @internal */
-export interface RunHost {
-  readonly shared: RunTable;
-  readonly log: Log;
-  readonly writer: CheckpointWriter;
-  /** Current settings and their version. */
-  settingsAt(now: number): Settings;
-  settingsVersion(): number;
-  /** Start the watchdog if it should run and does not yet. */
-  contact(settings: Settings): void;
-  toolId(name: string): number;
-  /** Working-tree snapshots, when `workspace_snapshots` is on. */
-  workspaces(settings: Settings): WorkspaceHooks | undefined;
-  /** Put the run's description where the watchdog reads it. */
-  publish(info: RunInfo): void;
-  /** The run ended (its end goes to the run ledger), or its slot is let go without one. */
-  ended(info: RunInfo, end?: { status: EndStatus; summary?: string }): void;
-}
-
-/** What a run calls of the working-tree snapshots (S19). @internal */
-export interface WorkspaceHooks {
-  beforeWrite(
-    dir: string,
-    turn: number,
-    paths?: string[],
-    runId?: string,
-  ): unknown;
-  beforeTool(
-    dir: string,
-    turn: number,
-    tool: string,
-    input: unknown,
-    options: { callId?: string; runId?: string },
-  ): unknown;
-  /** A snapshot now, whatever the turn; an unchanged tree gives the newest one. */
-  snapshot(dir: string, reason: string, runId?: string): WorkspaceRef | undefined;
-  afterTool(
-    dir: string,
-    tool: string,
-    options: { ok?: boolean; callId?: string; runId?: string },
-  ): void;
-  afterWrite(dir: string, paths: string[], runId?: string): void;
-}
-
-/** A working-tree snapshot, as a record names it. */
-interface WorkspaceRef {
-  snapshot: string;
-  project: string;
-}
 
 /**
  * The earlier attempt of a resumed run, as the run ledger recorded it (where
@@ -117,7 +67,7 @@ export interface PreviousAttempt {
   inFlight?: { tool: string; callId?: string; runningSeconds: number; timedOut?: boolean }[];
 }
 
-/** What a run starts with besides its hooks' host. @internal */
+/** What a run starts with besides its context. @internal */
 export interface RunStart {
   info: RunInfo;
   dialect: "chat" | "kanban" | "goal";
@@ -206,7 +156,7 @@ export class Run {
   /** The earlier attempt of a resumed run, as its checkpoint recorded it; else undefined. */
   readonly previous: PreviousAttempt | undefined;
 
-  readonly #host: RunHost | undefined;
+  readonly #context: RunContext | undefined;
   readonly #info: RunInfo;
   #plan: TierPlan | undefined;
   #planVersion = -1;
@@ -229,9 +179,9 @@ export class Run {
   readonly #toolSignals = new Map<string, AbortController>();
 
   /** @internal */
-  constructor(host: RunHost | undefined, start: RunStart) {
+  constructor(ctx: RunContext | undefined, start: RunStart) {
     const info = start.info;
-    this.#host = host;
+    this.#context = ctx;
     this.#info = info;
     this.runId = info.runId;
     this.dialect = start.dialect;
@@ -249,14 +199,14 @@ export class Run {
     return this.#info.slot;
   }
 
-  /** The host of a run still holding its slot. */
-  #live(): RunHost | undefined {
-    const host = this.#host;
-    return host && host.shared.gen(this.#info.slot) === this.#info.gen ? host : undefined;
+  /** The context of a run still holding its slot. */
+  #live(): RunContext | undefined {
+    const ctx = this.#context;
+    return ctx && ctx.shared.gen(this.#info.slot) === this.#info.gen ? ctx : undefined;
   }
 
-  #planFor(host: RunHost, settings: Settings): TierPlan {
-    const version = host.settingsVersion();
+  #planFor(ctx: RunContext, settings: Settings): TierPlan {
+    const version = ctx.version;
     if (this.#plan === undefined || version !== this.#planVersion) {
       this.#plan = tierPlan(capValues(this.caps), settings);
       this.#planVersion = version;
@@ -272,17 +222,17 @@ export class Run {
   #hook<T>(
     name: string,
     neutral: T,
-    body: (host: RunHost, settings: Settings, now: number) => T,
+    body: (ctx: RunContext, settings: Settings, now: number) => T,
     disabledToo = false,
   ): T {
     try {
-      const host = this.#live();
-      if (!host) return neutral;
+      const ctx = this.#live();
+      if (!ctx) return neutral;
       const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
-      const settings = host.settingsAt(now);
+      ctx.shared.touch(this.#info.slot, now);
+      const settings = ctx.at(now);
       if (!disabledToo && !settings.enabled) return neutral;
-      return body(host, settings, now);
+      return body(ctx, settings, now);
     } catch (error) {
       this.#fail(name, error);
       return neutral;
@@ -290,10 +240,10 @@ export class Run {
   }
 
   /** The guard and liveness alone, for what is not an activity of the run (timers, signals, the end). */
-  #guard<T>(name: string, neutral: T, body: (host: RunHost) => T): T {
+  #guard<T>(name: string, neutral: T, body: (ctx: RunContext) => T): T {
     return this.#safe(name, neutral, () => {
-      const host = this.#live();
-      return host ? body(host) : neutral;
+      const ctx = this.#live();
+      return ctx ? body(ctx) : neutral;
     });
   }
 
@@ -309,19 +259,19 @@ export class Run {
 
   #fail(hook: string, error: unknown): void {
     try {
-      this.#host?.log("error", `${hook} failed: ${errorText(error)}`, this.runId);
+      this.#context?.log("error", `${hook} failed: ${errorText(error)}`, this.runId);
     } catch { /* the logger itself is guarded; this is the last line */ }
   }
 
   /** @internal A log line about this run, through the host's logger or the log file (adapters). */
   log(level: "info" | "warn" | "error", message: string): void {
     try {
-      this.#host?.log(level, message, this.runId);
+      this.#context?.log(level, message, this.runId);
     } catch { /* the logger itself is guarded */ }
   }
 
-  #elapsed(host: RunHost, now: number): number {
-    return (now - host.shared.start(this.#info.slot)) / 1000;
+  #elapsed(ctx: RunContext, now: number): number {
+    return (now - ctx.shared.start(this.#info.slot)) / 1000;
   }
 
   /**
@@ -351,38 +301,38 @@ export class Run {
    * ```
    */
   preLlmCall(): string | undefined {
-    return this.#hook("preLlmCall", undefined, (host, settings, now) => {
+    return this.#hook("preLlmCall", undefined, (ctx, settings, now) => {
       const slot = this.#info.slot;
       // Turns count while the library is disabled too: enabled again, it knows where the run is.
-      const used = host.shared.addTurn(slot);
+      const used = ctx.shared.addTurn(slot);
       if (!settings.enabled) return undefined;
-      host.contact(settings);
-      const elapsed = this.#elapsed(host, now);
+      ctx.contact(settings);
+      const elapsed = this.#elapsed(ctx, now);
       const tier = tierFor(
-        this.#planFor(host, settings),
+        this.#planFor(ctx, settings),
         used,
         elapsed,
-        host.shared.tokens(slot),
-        host.shared.usd(slot),
+        ctx.shared.tokens(slot),
+        ctx.shared.usd(slot),
       );
       const resume = this.#resumePending
-        ? this.#resumeText(host, settings, used, elapsed)
+        ? this.#resumeText(ctx, settings, used, elapsed)
         : undefined;
       if (tier === 0) return resume;
-      this.#midRun(host, settings, tier, now, "pre_llm_call");
+      this.#midRun(ctx, settings, tier, now, "pre_llm_call");
       const latch = fireTier(this.#prologue, tier);
       if (latch === undefined) return resume;
       this.#prologue = latch;
       if (settings.mode === "log-only") {
-        host.log("info", `tier ${tier} due on the prologue surface (turn ${used})`, this.runId);
+        ctx.log("info", `tier ${tier} due on the prologue surface (turn ${used})`, this.runId);
         return resume;
       }
       const text = tierMessage(
         settings,
         tier,
         templateValues(this.#info, used, elapsed, {
-          tokens: host.shared.tokens(slot),
-          usd: host.shared.usd(slot),
+          tokens: ctx.shared.tokens(slot),
+          usd: ctx.shared.usd(slot),
         }),
       );
       return resume === undefined ? text : `${resume}\n\n${text}`;
@@ -391,7 +341,7 @@ export class Run {
 
   /** The resume text, once (S16). */
   #resumeText(
-    host: RunHost,
+    ctx: RunContext,
     settings: Settings,
     used: number,
     elapsed: number,
@@ -400,7 +350,7 @@ export class Run {
     const previous = this.previous;
     if (!previous) return undefined;
     if (settings.mode === "log-only") {
-      host.log("info", `resumed as attempt ${this.attempt}: ${previous.summary}`, this.runId);
+      ctx.log("info", `resumed as attempt ${this.attempt}: ${previous.summary}`, this.runId);
       return undefined;
     }
     let text = renderTemplate(settings.resume_template, {
@@ -417,47 +367,46 @@ export class Run {
 
   /** The mid-run surface: persist a due tier once, whichever surface sees it first (S6). */
   #midRun(
-    host: RunHost,
+    ctx: RunContext,
     settings: Settings,
     tier: 1 | 2,
     now: number,
     source: RecordSource,
   ): void {
-    if (!settings.mid_run_persist || !host.shared.claimTier(this.#info.slot, tier)) return;
+    if (!settings.mid_run_persist || !ctx.shared.claimTier(this.#info.slot, tier)) return;
     // The record names the working-tree snapshot that matches it.
-    const ws = host.workspaces(settings);
+    const ws = ctx.workspaces;
     const ref = ws && this.#workspace !== ""
       ? ws.snapshot(this.#workspace, `tier ${tier} checkpoint`, this.runId)
       : undefined;
     if (ref && ref.snapshot !== this.#info.workspace?.snapshot) {
       this.#info.workspace = { snapshot: ref.snapshot, project: ref.project };
-      host.publish(this.#info);
+      ctx.publish(this.#info);
     }
-    host.writer.write(this.#info, settings, { kind: "tier", tier }, source, now);
+    ctx.writer.write(this.#info, settings, { kind: "tier", tier }, source, now);
   }
 
   /** Take a working-tree snapshot through `take`, when snapshots are on. */
   #snapshot(
-    host: RunHost,
-    settings: Settings,
+    ctx: RunContext,
     take: (ws: WorkspaceHooks, dir: string, turn: number) => unknown,
   ): void {
-    const ws = host.workspaces(settings);
-    if (ws && this.#workspace !== "") take(ws, this.#workspace, host.shared.turns(this.#info.slot));
+    const ws = ctx.workspaces;
+    if (ws && this.#workspace !== "") take(ws, this.#workspace, ctx.shared.turns(this.#info.slot));
   }
 
   /** A tool boundary, with the settings enabled: contact, then the mid-run surface. */
-  #boundary(host: RunHost, settings: Settings, now: number, source: RecordSource): void {
-    host.contact(settings);
+  #boundary(ctx: RunContext, settings: Settings, now: number, source: RecordSource): void {
+    ctx.contact(settings);
     const slot = this.#info.slot;
     const tier = tierFor(
-      this.#planFor(host, settings),
-      host.shared.turns(slot),
-      this.#elapsed(host, now),
-      host.shared.tokens(slot),
-      host.shared.usd(slot),
+      this.#planFor(ctx, settings),
+      ctx.shared.turns(slot),
+      this.#elapsed(ctx, now),
+      ctx.shared.tokens(slot),
+      ctx.shared.usd(slot),
     );
-    if (tier !== 0) this.#midRun(host, settings, tier, now, source);
+    if (tier !== 0) this.#midRun(ctx, settings, tier, now, source);
   }
 
   /**
@@ -496,7 +445,7 @@ export class Run {
    * ```
    */
   usage(report: UsageReport): void {
-    this.#hook("usage", undefined, (host, settings, now) => {
+    this.#hook("usage", undefined, (ctx, settings, now) => {
       const input = tokenCount(report?.inputTokens);
       const output = tokenCount(report?.outputTokens);
       const slot = this.#info.slot;
@@ -505,37 +454,37 @@ export class Run {
         ? given
         : input + output === 0 || typeof report?.totalUsd === "number"
         ? 0
-        : this.#price(host, settings, report?.model, input, output);
-      host.shared.addUsage(slot, input, output, usd);
+        : this.#price(ctx, settings, report?.model, input, output);
+      ctx.shared.addUsage(slot, input, output, usd);
       const total = report?.totalUsd;
       if (typeof total === "number" && Number.isFinite(total) && total >= 0) {
-        host.shared.setUsd(slot, total);
+        ctx.shared.setUsd(slot, total);
       }
       if (!settings.enabled) return;
-      const plan = this.#planFor(host, settings);
+      const plan = this.#planFor(ctx, settings);
       if (plan.tokenCap === undefined && plan.usdCap === undefined) return;
-      host.contact(settings);
+      ctx.contact(settings);
       const tier = tierFor(
         plan,
-        host.shared.turns(slot),
-        this.#elapsed(host, now),
-        host.shared.tokens(slot),
-        host.shared.usd(slot),
+        ctx.shared.turns(slot),
+        this.#elapsed(ctx, now),
+        ctx.shared.tokens(slot),
+        ctx.shared.usd(slot),
       );
-      if (tier !== 0) this.#midRun(host, settings, tier, now, "post_llm_call");
+      if (tier !== 0) this.#midRun(ctx, settings, tier, now, "post_llm_call");
     }, true);
   }
 
   /** A call's cost from the `prices` setting, or `NaN` (logged once) when there is no price. */
   #price(
-    host: RunHost,
+    ctx: RunContext,
     settings: Settings,
     model: unknown,
     input: number,
     output: number,
   ): number {
     const name = typeof model === "string" && model !== "" ? model : this.#info.model ?? "";
-    const version = host.settingsVersion();
+    const version = ctx.version;
     if (version !== this.#pricesVersion) {
       this.#prices.clear();
       this.#pricesVersion = version;
@@ -548,7 +497,7 @@ export class Run {
     if (price) return (input * price.input + output * price.output) / 1e6;
     if (!this.#costUnknownLogged && this.caps.usd) {
       this.#costUnknownLogged = true;
-      host.log(
+      ctx.log(
         "warn",
         `the usd axis is off for this run: a model call came with no cost, and ${
           name === "" ? "no model was named" : `the prices setting has no price for ${name}`
@@ -592,14 +541,14 @@ export class Run {
     tool: string,
     call?: { callId?: string; input?: unknown; timeoutSeconds?: number },
   ): void {
-    this.#hook("preToolCall", undefined, (host, settings, now) => {
+    this.#hook("preToolCall", undefined, (ctx, settings, now) => {
       const slot = this.#info.slot;
       const callId = call?.callId === undefined ? undefined : String(call.callId);
       const timeout = settings.enabled
         ? budgetValue(call?.timeoutSeconds) ?? settings.tool_timeout_seconds
         : undefined;
       const deadlineAt = timeout === undefined ? 0 : now + timeout * 1000;
-      const seq = host.shared.toolStart(slot, host.toolId(tool), now, callId, deadlineAt);
+      const seq = ctx.shared.toolStart(slot, ctx.toolId(tool), now, callId, deadlineAt);
       if (callId !== undefined) {
         this.#calls.set(callId, seq);
         // Calls whose end never came: past the ring, their starts are gone from the record too.
@@ -607,17 +556,17 @@ export class Run {
           this.#calls.delete(this.#calls.keys().next().value as string);
         }
       }
-      if (timeout !== undefined) this.#armToolTimer(host, seq, String(tool), callId, now, timeout);
+      if (timeout !== undefined) this.#armToolTimer(ctx, seq, String(tool), callId, now, timeout);
       if (!settings.enabled) return;
       if (call?.input !== undefined) {
         // Synchronous: the tool runs next, and must find its tree stored.
-        this.#snapshot(host, settings, (ws, dir, turn) => {
+        this.#snapshot(ctx, (ws, dir, turn) => {
           const options: { callId?: string; runId: string } = { runId: this.runId };
           if (callId !== undefined) options.callId = callId;
           return ws.beforeTool(dir, turn, String(tool), call.input, options);
         });
       }
-      this.#boundary(host, settings, now, "pre_tool_call");
+      this.#boundary(ctx, settings, now, "pre_tool_call");
     }, true);
   }
 
@@ -650,43 +599,43 @@ export class Run {
     tool: string,
     outcome?: { ok?: boolean; durationMs?: number; callId?: string; error?: unknown },
   ): void {
-    this.#hook("postToolCall", undefined, (host, settings, now) => {
+    this.#hook("postToolCall", undefined, (ctx, settings, now) => {
       const slot = this.#info.slot;
-      const toolId = host.toolId(tool);
+      const toolId = ctx.toolId(tool);
       const callId = outcome?.callId === undefined ? undefined : String(outcome.callId);
       let seq = -1;
       if (callId !== undefined) {
         seq = this.#calls.get(callId) ?? -1;
         this.#calls.delete(callId);
-      } else seq = host.shared.oldestInFlight(slot, toolId);
+      } else seq = ctx.shared.oldestInFlight(slot, toolId);
       const ok = outcome?.error !== undefined ? false : outcome?.ok;
       if (seq >= 0) this.#toolTimers.get(seq)?.timer.clear();
       this.#toolTimers.delete(seq);
       if (callId !== undefined) this.#toolSignals.delete(callId);
       if (ok === false && outcome?.error !== undefined) {
-        this.#toolError(host, seq < 0 ? host.shared.toolCount(slot) : seq, outcome.error);
+        this.#toolError(ctx, seq < 0 ? ctx.shared.toolCount(slot) : seq, outcome.error);
       }
-      host.shared.toolEnd(slot, seq, toolId, ok, outcome?.durationMs ?? -1, now, callId);
+      ctx.shared.toolEnd(slot, seq, toolId, ok, outcome?.durationMs ?? -1, now, callId);
       if (!settings.enabled) return;
-      const ws = host.workspaces(settings);
+      const ws = ctx.workspaces;
       if (ws && this.#workspace !== "") {
         const options: { ok?: boolean; callId?: string; runId: string } = { runId: this.runId };
         if (ok !== undefined) options.ok = ok;
         if (callId !== undefined) options.callId = callId;
         ws.afterTool(this.#workspace, String(tool), options);
       }
-      this.#boundary(host, settings, now, "post_tool_call");
+      this.#boundary(ctx, settings, now, "post_tool_call");
     }, true);
   }
 
   /** Keep a failed call's error for the record (the newest few). */
-  #toolError(host: RunHost, seq: number, error: unknown): void {
+  #toolError(ctx: RunContext, seq: number, error: unknown): void {
     const text = Array.from(errorText(error)).slice(0, MAX_ERROR).join("");
     const errors: Record<string, string> = { ...this.#info.toolErrors, [seq]: text };
     const keys = Object.keys(errors).map(Number).sort((a, b) => a - b);
     for (const old of keys.slice(0, Math.max(0, keys.length - 8))) delete errors[old];
     this.#info.toolErrors = errors;
-    host.publish(this.#info);
+    ctx.publish(this.#info);
   }
 
   /**
@@ -706,7 +655,7 @@ export class Run {
    * ```
    */
   activity(): void {
-    this.#hook("activity", undefined, (host, settings) => host.contact(settings), true);
+    this.#hook("activity", undefined, (ctx, settings) => ctx.contact(settings), true);
   }
 
   /**
@@ -728,14 +677,14 @@ export class Run {
    * ```
    */
   note(text: string): void {
-    this.#hook("note", undefined, (host, settings) => {
+    this.#hook("note", undefined, (ctx, settings) => {
       let line = String(text);
       if (line.length > MAX_NOTE) line = Array.from(line).slice(0, MAX_NOTE).join("");
       const notes = this.#info.notes;
       notes.push(line);
       if (notes.length > MAX_NOTES) notes.splice(0, notes.length - MAX_NOTES);
-      host.publish(this.#info);
-      host.contact(settings);
+      ctx.publish(this.#info);
+      ctx.contact(settings);
     }, true);
   }
 
@@ -764,12 +713,12 @@ export class Run {
    * ```
    */
   checkpoint(message?: string): Promise<string | undefined> {
-    return Promise.resolve(this.#hook("checkpoint", undefined, (host, settings, now) => {
-      host.contact(settings);
+    return Promise.resolve(this.#hook("checkpoint", undefined, (ctx, settings, now) => {
+      ctx.contact(settings);
       const event: PersistEvent = message === undefined
         ? { kind: "manual" }
         : { kind: "manual", message: String(message) };
-      return host.writer.write(this.#info, settings, event, "host", now);
+      return ctx.writer.write(this.#info, settings, event, "host", now);
     }));
   }
 
@@ -800,10 +749,10 @@ export class Run {
    * ```
    */
   requestTimeout(seconds: number, options?: { explicit?: boolean }): number {
-    return this.#guard("requestTimeout", seconds, (host) => {
+    return this.#guard("requestTimeout", seconds, (ctx) => {
       const cap = this.caps.time?.value;
       if (options?.explicit || cap === undefined || !(seconds > 0)) return seconds;
-      const remaining = cap - this.#elapsed(host, nowMs());
+      const remaining = cap - this.#elapsed(ctx, nowMs());
       return Math.min(seconds, Math.max(60, Math.ceil(remaining / 2)));
     });
   }
@@ -834,16 +783,16 @@ export class Run {
    */
   get deadline(): AbortSignal {
     if (this.#deadline) return this.#deadline.signal;
-    this.#guard("deadline", undefined, (host) => {
+    this.#guard("deadline", undefined, (ctx) => {
       const cap = this.caps.time?.value;
       if (cap === undefined) return;
       this.#deadline = new AbortController();
-      const settings = host.settingsAt(nowMs());
+      const settings = ctx.at(nowMs());
       const grace = Number(
         (settings as unknown as Record<string, unknown>).deadline_grace_seconds ?? 0,
       );
-      const at = host.shared.start(this.#info.slot) + (cap + (grace > 0 ? grace : 0)) * 1000;
-      host.shared.armDeadline(this.#info.slot, at);
+      const at = ctx.shared.start(this.#info.slot) + (cap + (grace > 0 ? grace : 0)) * 1000;
+      ctx.shared.armDeadline(this.#info.slot, at);
       const wait = at - nowMs();
       if (wait <= 0) this.#fireDeadline();
       else this.#deadlineTimer = longTimeout(() => this.#fireDeadline(), wait, { unref: true });
@@ -856,15 +805,15 @@ export class Run {
   #fireDeadline(): void {
     const controller = this.#deadline;
     if (!controller || controller.signal.aborted) return;
-    this.#guard("deadline", undefined, (host) => {
-      if (host.shared.claimDeadline(this.#info.slot)) {
+    this.#guard("deadline", undefined, (ctx) => {
+      if (ctx.shared.claimDeadline(this.#info.slot)) {
         const now = nowMs();
-        const settings = host.settingsAt(now);
-        const atSeconds = (host.shared.deadlineAt(this.#info.slot) -
-          host.shared.start(this.#info.slot)) / 1000;
+        const settings = ctx.at(now);
+        const atSeconds = (ctx.shared.deadlineAt(this.#info.slot) -
+          ctx.shared.start(this.#info.slot)) / 1000;
         // mid_run_persist: false promises no file writes from timers.
         if (settings.enabled && settings.mid_run_persist) {
-          host.writer.write(this.#info, settings, { kind: "deadline", atSeconds }, "host", now);
+          ctx.writer.write(this.#info, settings, { kind: "deadline", atSeconds }, "host", now);
         }
       }
     });
@@ -873,7 +822,7 @@ export class Run {
 
   /** Keep a tool call's deadline on this thread too: the watchdog's twin, and the signal's clock. */
   #armToolTimer(
-    host: RunHost,
+    ctx: RunContext,
     seq: number,
     tool: string,
     callId: string | undefined,
@@ -881,8 +830,8 @@ export class Run {
     timeoutSeconds: number,
   ): void {
     // The watchdog plans the new deadline now rather than at its next poll.
-    host.shared.wake();
-    const startedAt = this.#elapsed(host, now);
+    ctx.shared.wake();
+    const startedAt = this.#elapsed(ctx, now);
     const timer = longTimeout(() => this.#fireToolTimeout(seq), timeoutSeconds * 1000, {
       unref: true,
     });
@@ -899,11 +848,11 @@ export class Run {
     const kept = this.#toolTimers.get(seq);
     this.#toolTimers.delete(seq);
     if (!kept) return;
-    this.#guard("tool timeout", undefined, (host) => {
-      if (host.shared.toolDeadline(this.#info.slot, seq) === 0) return; // it ended
-      if (host.shared.claimTimeout(this.#info.slot, seq)) {
+    this.#guard("tool timeout", undefined, (ctx) => {
+      if (ctx.shared.toolDeadline(this.#info.slot, seq) === 0) return; // it ended
+      if (ctx.shared.claimTimeout(this.#info.slot, seq)) {
         const now = nowMs();
-        const settings = host.settingsAt(now);
+        const settings = ctx.at(now);
         if (settings.enabled && settings.mid_run_persist) {
           const call: PersistEvent & { kind: "tool_timeout" } = {
             kind: "tool_timeout",
@@ -914,7 +863,7 @@ export class Run {
             },
           };
           if (kept.callId !== undefined) call.call.callId = kept.callId;
-          host.writer.write(this.#info, settings, call, "host", now);
+          ctx.writer.write(this.#info, settings, call, "host", now);
         }
       }
       if (kept.callId !== undefined) this.#abortTool(kept.callId);
@@ -964,8 +913,8 @@ export class Run {
       const id = String(callId);
       const known = this.#toolSignals.get(id);
       if (known) return known.signal;
-      const host = this.#live();
-      if (!host) return NEVER;
+      const ctx = this.#live();
+      if (!ctx) return NEVER;
       const controller = new AbortController();
       this.#toolSignals.set(id, controller);
       if (this.#toolSignals.size > MAX_OPEN_CALLS) {
@@ -974,8 +923,8 @@ export class Run {
       // Asked for after its deadline passed: the call has timed out already.
       const seq = this.#calls.get(id);
       if (
-        seq !== undefined && host.shared.toolDeadline(this.#info.slot, seq) > 0 &&
-        host.shared.timedOut(this.#info.slot, seq)
+        seq !== undefined && ctx.shared.toolDeadline(this.#info.slot, seq) > 0 &&
+        ctx.shared.timedOut(this.#info.slot, seq)
       ) this.#abortTool(id);
       return controller.signal;
     });
@@ -988,11 +937,10 @@ export class Run {
    * @param paths The files about to be written, when known.
    */
   beforeWrite(paths?: string[]): void {
-    this.#hook("beforeWrite", undefined, (host, settings) => {
+    this.#hook("beforeWrite", undefined, (ctx) => {
       const list = Array.isArray(paths) ? paths.map(String) : undefined;
       this.#snapshot(
-        host,
-        settings,
+        ctx,
         (ws, dir, turn) => ws.beforeWrite(dir, turn, list, this.runId),
       );
     });
@@ -1006,8 +954,8 @@ export class Run {
    */
   afterWrite(paths: string[]): void {
     if (!this.#guard("afterWrite", false, () => Array.isArray(paths))) return;
-    this.#hook("afterWrite", undefined, (host, settings) => {
-      const ws = host.workspaces(settings);
+    this.#hook("afterWrite", undefined, (ctx) => {
+      const ws = ctx.workspaces;
       if (ws && this.#workspace !== "") {
         ws.afterWrite(this.#workspace, paths.map(String), this.runId);
       }
@@ -1050,11 +998,11 @@ export class Run {
       for (const kept of this.#toolTimers.values()) kept.timer.clear();
       this.#toolTimers.clear();
       this.#toolSignals.clear();
-      const host = this.#live();
-      if (!host) return;
+      const ctx = this.#live();
+      if (!ctx) return;
       let status = outcome?.status ?? "done";
       if (!END_STATUSES.includes(status)) {
-        host.log(
+        ctx.log(
           "warn",
           `end(): unknown status ${JSON.stringify(status)}; recording "done"`,
           this.runId,
@@ -1062,25 +1010,25 @@ export class Run {
         status = "done";
       }
       const now = nowMs();
-      const settings = host.settingsAt(now);
+      const settings = ctx.at(now);
       const event: PersistEvent = outcome?.summary === undefined
         ? { kind: "end", status }
         : { kind: "end", status, summary: String(outcome.summary) };
       // The record is made while the run still holds its slot; then the slot is let go, so
       // the watchdog starts no new write for the run, and the end lands after any it began.
       const prepared = settings.enabled
-        ? host.writer.prepare({ info: this.#info, settings, event, source: "host", now })
+        ? ctx.writer.prepare({ info: this.#info, settings, event, source: "host", now })
         : undefined;
-      host.ended(
+      ctx.ended(
         this.#info,
         event.summary === undefined ? { status } : { status, summary: event.summary },
       );
       if (!prepared) return;
       const commit = () => {
-        if (fileExists(this.checkpointFile)) host.writer.commit(prepared);
+        if (fileExists(this.checkpointFile)) ctx.writer.commit(prepared);
       };
-      if (host.shared.watchdogWriting()) {
-        return host.shared.writesDone(END_WAIT_MS).then(commit).catch((error) =>
+      if (ctx.shared.watchdogWriting()) {
+        return ctx.shared.writesDone(END_WAIT_MS).then(commit).catch((error) =>
           this.#fail("end", error)
         );
       }
