@@ -13,7 +13,6 @@ import { checkpointFileName, ensureDir, readCheckpoint, writeFileAtomicSync } fr
 import { MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
 import { type PreviousAttempt, Run, type RunStart } from "./run.ts";
 import { RunContext, type WorkspaceHooks } from "./_run_context.ts";
-import { Workspaces } from "./workspace/mod.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { capValues, hasCap, tierPlan } from "./tier.ts";
@@ -35,13 +34,8 @@ import {
   resumeNote,
   unknownCalls,
 } from "./_ledger.ts";
-import {
-  openRunStore,
-  type PriorUse,
-  type RunRecord,
-  type RunView,
-  thisHost,
-} from "./store/mod.ts";
+// Types only: the run store's records, as the run ledger (`_ledger.ts`) speaks them too.
+import type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
 import { existsSync } from "node:fs";
 import type { EndStatus } from "./_record.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
@@ -121,6 +115,29 @@ function cloneableOverrides(
     }
   }
   return out;
+}
+
+/**
+ * The subsystems the keeper works with, plugged in where the library is put
+ * together (`mod.ts`), so that the core never imports them. @internal
+ */
+export interface Subsystems {
+  /** Open the run ledger's store on the main thread (short lock waits); undefined when it cannot. */
+  openStore(options: {
+    home: string;
+    settings: Settings;
+    mode: "quick";
+    log: (level: "info" | "warn" | "error", message: string) => void;
+  }): LedgerStore | undefined;
+  /** This process, as run records name their host. */
+  thisHost(): HostId;
+  /** The working-tree snapshots. */
+  workspaces(options: {
+    home: string;
+    log: Log;
+    settings: () => Settings;
+    env: Env;
+  }): WorkspaceHooks;
 }
 
 const fileExists = (file: string) => {
@@ -309,6 +326,8 @@ export class AgentCheckpoint {
   readonly #home: string;
   readonly #env: Env;
   readonly #options: AgentCheckpointOptions;
+  /** The run store and the working-tree snapshots; without them, neither ledger nor snapshots. */
+  readonly #subsystems: Subsystems | undefined;
   readonly #log: Log;
   readonly #source: SettingsSource;
   readonly #shared: RunTable;
@@ -335,8 +354,9 @@ export class AgentCheckpoint {
   #ledgerTimer: ReturnType<typeof setTimeout> | undefined;
 
   /** @internal Use {@linkcode createAgentCheckpoint}. */
-  constructor(options: AgentCheckpointOptions) {
+  constructor(options: AgentCheckpointOptions, subsystems?: Subsystems) {
     this.#options = options;
+    this.#subsystems = subsystems;
     try {
       this.#shared = new RunTable(undefined, options.maxRuns);
     } catch {
@@ -492,7 +512,7 @@ export class AgentCheckpoint {
         this.#log("info", `resuming: ${earlier.previous.summary}`, runId);
         // The record names what the attempt starts with: its number, caps and what came before.
         if (ledger.recorded) {
-          this.#ledgerWrite([recordOf(info, table, thisHost(), now)], "the run's start");
+          this.#ledgerWrite([recordOf(info, table, this.#thisHost(), now)], "the run's start");
         }
       }
       if (claimed) {
@@ -604,7 +624,7 @@ export class AgentCheckpoint {
   #ledgerStore(settings: Settings): LedgerStore | undefined {
     if (this.#ledger !== undefined) return this.#ledger;
     if (nowMs() < this.#ledgerRetryAt) return undefined;
-    const store = openRunStore({
+    const store = this.#subsystems?.openStore({
       home: this.#home,
       settings,
       mode: "quick",
@@ -628,7 +648,7 @@ export class AgentCheckpoint {
     if (!this.#ledger) return;
     try {
       const now = nowMs();
-      const host = thisHost();
+      const host = this.#thisHost();
       const records: RunRecord[] = [];
       for (const info of this.#runs) {
         if (info) records.push(recordOf(info, this.#shared, host, now));
@@ -662,7 +682,7 @@ export class AgentCheckpoint {
     const store = this.#ledgerStore(settings);
     if (!store?.startAttemptSync) return { recorded: false };
     try {
-      const host = thisHost();
+      const host = this.#thisHost();
       const now = nowMs();
       const started = store.startAttemptSync(recordOf(info, table, host, now), {
         minAttempt: fromFile ? fromFile.previous.attempt + 1 : 1,
@@ -734,7 +754,7 @@ export class AgentCheckpoint {
         return;
       }
       const record = endRecord(
-        recordOf(info, table, thisHost(), now),
+        recordOf(info, table, this.#thisHost(), now),
         end.status,
         end.summary,
         now,
@@ -805,16 +825,20 @@ export class AgentCheckpoint {
   }
 
   /** The working-tree snapshots, made on first use. */
-  #workspaceHooks(): WorkspaceHooks {
+  #workspaceHooks(): WorkspaceHooks | undefined {
     if (this.#workspaces) return this.#workspaces;
-    const ws: WorkspaceHooks = new Workspaces({
+    this.#workspaces = this.#subsystems?.workspaces({
       home: this.#home,
       log: this.#log,
       settings: () => this.#source.at(nowMs()),
       env: this.#env,
     });
-    this.#workspaces = ws;
     return this.#workspaces;
+  }
+
+  /** This process, as run records name it: asked only once the run store is open. */
+  #thisHost(): HostId {
+    return this.#subsystems!.thisHost();
   }
 
   /** The run id itself, or with `.2`, `.3` … when a live run has it (S15). */
@@ -985,31 +1009,4 @@ export class AgentCheckpoint {
       this.#log("error", `the watchdog could not start: ${errorText(error)}`);
     }
   }
-}
-
-/**
- * Create the checkpoint keeper for one host process. Never throws: bad
- * settings become warnings in the log and their defaults.
- *
- * @param options Home directory, environment, settings, comment sink and logger.
- * @returns The keeper; call `startRun` for each run and `close()` at the end.
- *
- * @example A capped run gets tier 2 on its penultimate turn
- * ```ts
- * import { createAgentCheckpoint } from "./mod.ts";
- * import assert from "node:assert/strict";
- * import { mkdtempSync } from "node:fs";
- * import { tmpdir } from "node:os";
- * import { join } from "node:path";
- *
- * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
- * const run = ac.startRun({ sessionId: "demo", caps: { turns: 3 } });
- * assert.equal(run.preLlmCall(), undefined); // turn 0 of 3
- * assert.match(run.preLlmCall() ?? "", /Final budget checkpoint/); // the penultimate turn
- * await run.end();
- * await ac.close();
- * ```
- */
-export function createAgentCheckpoint(options: AgentCheckpointOptions = {}): AgentCheckpoint {
-  return new AgentCheckpoint(options ?? {});
 }
