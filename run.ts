@@ -1,8 +1,9 @@
 /**
  * One run's hooks (S6, S13, S15, S16, S18). Every hook is a boundary where the
- * host calls in, so each guards itself: any error becomes a log line and a
- * no-op. A hook's path to the file is short: the run reads its figures from
- * shared memory, and hands a due record to the one checkpoint writer.
+ * host calls in, so all go through one wrapper (`#hook`): any error becomes a
+ * log line and the hook's neutral result. A hook's path to the file is short:
+ * the run reads its settings and figures from its context (`_run_context.ts`)
+ * and shared memory, and hands a due record to the one checkpoint writer.
  *
  * @module
  */
