@@ -11,14 +11,8 @@ import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, deniedRead, errorText, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName, ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
-import {
-  type PreviousAttempt,
-  Run,
-  type RunHost,
-  type RunStart,
-  type WorkspaceHooks,
-} from "./run.ts";
-import { Workspaces } from "./workspace/mod.ts";
+import { type PreviousAttempt, Run, type RunStart } from "./run.ts";
+import { RunContext, type WorkspaceHooks } from "./_run_context.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { capValues, hasCap, tierPlan } from "./tier.ts";
@@ -26,7 +20,6 @@ import { nowMs, RunTable } from "./_run_table.ts";
 import {
   type CheckpointEvent,
   CheckpointWriter,
-  encodeRunInfo,
   type RunInfo,
   type WriterSinks,
 } from "./_writer.ts";
@@ -41,13 +34,8 @@ import {
   resumeNote,
   unknownCalls,
 } from "./_ledger.ts";
-import {
-  openRunStore,
-  type PriorUse,
-  type RunRecord,
-  type RunView,
-  thisHost,
-} from "./store/mod.ts";
+// Types only: the run store's records, as the run ledger (`_ledger.ts`) speaks them too.
+import type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
 import { existsSync } from "node:fs";
 import type { EndStatus } from "./_record.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
@@ -92,8 +80,6 @@ export interface AgentCheckpointOptions {
   watchdogStatsEveryMs?: number;
 }
 
-const MAX_TOOL_NAME = 200;
-
 /**
  * The watchdog module. `node:worker_threads` starts only `file:` and `data:`
  * URLs, so a library imported by https URL (Deno) starts a `data:` module
@@ -129,6 +115,29 @@ function cloneableOverrides(
     }
   }
   return out;
+}
+
+/**
+ * The subsystems the keeper works with, plugged in where the library is put
+ * together (`mod.ts`), so that the core never imports them. @internal
+ */
+export interface Subsystems {
+  /** Open the run ledger's store on the main thread (short lock waits); undefined when it cannot. */
+  openStore(options: {
+    home: string;
+    settings: Settings;
+    mode: "quick";
+    log: (level: "info" | "warn" | "error", message: string) => void;
+  }): LedgerStore | undefined;
+  /** This process, as run records name their host. */
+  thisHost(): HostId;
+  /** The working-tree snapshots. */
+  workspaces(options: {
+    home: string;
+    log: Log;
+    settings: () => Settings;
+    env: Env;
+  }): WorkspaceHooks;
 }
 
 const fileExists = (file: string) => {
@@ -317,6 +326,8 @@ export class AgentCheckpoint {
   readonly #home: string;
   readonly #env: Env;
   readonly #options: AgentCheckpointOptions;
+  /** The run store and the working-tree snapshots; without them, neither ledger nor snapshots. */
+  readonly #subsystems: Subsystems | undefined;
   readonly #log: Log;
   readonly #source: SettingsSource;
   readonly #shared: RunTable;
@@ -326,16 +337,15 @@ export class AgentCheckpoint {
   readonly #freeSlots: number[] = [];
   /** Live runs by run id, so that two live runs never share a file. */
   readonly #live = new Map<string, number>();
-  readonly #toolIds = new Map<string, number>();
   #workspaces: WorkspaceHooks | undefined;
-  #namesFull = false;
   readonly #writer: CheckpointWriter;
   readonly #sinks: WriterSinks;
   #worker: Worker | undefined;
   #workerFailed = false;
   #stats: WatchdogStats | undefined;
   #closed = false;
-  readonly #host: RunHost;
+  /** What the runs of the shared table work with. */
+  readonly #context: RunContext;
   /** The run ledger's store on the main thread, once opened. */
   #ledger: LedgerStore | undefined;
   #ledgerRetryAt = 0;
@@ -344,8 +354,9 @@ export class AgentCheckpoint {
   #ledgerTimer: ReturnType<typeof setTimeout> | undefined;
 
   /** @internal Use {@linkcode createAgentCheckpoint}. */
-  constructor(options: AgentCheckpointOptions) {
+  constructor(options: AgentCheckpointOptions, subsystems?: Subsystems) {
     this.#options = options;
+    this.#subsystems = subsystems;
     try {
       this.#shared = new RunTable(undefined, options.maxRuns);
     } catch {
@@ -371,26 +382,18 @@ export class AgentCheckpoint {
       written: (event) => this.#written(event),
     };
     this.#writer = new CheckpointWriter(shared, this.#sinks);
-    this.#host = {
+    this.#context = new RunContext({
+      source,
       shared,
       log: this.#log,
       writer: this.#writer,
-      settingsAt: (now) => source.at(now),
-      settingsVersion: () => source.version,
-      contact: (settings) => {
-        if (
-          this.#worker === undefined &&
-          (settings.watchdog || (settings.ledger && this.#ledger !== undefined))
-        ) this.#startWatchdog();
-      },
-      toolId: (name) => this.#toolId(name),
-      workspaces: (settings) => settings.workspace_snapshots ? this.#workspaceHooks() : undefined,
-      publish: (info) => this.#publish(info),
+      workspaces: () => this.#workspaceHooks(),
+      watchdog: (settings) => this.#contact(settings),
       ended: (info, end) => {
         if (end) this.#ledgerEnd(shared, info, end);
         this.#free(info.slot, "ended");
       },
-    };
+    });
     // Opened now, not in the first startRun: creating a store costs a few disk flushes.
     const settings = source.at(nowMs());
     if (settings.enabled && settings.ledger) this.#ledgerStore(settings);
@@ -488,7 +491,7 @@ export class AgentCheckpoint {
         info.checkpointFile,
         (message) => this.#log("warn", message, runId),
       );
-      const table = own ? own.host.shared : this.#shared;
+      const table = own ? own.context.shared : this.#shared;
       // The run ledger first (where the earlier attempt was when it stopped), the file second.
       const ledger = this.#ledgerStart(info, table, settings, fromFile);
       const earlier = ledger.seen ? ledger.earlier : fromFile;
@@ -509,20 +512,20 @@ export class AgentCheckpoint {
         this.#log("info", `resuming: ${earlier.previous.summary}`, runId);
         // The record names what the attempt starts with: its number, caps and what came before.
         if (ledger.recorded) {
-          this.#ledgerWrite([recordOf(info, table, thisHost(), now)], "the run's start");
+          this.#ledgerWrite([recordOf(info, table, this.#thisHost(), now)], "the run's start");
         }
       }
       if (claimed) {
         this.#runs[info.slot] = info;
         taken = true;
         this.#live.set(runId, info.slot);
-        this.#publish(info);
+        this.#context.publish(info);
         this.#shared.wake();
       } else this.#live.set(runId, -1);
       // The worker keeps the run's ledger record up to date from now on. Started once startRun
       // has returned: starting a thread takes tens of milliseconds, the host's, not the run's.
       if (claimed && settings.enabled && settings.ledger && this.#ledger) {
-        queueMicrotask(() => this.#host.contact(this.#source.at(nowMs())));
+        queueMicrotask(() => this.#context.contact(this.#source.at(nowMs())));
       }
       const start: RunStart = {
         info,
@@ -532,7 +535,7 @@ export class AgentCheckpoint {
       };
       if (earlier) start.previous = earlier.previous;
       if (resumeText !== undefined) start.resumeNote = resumeText;
-      return new Run(own?.host ?? this.#host, start);
+      return new Run(own?.context ?? this.#context, start);
     } catch (error) {
       if (claimed && !taken) {
         this.#shared.free(claimed.slot);
@@ -590,7 +593,7 @@ export class AgentCheckpoint {
    * prologue, tool-boundary checkpoints) from a table of its own, which the
    * watchdog does not see. The host is told.
    */
-  #unwatched(runId: string, now: number): { host: RunHost; gen: number } {
+  #unwatched(runId: string, now: number): { context: RunContext; gen: number } {
     this.#log(
       "warn",
       `the run table is full (${this.#shared.maxSlots} runs, each busy); this run gets no watchdog checkpoints`,
@@ -598,17 +601,20 @@ export class AgentCheckpoint {
     );
     const table = new RunTable(undefined, 1);
     table.grow();
-    const host: RunHost = {
-      ...this.#host,
+    const context = new RunContext({
+      source: this.#source,
       shared: table,
+      log: this.#log,
       writer: new CheckpointWriter(table, this.#sinks),
+      workspaces: () => this.#workspaceHooks(),
+      watchdog: (settings) => this.#contact(settings),
       ended: (info, end) => {
         if (end) this.#ledgerEnd(table, info, end);
         table.free(0);
         if (this.#live.get(runId) === -1) this.#live.delete(runId);
       },
-    };
-    return { host, gen: table.claim(0, now) };
+    });
+    return { context, gen: table.claim(0, now) };
   }
 
   /**
@@ -618,7 +624,7 @@ export class AgentCheckpoint {
   #ledgerStore(settings: Settings): LedgerStore | undefined {
     if (this.#ledger !== undefined) return this.#ledger;
     if (nowMs() < this.#ledgerRetryAt) return undefined;
-    const store = openRunStore({
+    const store = this.#subsystems?.openStore({
       home: this.#home,
       settings,
       mode: "quick",
@@ -642,7 +648,7 @@ export class AgentCheckpoint {
     if (!this.#ledger) return;
     try {
       const now = nowMs();
-      const host = thisHost();
+      const host = this.#thisHost();
       const records: RunRecord[] = [];
       for (const info of this.#runs) {
         if (info) records.push(recordOf(info, this.#shared, host, now));
@@ -676,7 +682,7 @@ export class AgentCheckpoint {
     const store = this.#ledgerStore(settings);
     if (!store?.startAttemptSync) return { recorded: false };
     try {
-      const host = thisHost();
+      const host = this.#thisHost();
       const now = nowMs();
       const started = store.startAttemptSync(recordOf(info, table, host, now), {
         minAttempt: fromFile ? fromFile.previous.attempt + 1 : 1,
@@ -748,7 +754,7 @@ export class AgentCheckpoint {
         return;
       }
       const record = endRecord(
-        recordOf(info, table, thisHost(), now),
+        recordOf(info, table, this.#thisHost(), now),
         end.status,
         end.summary,
         now,
@@ -819,16 +825,20 @@ export class AgentCheckpoint {
   }
 
   /** The working-tree snapshots, made on first use. */
-  #workspaceHooks(): WorkspaceHooks {
+  #workspaceHooks(): WorkspaceHooks | undefined {
     if (this.#workspaces) return this.#workspaces;
-    const ws: WorkspaceHooks = new Workspaces({
+    this.#workspaces = this.#subsystems?.workspaces({
       home: this.#home,
       log: this.#log,
       settings: () => this.#source.at(nowMs()),
       env: this.#env,
     });
-    this.#workspaces = ws;
     return this.#workspaces;
+  }
+
+  /** This process, as run records name it: asked only once the run store is open. */
+  #thisHost(): HostId {
+    return this.#subsystems!.thisHost();
   }
 
   /** The run id itself, or with `.2`, `.3` … when a live run has it (S15). */
@@ -897,30 +907,6 @@ export class AgentCheckpoint {
     if (info && why !== "ended" && why !== "closed") this.#log("info", why, info.runId);
   }
 
-  #toolId(name: string): number {
-    const known = this.#toolIds.get(name);
-    if (known !== undefined) return known;
-    if (this.#namesFull) return 0;
-    const id = this.#shared.internName(Array.from(String(name)).slice(0, MAX_TOOL_NAME).join(""));
-    if (id !== 0) this.#toolIds.set(name, id);
-    else {
-      this.#namesFull = true;
-      this.#log(
-        "warn",
-        "the tool-name table is full (16 MiB of distinct names); new tool names show as (unknown)",
-      );
-    }
-    return id;
-  }
-
-  /** Put a run's description where the watchdog reads it. */
-  #publish(info: RunInfo): void {
-    const bytes = encodeRunInfo(info);
-    if (!bytes || !this.#shared.writeInfo(info.slot, bytes)) {
-      this.#log("warn", "the run's description is too large for the watchdog", info.runId);
-    }
-  }
-
   /** Tell the host's listener of a write; a throwing listener costs a log line. */
   #written(event: CheckpointEvent): void {
     // The fleet store keeps the file's content, so a retry elsewhere can recreate it.
@@ -957,6 +943,18 @@ export class AgentCheckpoint {
       }
     } catch (error) {
       fail(error);
+    }
+  }
+
+  /** A run's hook saw these settings: start the watchdog when they want it and it does not run. */
+  #contact(settings: Settings): void {
+    if (
+      this.#worker === undefined &&
+      (settings.watchdog || (settings.ledger && this.#ledger !== undefined))
+    ) this.#startWatchdog();
+    // Running, or never to run: the runs' contact is a field read from now on.
+    if (this.#worker !== undefined || this.#workerFailed || this.#closed) {
+      this.#context.watchdogDue = false;
     }
   }
 
@@ -1011,31 +1009,4 @@ export class AgentCheckpoint {
       this.#log("error", `the watchdog could not start: ${errorText(error)}`);
     }
   }
-}
-
-/**
- * Create the checkpoint keeper for one host process. Never throws: bad
- * settings become warnings in the log and their defaults.
- *
- * @param options Home directory, environment, settings, comment sink and logger.
- * @returns The keeper; call `startRun` for each run and `close()` at the end.
- *
- * @example A capped run gets tier 2 on its penultimate turn
- * ```ts
- * import { createAgentCheckpoint } from "./mod.ts";
- * import assert from "node:assert/strict";
- * import { mkdtempSync } from "node:fs";
- * import { tmpdir } from "node:os";
- * import { join } from "node:path";
- *
- * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
- * const run = ac.startRun({ sessionId: "demo", caps: { turns: 3 } });
- * assert.equal(run.preLlmCall(), undefined); // turn 0 of 3
- * assert.match(run.preLlmCall() ?? "", /Final budget checkpoint/); // the penultimate turn
- * await run.end();
- * await ac.close();
- * ```
- */
-export function createAgentCheckpoint(options: AgentCheckpointOptions = {}): AgentCheckpoint {
-  return new AgentCheckpoint(options ?? {});
 }

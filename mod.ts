@@ -31,12 +31,55 @@
  *
  * @module
  */
+import {
+  AgentCheckpoint,
+  type AgentCheckpointOptions,
+  type Subsystems,
+} from "./agent_checkpoint.ts";
+import { openRunStore, thisHost } from "./store/mod.ts";
+import { Workspaces } from "./workspace/mod.ts";
+
 export {
   AgentCheckpoint,
   type AgentCheckpointOptions,
-  createAgentCheckpoint,
   type TaskComment,
 } from "./agent_checkpoint.ts";
+
+// The one place the core meets its subsystems: the run store and the working-tree snapshots
+// plug into the keeper through the small interface it defines, so the core never imports them.
+const SUBSYSTEMS: Subsystems = {
+  openStore: (options) => openRunStore(options),
+  thisHost,
+  workspaces: (options) => new Workspaces(options),
+};
+
+/**
+ * Create the checkpoint keeper for one host process. Never throws: bad
+ * settings become warnings in the log and their defaults.
+ *
+ * @param options Home directory, environment, settings, comment sink and logger.
+ * @returns The keeper; call `startRun` for each run and `close()` at the end.
+ *
+ * @example A capped run gets tier 2 on its penultimate turn
+ * ```ts
+ * import { createAgentCheckpoint } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const run = ac.startRun({ sessionId: "demo", caps: { turns: 3 } });
+ * assert.equal(run.preLlmCall(), undefined); // turn 0 of 3
+ * assert.match(run.preLlmCall() ?? "", /Final budget checkpoint/); // the penultimate turn
+ * await run.end();
+ * await ac.close();
+ * ```
+ */
+export function createAgentCheckpoint(options: AgentCheckpointOptions = {}): AgentCheckpoint {
+  return new AgentCheckpoint(options ?? {}, SUBSYSTEMS);
+}
+
 export { type PreviousAttempt, Run, type UsageReport } from "./run.ts";
 export type { CheckpointEvent } from "./_writer.ts";
 export { discoverCaps, type DiscoveredCaps, type RunInit } from "./discover.ts";

@@ -1,14 +1,15 @@
 /**
  * One run's hooks (S6, S13, S15, S16, S18). Every hook is a boundary where the
- * host calls in, so each guards itself: any error becomes a log line and a
- * no-op. A hook's path to the file is short: the run reads its figures from
- * shared memory, and hands a due record to the one checkpoint writer.
+ * host calls in, so all go through one wrapper (`#hook`): any error becomes a
+ * log line and the hook's neutral result. A hook's path to the file is short:
+ * the run reads its settings and figures from its context (`_run_context.ts`)
+ * and shared memory, and hands a due record to the one checkpoint writer.
  *
  * @module
  */
 import { existsSync } from "node:fs";
 import { longTimeout, type LongTimer } from "./_timer.ts";
-import { errorText, type Log } from "./log.ts";
+import { errorText } from "./log.ts";
 import {
   END_STATUSES,
   type EndStatus,
@@ -18,67 +19,17 @@ import {
   type UsageTotals,
 } from "./_record.ts";
 import { budgetValue, type ModelPrice, type Settings } from "./settings.ts";
-import { nowMs, type RunTable } from "./_run_table.ts";
+import type { RunContext, WorkspaceHooks } from "./_run_context.ts";
+import { nowMs } from "./_run_table.ts";
 import { renderTemplate } from "./template.ts";
 import { capValues, fireTier, tierFor, type TierPlan, tierPlan } from "./tier.ts";
 import {
-  type CheckpointWriter,
   MAX_NOTES,
   type PersistEvent,
   type RunInfo,
   templateValues,
   tierMessage,
 } from "./_writer.ts";
-
-/** What a run needs from its `AgentCheckpoint`. @internal */
-export interface RunHost {
-  readonly shared: RunTable;
-  readonly log: Log;
-  readonly writer: CheckpointWriter;
-  /** Current settings and their version. */
-  settingsAt(now: number): Settings;
-  settingsVersion(): number;
-  /** Start the watchdog if it should run and does not yet. */
-  contact(settings: Settings): void;
-  toolId(name: string): number;
-  /** Working-tree snapshots, when `workspace_snapshots` is on. */
-  workspaces(settings: Settings): WorkspaceHooks | undefined;
-  /** Put the run's description where the watchdog reads it. */
-  publish(info: RunInfo): void;
-  /** The run ended (its end goes to the run ledger), or its slot is let go without one. */
-  ended(info: RunInfo, end?: { status: EndStatus; summary?: string }): void;
-}
-
-/** What a run calls of the working-tree snapshots (S19). @internal */
-export interface WorkspaceHooks {
-  beforeWrite(
-    dir: string,
-    turn: number,
-    paths?: string[],
-    runId?: string,
-  ): unknown;
-  beforeTool(
-    dir: string,
-    turn: number,
-    tool: string,
-    input: unknown,
-    options: { callId?: string; runId?: string },
-  ): unknown;
-  /** A snapshot now, whatever the turn; an unchanged tree gives the newest one. */
-  snapshot(dir: string, reason: string, runId?: string): WorkspaceRef | undefined;
-  afterTool(
-    dir: string,
-    tool: string,
-    options: { ok?: boolean; callId?: string; runId?: string },
-  ): void;
-  afterWrite(dir: string, paths: string[], runId?: string): void;
-}
-
-/** A working-tree snapshot, as a record names it. */
-interface WorkspaceRef {
-  snapshot: string;
-  project: string;
-}
 
 /**
  * The earlier attempt of a resumed run, as the run ledger recorded it (where
@@ -117,7 +68,7 @@ export interface PreviousAttempt {
   inFlight?: { tool: string; callId?: string; runningSeconds: number; timedOut?: boolean }[];
 }
 
-/** What a run starts with besides its hooks' host. @internal */
+/** What a run starts with besides its context. @internal */
 export interface RunStart {
   info: RunInfo;
   dialect: "chat" | "kanban" | "goal";
@@ -206,7 +157,7 @@ export class Run {
   /** The earlier attempt of a resumed run, as its checkpoint recorded it; else undefined. */
   readonly previous: PreviousAttempt | undefined;
 
-  readonly #host: RunHost | undefined;
+  readonly #context: RunContext | undefined;
   readonly #info: RunInfo;
   #plan: TierPlan | undefined;
   #planVersion = -1;
@@ -229,9 +180,9 @@ export class Run {
   readonly #toolSignals = new Map<string, AbortController>();
 
   /** @internal */
-  constructor(host: RunHost | undefined, start: RunStart) {
+  constructor(ctx: RunContext | undefined, start: RunStart) {
     const info = start.info;
-    this.#host = host;
+    this.#context = ctx;
     this.#info = info;
     this.runId = info.runId;
     this.dialect = start.dialect;
@@ -249,14 +200,14 @@ export class Run {
     return this.#info.slot;
   }
 
-  /** The host of a run still holding its slot. */
-  #live(): RunHost | undefined {
-    const host = this.#host;
-    return host && host.shared.gen(this.#info.slot) === this.#info.gen ? host : undefined;
+  /** The context of a run still holding its slot. */
+  #live(): RunContext | undefined {
+    const ctx = this.#context;
+    return ctx && ctx.shared.gen(this.#info.slot) === this.#info.gen ? ctx : undefined;
   }
 
-  #planFor(host: RunHost, settings: Settings): TierPlan {
-    const version = host.settingsVersion();
+  #planFor(ctx: RunContext, settings: Settings): TierPlan {
+    const version = ctx.version;
     if (this.#plan === undefined || version !== this.#planVersion) {
       this.#plan = tierPlan(capValues(this.caps), settings);
       this.#planVersion = version;
@@ -264,21 +215,64 @@ export class Run {
     return this.#plan;
   }
 
+  /**
+   * The one opening of the hooks the host calls: the guard (any throw becomes a
+   * log line and `neutral`, never the host's), the run's liveness, the activity
+   * mark, the settings in force and, unless `disabledToo`, their `enabled`.
+   */
+  #hook<T>(
+    name: string,
+    neutral: T,
+    body: (ctx: RunContext, settings: Settings, now: number) => T,
+    disabledToo = false,
+  ): T {
+    try {
+      const ctx = this.#live();
+      if (!ctx) return neutral;
+      const now = nowMs();
+      ctx.shared.touch(this.#info.slot, now);
+      const settings = ctx.at(now);
+      if (!disabledToo && !settings.enabled) return neutral;
+      return body(ctx, settings, now);
+    } catch (error) {
+      this.#fail(name, error);
+      return neutral;
+    }
+  }
+
+  /** The guard and liveness alone, for what is not an activity of the run (timers, signals, the end). */
+  #guard<T>(name: string, neutral: T, body: (ctx: RunContext) => T): T {
+    return this.#safe(name, neutral, () => {
+      const ctx = this.#live();
+      return ctx ? body(ctx) : neutral;
+    });
+  }
+
+  /** The guard alone: any throw becomes a log line and `neutral`. */
+  #safe<T>(name: string, neutral: T, body: () => T): T {
+    try {
+      return body();
+    } catch (error) {
+      this.#fail(name, error);
+      return neutral;
+    }
+  }
+
   #fail(hook: string, error: unknown): void {
     try {
-      this.#host?.log("error", `${hook} failed: ${errorText(error)}`, this.runId);
+      this.#context?.log("error", `${hook} failed: ${errorText(error)}`, this.runId);
     } catch { /* the logger itself is guarded; this is the last line */ }
   }
 
   /** @internal A log line about this run, through the host's logger or the log file (adapters). */
   log(level: "info" | "warn" | "error", message: string): void {
     try {
-      this.#host?.log(level, message, this.runId);
+      this.#context?.log(level, message, this.runId);
     } catch { /* the logger itself is guarded */ }
   }
 
-  #elapsed(host: RunHost, now: number): number {
-    return (now - host.shared.start(this.#info.slot)) / 1000;
+  #elapsed(ctx: RunContext, now: number): number {
+    return (now - ctx.shared.start(this.#info.slot)) / 1000;
   }
 
   /**
@@ -308,54 +302,47 @@ export class Run {
    * ```
    */
   preLlmCall(): string | undefined {
-    try {
-      const host = this.#live();
-      if (!host) return undefined;
-      const now = nowMs();
+    return this.#hook("preLlmCall", undefined, (ctx, settings, now) => {
       const slot = this.#info.slot;
-      const used = host.shared.addTurn(slot);
-      host.shared.touch(slot, now);
-      const settings = host.settingsAt(now);
+      // Turns count while the library is disabled too: enabled again, it knows where the run is.
+      const used = ctx.shared.addTurn(slot);
       if (!settings.enabled) return undefined;
-      host.contact(settings);
-      const elapsed = this.#elapsed(host, now);
+      ctx.contact(settings);
+      const elapsed = this.#elapsed(ctx, now);
       const tier = tierFor(
-        this.#planFor(host, settings),
+        this.#planFor(ctx, settings),
         used,
         elapsed,
-        host.shared.tokens(slot),
-        host.shared.usd(slot),
+        ctx.shared.tokens(slot),
+        ctx.shared.usd(slot),
       );
       const resume = this.#resumePending
-        ? this.#resumeText(host, settings, used, elapsed)
+        ? this.#resumeText(ctx, settings, used, elapsed)
         : undefined;
       if (tier === 0) return resume;
-      this.#midRun(host, settings, tier, now, "pre_llm_call");
+      this.#midRun(ctx, settings, tier, now, "pre_llm_call");
       const latch = fireTier(this.#prologue, tier);
       if (latch === undefined) return resume;
       this.#prologue = latch;
       if (settings.mode === "log-only") {
-        host.log("info", `tier ${tier} due on the prologue surface (turn ${used})`, this.runId);
+        ctx.log("info", `tier ${tier} due on the prologue surface (turn ${used})`, this.runId);
         return resume;
       }
       const text = tierMessage(
         settings,
         tier,
         templateValues(this.#info, used, elapsed, {
-          tokens: host.shared.tokens(slot),
-          usd: host.shared.usd(slot),
+          tokens: ctx.shared.tokens(slot),
+          usd: ctx.shared.usd(slot),
         }),
       );
       return resume === undefined ? text : `${resume}\n\n${text}`;
-    } catch (error) {
-      this.#fail("preLlmCall", error);
-      return undefined;
-    }
+    }, true);
   }
 
   /** The resume text, once (S16). */
   #resumeText(
-    host: RunHost,
+    ctx: RunContext,
     settings: Settings,
     used: number,
     elapsed: number,
@@ -364,7 +351,7 @@ export class Run {
     const previous = this.previous;
     if (!previous) return undefined;
     if (settings.mode === "log-only") {
-      host.log("info", `resumed as attempt ${this.attempt}: ${previous.summary}`, this.runId);
+      ctx.log("info", `resumed as attempt ${this.attempt}: ${previous.summary}`, this.runId);
       return undefined;
     }
     let text = renderTemplate(settings.resume_template, {
@@ -381,47 +368,46 @@ export class Run {
 
   /** The mid-run surface: persist a due tier once, whichever surface sees it first (S6). */
   #midRun(
-    host: RunHost,
+    ctx: RunContext,
     settings: Settings,
     tier: 1 | 2,
     now: number,
     source: RecordSource,
   ): void {
-    if (!settings.mid_run_persist || !host.shared.claimTier(this.#info.slot, tier)) return;
+    if (!settings.mid_run_persist || !ctx.shared.claimTier(this.#info.slot, tier)) return;
     // The record names the working-tree snapshot that matches it.
-    const ws = host.workspaces(settings);
+    const ws = ctx.workspaces;
     const ref = ws && this.#workspace !== ""
       ? ws.snapshot(this.#workspace, `tier ${tier} checkpoint`, this.runId)
       : undefined;
     if (ref && ref.snapshot !== this.#info.workspace?.snapshot) {
       this.#info.workspace = { snapshot: ref.snapshot, project: ref.project };
-      host.publish(this.#info);
+      ctx.publish(this.#info);
     }
-    host.writer.write(this.#info, settings, { kind: "tier", tier }, source, now);
+    ctx.writer.write(this.#info, settings, { kind: "tier", tier }, source, now);
   }
 
   /** Take a working-tree snapshot through `take`, when snapshots are on. */
   #snapshot(
-    host: RunHost,
-    settings: Settings,
+    ctx: RunContext,
     take: (ws: WorkspaceHooks, dir: string, turn: number) => unknown,
   ): void {
-    const ws = host.workspaces(settings);
-    if (ws && this.#workspace !== "") take(ws, this.#workspace, host.shared.turns(this.#info.slot));
+    const ws = ctx.workspaces;
+    if (ws && this.#workspace !== "") take(ws, this.#workspace, ctx.shared.turns(this.#info.slot));
   }
 
   /** A tool boundary, with the settings enabled: contact, then the mid-run surface. */
-  #boundary(host: RunHost, settings: Settings, now: number, source: RecordSource): void {
-    host.contact(settings);
+  #boundary(ctx: RunContext, settings: Settings, now: number, source: RecordSource): void {
+    ctx.contact(settings);
     const slot = this.#info.slot;
     const tier = tierFor(
-      this.#planFor(host, settings),
-      host.shared.turns(slot),
-      this.#elapsed(host, now),
-      host.shared.tokens(slot),
-      host.shared.usd(slot),
+      this.#planFor(ctx, settings),
+      ctx.shared.turns(slot),
+      this.#elapsed(ctx, now),
+      ctx.shared.tokens(slot),
+      ctx.shared.usd(slot),
     );
-    if (tier !== 0) this.#midRun(host, settings, tier, now, source);
+    if (tier !== 0) this.#midRun(ctx, settings, tier, now, source);
   }
 
   /**
@@ -460,53 +446,46 @@ export class Run {
    * ```
    */
   usage(report: UsageReport): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
+    this.#hook("usage", undefined, (ctx, settings, now) => {
       const input = tokenCount(report?.inputTokens);
       const output = tokenCount(report?.outputTokens);
-      const now = nowMs();
       const slot = this.#info.slot;
-      host.shared.touch(slot, now);
-      const settings = host.settingsAt(now);
       const given = report?.usd;
       const usd = typeof given === "number" && Number.isFinite(given) && given >= 0
         ? given
         : input + output === 0 || typeof report?.totalUsd === "number"
         ? 0
-        : this.#price(host, settings, report?.model, input, output);
-      host.shared.addUsage(slot, input, output, usd);
+        : this.#price(ctx, settings, report?.model, input, output);
+      ctx.shared.addUsage(slot, input, output, usd);
       const total = report?.totalUsd;
       if (typeof total === "number" && Number.isFinite(total) && total >= 0) {
-        host.shared.setUsd(slot, total);
+        ctx.shared.setUsd(slot, total);
       }
       if (!settings.enabled) return;
-      const plan = this.#planFor(host, settings);
+      const plan = this.#planFor(ctx, settings);
       if (plan.tokenCap === undefined && plan.usdCap === undefined) return;
-      host.contact(settings);
+      ctx.contact(settings);
       const tier = tierFor(
         plan,
-        host.shared.turns(slot),
-        this.#elapsed(host, now),
-        host.shared.tokens(slot),
-        host.shared.usd(slot),
+        ctx.shared.turns(slot),
+        this.#elapsed(ctx, now),
+        ctx.shared.tokens(slot),
+        ctx.shared.usd(slot),
       );
-      if (tier !== 0) this.#midRun(host, settings, tier, now, "post_llm_call");
-    } catch (error) {
-      this.#fail("usage", error);
-    }
+      if (tier !== 0) this.#midRun(ctx, settings, tier, now, "post_llm_call");
+    }, true);
   }
 
   /** A call's cost from the `prices` setting, or `NaN` (logged once) when there is no price. */
   #price(
-    host: RunHost,
+    ctx: RunContext,
     settings: Settings,
     model: unknown,
     input: number,
     output: number,
   ): number {
     const name = typeof model === "string" && model !== "" ? model : this.#info.model ?? "";
-    const version = host.settingsVersion();
+    const version = ctx.version;
     if (version !== this.#pricesVersion) {
       this.#prices.clear();
       this.#pricesVersion = version;
@@ -519,7 +498,7 @@ export class Run {
     if (price) return (input * price.input + output * price.output) / 1e6;
     if (!this.#costUnknownLogged && this.caps.usd) {
       this.#costUnknownLogged = true;
-      host.log(
+      ctx.log(
         "warn",
         `the usd axis is off for this run: a model call came with no cost, and ${
           name === "" ? "no model was named" : `the prices setting has no price for ${name}`
@@ -563,19 +542,14 @@ export class Run {
     tool: string,
     call?: { callId?: string; input?: unknown; timeoutSeconds?: number },
   ): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
+    this.#hook("preToolCall", undefined, (ctx, settings, now) => {
       const slot = this.#info.slot;
-      host.shared.touch(slot, now);
       const callId = call?.callId === undefined ? undefined : String(call.callId);
-      const settings = host.settingsAt(now);
       const timeout = settings.enabled
         ? budgetValue(call?.timeoutSeconds) ?? settings.tool_timeout_seconds
         : undefined;
       const deadlineAt = timeout === undefined ? 0 : now + timeout * 1000;
-      const seq = host.shared.toolStart(slot, host.toolId(tool), now, callId, deadlineAt);
+      const seq = ctx.shared.toolStart(slot, ctx.toolId(tool), now, callId, deadlineAt);
       if (callId !== undefined) {
         this.#calls.set(callId, seq);
         // Calls whose end never came: past the ring, their starts are gone from the record too.
@@ -583,20 +557,18 @@ export class Run {
           this.#calls.delete(this.#calls.keys().next().value as string);
         }
       }
-      if (timeout !== undefined) this.#armToolTimer(host, seq, String(tool), callId, now, timeout);
+      if (timeout !== undefined) this.#armToolTimer(ctx, seq, String(tool), callId, now, timeout);
       if (!settings.enabled) return;
       if (call?.input !== undefined) {
         // Synchronous: the tool runs next, and must find its tree stored.
-        this.#snapshot(host, settings, (ws, dir, turn) => {
+        this.#snapshot(ctx, (ws, dir, turn) => {
           const options: { callId?: string; runId: string } = { runId: this.runId };
           if (callId !== undefined) options.callId = callId;
           return ws.beforeTool(dir, turn, String(tool), call.input, options);
         });
       }
-      this.#boundary(host, settings, now, "pre_tool_call");
-    } catch (error) {
-      this.#fail("preToolCall", error);
-    }
+      this.#boundary(ctx, settings, now, "pre_tool_call");
+    }, true);
   }
 
   /**
@@ -628,50 +600,43 @@ export class Run {
     tool: string,
     outcome?: { ok?: boolean; durationMs?: number; callId?: string; error?: unknown },
   ): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
+    this.#hook("postToolCall", undefined, (ctx, settings, now) => {
       const slot = this.#info.slot;
-      host.shared.touch(slot, now);
-      const toolId = host.toolId(tool);
+      const toolId = ctx.toolId(tool);
       const callId = outcome?.callId === undefined ? undefined : String(outcome.callId);
       let seq = -1;
       if (callId !== undefined) {
         seq = this.#calls.get(callId) ?? -1;
         this.#calls.delete(callId);
-      } else seq = host.shared.oldestInFlight(slot, toolId);
+      } else seq = ctx.shared.oldestInFlight(slot, toolId);
       const ok = outcome?.error !== undefined ? false : outcome?.ok;
       if (seq >= 0) this.#toolTimers.get(seq)?.timer.clear();
       this.#toolTimers.delete(seq);
       if (callId !== undefined) this.#toolSignals.delete(callId);
       if (ok === false && outcome?.error !== undefined) {
-        this.#toolError(host, seq < 0 ? host.shared.toolCount(slot) : seq, outcome.error);
+        this.#toolError(ctx, seq < 0 ? ctx.shared.toolCount(slot) : seq, outcome.error);
       }
-      host.shared.toolEnd(slot, seq, toolId, ok, outcome?.durationMs ?? -1, now, callId);
-      const settings = host.settingsAt(now);
+      ctx.shared.toolEnd(slot, seq, toolId, ok, outcome?.durationMs ?? -1, now, callId);
       if (!settings.enabled) return;
-      const ws = host.workspaces(settings);
+      const ws = ctx.workspaces;
       if (ws && this.#workspace !== "") {
         const options: { ok?: boolean; callId?: string; runId: string } = { runId: this.runId };
         if (ok !== undefined) options.ok = ok;
         if (callId !== undefined) options.callId = callId;
         ws.afterTool(this.#workspace, String(tool), options);
       }
-      this.#boundary(host, settings, now, "post_tool_call");
-    } catch (error) {
-      this.#fail("postToolCall", error);
-    }
+      this.#boundary(ctx, settings, now, "post_tool_call");
+    }, true);
   }
 
   /** Keep a failed call's error for the record (the newest few). */
-  #toolError(host: RunHost, seq: number, error: unknown): void {
+  #toolError(ctx: RunContext, seq: number, error: unknown): void {
     const text = Array.from(errorText(error)).slice(0, MAX_ERROR).join("");
     const errors: Record<string, string> = { ...this.#info.toolErrors, [seq]: text };
     const keys = Object.keys(errors).map(Number).sort((a, b) => a - b);
     for (const old of keys.slice(0, Math.max(0, keys.length - 8))) delete errors[old];
     this.#info.toolErrors = errors;
-    host.publish(this.#info);
+    ctx.publish(this.#info);
   }
 
   /**
@@ -691,15 +656,7 @@ export class Run {
    * ```
    */
   activity(): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
-      host.contact(host.settingsAt(now));
-    } catch (error) {
-      this.#fail("activity", error);
-    }
+    this.#hook("activity", undefined, (ctx, settings) => ctx.contact(settings), true);
   }
 
   /**
@@ -721,21 +678,15 @@ export class Run {
    * ```
    */
   note(text: string): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
+    this.#hook("note", undefined, (ctx, settings) => {
       let line = String(text);
       if (line.length > MAX_NOTE) line = Array.from(line).slice(0, MAX_NOTE).join("");
       const notes = this.#info.notes;
       notes.push(line);
       if (notes.length > MAX_NOTES) notes.splice(0, notes.length - MAX_NOTES);
-      host.publish(this.#info);
-      host.contact(host.settingsAt(now));
-    } catch (error) {
-      this.#fail("note", error);
-    }
+      ctx.publish(this.#info);
+      ctx.contact(settings);
+    }, true);
   }
 
   /**
@@ -763,22 +714,13 @@ export class Run {
    * ```
    */
   checkpoint(message?: string): Promise<string | undefined> {
-    try {
-      const host = this.#live();
-      if (!host) return Promise.resolve(undefined);
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
-      const settings = host.settingsAt(now);
-      if (!settings.enabled) return Promise.resolve(undefined);
-      host.contact(settings);
+    return Promise.resolve(this.#hook("checkpoint", undefined, (ctx, settings, now) => {
+      ctx.contact(settings);
       const event: PersistEvent = message === undefined
         ? { kind: "manual" }
         : { kind: "manual", message: String(message) };
-      return Promise.resolve(host.writer.write(this.#info, settings, event, "host", now));
-    } catch (error) {
-      this.#fail("checkpoint", error);
-      return Promise.resolve(undefined);
-    }
+      return ctx.writer.write(this.#info, settings, event, "host", now);
+    }));
   }
 
   /**
@@ -808,17 +750,12 @@ export class Run {
    * ```
    */
   requestTimeout(seconds: number, options?: { explicit?: boolean }): number {
-    try {
-      if (options?.explicit) return seconds;
-      const host = this.#live();
+    return this.#guard("requestTimeout", seconds, (ctx) => {
       const cap = this.caps.time?.value;
-      if (!host || cap === undefined || !(seconds > 0)) return seconds;
-      const remaining = cap - this.#elapsed(host, nowMs());
+      if (options?.explicit || cap === undefined || !(seconds > 0)) return seconds;
+      const remaining = cap - this.#elapsed(ctx, nowMs());
       return Math.min(seconds, Math.max(60, Math.ceil(remaining / 2)));
-    } catch (error) {
-      this.#fail("requestTimeout", error);
-      return seconds;
-    }
+    });
   }
 
   /**
@@ -847,52 +784,46 @@ export class Run {
    */
   get deadline(): AbortSignal {
     if (this.#deadline) return this.#deadline.signal;
-    try {
-      const host = this.#live();
+    this.#guard("deadline", undefined, (ctx) => {
       const cap = this.caps.time?.value;
-      if (!host || cap === undefined) return NEVER;
+      if (cap === undefined) return;
       this.#deadline = new AbortController();
-      const settings = host.settingsAt(nowMs());
+      const settings = ctx.at(nowMs());
       const grace = Number(
         (settings as unknown as Record<string, unknown>).deadline_grace_seconds ?? 0,
       );
-      const at = host.shared.start(this.#info.slot) + (cap + (grace > 0 ? grace : 0)) * 1000;
-      host.shared.armDeadline(this.#info.slot, at);
+      const at = ctx.shared.start(this.#info.slot) + (cap + (grace > 0 ? grace : 0)) * 1000;
+      ctx.shared.armDeadline(this.#info.slot, at);
       const wait = at - nowMs();
       if (wait <= 0) this.#fireDeadline();
       else this.#deadlineTimer = longTimeout(() => this.#fireDeadline(), wait, { unref: true });
-      return this.#deadline.signal;
-    } catch (error) {
-      this.#fail("deadline", error);
-      return this.#deadline?.signal ?? NEVER;
-    }
+    });
+    // Made above unless the run has no time cap or ended (or making it failed, which is logged).
+    return (this.#deadline as AbortController | undefined)?.signal ?? NEVER;
   }
 
   /** Write the deadline checkpoint unless the watchdog did, then abort. */
   #fireDeadline(): void {
     const controller = this.#deadline;
     if (!controller || controller.signal.aborted) return;
-    try {
-      const host = this.#live();
-      if (host && host.shared.claimDeadline(this.#info.slot)) {
+    this.#guard("deadline", undefined, (ctx) => {
+      if (ctx.shared.claimDeadline(this.#info.slot)) {
         const now = nowMs();
-        const settings = host.settingsAt(now);
-        const atSeconds = (host.shared.deadlineAt(this.#info.slot) -
-          host.shared.start(this.#info.slot)) / 1000;
+        const settings = ctx.at(now);
+        const atSeconds = (ctx.shared.deadlineAt(this.#info.slot) -
+          ctx.shared.start(this.#info.slot)) / 1000;
         // mid_run_persist: false promises no file writes from timers.
         if (settings.enabled && settings.mid_run_persist) {
-          host.writer.write(this.#info, settings, { kind: "deadline", atSeconds }, "host", now);
+          ctx.writer.write(this.#info, settings, { kind: "deadline", atSeconds }, "host", now);
         }
       }
-    } catch (error) {
-      this.#fail("deadline", error);
-    }
+    });
     controller.abort(new DOMException("The run's deadline passed", "TimeoutError"));
   }
 
   /** Keep a tool call's deadline on this thread too: the watchdog's twin, and the signal's clock. */
   #armToolTimer(
-    host: RunHost,
+    ctx: RunContext,
     seq: number,
     tool: string,
     callId: string | undefined,
@@ -900,8 +831,8 @@ export class Run {
     timeoutSeconds: number,
   ): void {
     // The watchdog plans the new deadline now rather than at its next poll.
-    host.shared.wake();
-    const startedAt = this.#elapsed(host, now);
+    ctx.shared.wake();
+    const startedAt = this.#elapsed(ctx, now);
     const timer = longTimeout(() => this.#fireToolTimeout(seq), timeoutSeconds * 1000, {
       unref: true,
     });
@@ -918,12 +849,11 @@ export class Run {
     const kept = this.#toolTimers.get(seq);
     this.#toolTimers.delete(seq);
     if (!kept) return;
-    try {
-      const host = this.#live();
-      if (!host || host.shared.toolDeadline(this.#info.slot, seq) === 0) return; // it ended
-      if (host.shared.claimTimeout(this.#info.slot, seq)) {
+    this.#guard("tool timeout", undefined, (ctx) => {
+      if (ctx.shared.toolDeadline(this.#info.slot, seq) === 0) return; // it ended
+      if (ctx.shared.claimTimeout(this.#info.slot, seq)) {
         const now = nowMs();
-        const settings = host.settingsAt(now);
+        const settings = ctx.at(now);
         if (settings.enabled && settings.mid_run_persist) {
           const call: PersistEvent & { kind: "tool_timeout" } = {
             kind: "tool_timeout",
@@ -934,13 +864,11 @@ export class Run {
             },
           };
           if (kept.callId !== undefined) call.call.callId = kept.callId;
-          host.writer.write(this.#info, settings, call, "host", now);
+          ctx.writer.write(this.#info, settings, call, "host", now);
         }
       }
       if (kept.callId !== undefined) this.#abortTool(kept.callId);
-    } catch (error) {
-      this.#fail("tool timeout", error);
-    }
+    });
   }
 
   #abortTool(callId: string): void {
@@ -982,12 +910,12 @@ export class Run {
    * ```
    */
   toolSignal(callId: string): AbortSignal {
-    try {
+    return this.#safe("toolSignal", NEVER, () => {
       const id = String(callId);
       const known = this.#toolSignals.get(id);
       if (known) return known.signal;
-      const host = this.#live();
-      if (!host) return NEVER;
+      const ctx = this.#live();
+      if (!ctx) return NEVER;
       const controller = new AbortController();
       this.#toolSignals.set(id, controller);
       if (this.#toolSignals.size > MAX_OPEN_CALLS) {
@@ -996,14 +924,11 @@ export class Run {
       // Asked for after its deadline passed: the call has timed out already.
       const seq = this.#calls.get(id);
       if (
-        seq !== undefined && host.shared.toolDeadline(this.#info.slot, seq) > 0 &&
-        host.shared.timedOut(this.#info.slot, seq)
+        seq !== undefined && ctx.shared.toolDeadline(this.#info.slot, seq) > 0 &&
+        ctx.shared.timedOut(this.#info.slot, seq)
       ) this.#abortTool(id);
       return controller.signal;
-    } catch (error) {
-      this.#fail("toolSignal", error);
-      return NEVER;
-    }
+    });
   }
 
   /**
@@ -1013,22 +938,13 @@ export class Run {
    * @param paths The files about to be written, when known.
    */
   beforeWrite(paths?: string[]): void {
-    try {
-      const host = this.#live();
-      if (!host) return;
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
-      const settings = host.settingsAt(now);
-      if (!settings.enabled) return;
+    this.#hook("beforeWrite", undefined, (ctx) => {
       const list = Array.isArray(paths) ? paths.map(String) : undefined;
       this.#snapshot(
-        host,
-        settings,
+        ctx,
         (ws, dir, turn) => ws.beforeWrite(dir, turn, list, this.runId),
       );
-    } catch (error) {
-      this.#fail("beforeWrite", error);
-    }
+    });
   }
 
   /**
@@ -1038,19 +954,13 @@ export class Run {
    * @param paths The files written.
    */
   afterWrite(paths: string[]): void {
-    try {
-      const host = this.#live();
-      if (!host || !Array.isArray(paths)) return;
-      const now = nowMs();
-      host.shared.touch(this.#info.slot, now);
-      const settings = host.settingsAt(now);
-      const ws = settings.enabled ? host.workspaces(settings) : undefined;
+    if (!this.#guard("afterWrite", false, () => Array.isArray(paths))) return;
+    this.#hook("afterWrite", undefined, (ctx) => {
+      const ws = ctx.workspaces;
       if (ws && this.#workspace !== "") {
         ws.afterWrite(this.#workspace, paths.map(String), this.runId);
       }
-    } catch (error) {
-      this.#fail("afterWrite", error);
-    }
+    });
   }
 
   /**
@@ -1084,16 +994,16 @@ export class Run {
   ): Promise<void> {
     if (this.#ended) return Promise.resolve();
     this.#ended = true;
-    try {
+    return this.#safe("end", undefined, () => {
       this.#deadlineTimer?.clear();
       for (const kept of this.#toolTimers.values()) kept.timer.clear();
       this.#toolTimers.clear();
       this.#toolSignals.clear();
-      const host = this.#live();
-      if (!host) return Promise.resolve();
+      const ctx = this.#live();
+      if (!ctx) return;
       let status = outcome?.status ?? "done";
       if (!END_STATUSES.includes(status)) {
-        host.log(
+        ctx.log(
           "warn",
           `end(): unknown status ${JSON.stringify(status)}; recording "done"`,
           this.runId,
@@ -1101,32 +1011,29 @@ export class Run {
         status = "done";
       }
       const now = nowMs();
-      const settings = host.settingsAt(now);
+      const settings = ctx.at(now);
       const event: PersistEvent = outcome?.summary === undefined
         ? { kind: "end", status }
         : { kind: "end", status, summary: String(outcome.summary) };
       // The record is made while the run still holds its slot; then the slot is let go, so
       // the watchdog starts no new write for the run, and the end lands after any it began.
       const prepared = settings.enabled
-        ? host.writer.prepare({ info: this.#info, settings, event, source: "host", now })
+        ? ctx.writer.prepare({ info: this.#info, settings, event, source: "host", now })
         : undefined;
-      host.ended(
+      ctx.ended(
         this.#info,
         event.summary === undefined ? { status } : { status, summary: event.summary },
       );
-      if (!prepared) return Promise.resolve();
+      if (!prepared) return;
       const commit = () => {
-        if (fileExists(this.checkpointFile)) host.writer.commit(prepared);
+        if (fileExists(this.checkpointFile)) ctx.writer.commit(prepared);
       };
-      if (host.shared.watchdogWriting()) {
-        return host.shared.writesDone(END_WAIT_MS).then(commit).catch((error) =>
+      if (ctx.shared.watchdogWriting()) {
+        return ctx.shared.writesDone(END_WAIT_MS).then(commit).catch((error) =>
           this.#fail("end", error)
         );
       }
       commit();
-    } catch (error) {
-      this.#fail("end", error);
-    }
-    return Promise.resolve();
+    }) ?? Promise.resolve();
   }
 }

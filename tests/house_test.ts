@@ -70,9 +70,11 @@ test(
     // to: the run's hooks are to take snapshots and the run store through small interfaces
     // the core defines.
     const allowed = new Set([
-      // Next to go (the lead's branch): workspace snapshots and the run store plug into the run.
-      "agent_checkpoint.ts -> workspace/mod.ts",
-      "agent_checkpoint.ts -> store/mod.ts",
+      // The composition root: mod.ts plugs the run store and the snapshots into the keeper.
+      "mod.ts -> store/mod.ts",
+      "mod.ts -> workspace/mod.ts",
+      // Types only: the run store's records, which the keeper reads at a run's start.
+      "agent_checkpoint.ts -> store/types.ts",
       // The run store's interface and the watchdog's writes to it; to follow the two above.
       "watchdog.ts -> store/mod.ts",
       "_ledger.ts -> store/types.ts",

@@ -265,6 +265,17 @@ test("when every run is busy at the bound, a new run keeps its prologue and the 
   await ac.close();
 });
 
+test("a run the table has no room for names its tools in its record", async () => {
+  const { ac } = make({}, { maxRuns: 1 });
+  ac.startRun({ sessionId: "busy", caps: { turns: 3 } }).preToolCall("busy_tool", { callId: "b" });
+  const extra = ac.startRun({ sessionId: "extra", caps: { turns: 3 } });
+  extra.preToolCall("fetch_page", { callId: "c1" });
+  await extra.checkpoint();
+  const tools = parseRecord(fs.readFileSync(extra.checkpointFile))?.tools ?? [];
+  assert.deepEqual(tools.map((t) => [t.tool, t.callId]), [["fetch_page", "c1"]]);
+  await ac.close();
+});
+
 test("mid_run_persist: false keeps the prologue but writes no file", async () => {
   const { ac } = make({ mid_run_persist: false });
   const run = ac.startRun({ sessionId: "s", caps: { turns: 3 } });
