@@ -8,7 +8,8 @@
  * - RSS per live run: a Node process that starts N runs and keeps their
  *   handles, against the same process with 1 run, read from `/proc`.
  *
- * Run: `deno run -A scripts/bench_node_cost.ts [--runs 1000,20000] [--pairs 15]`.
+ * Run: `deno run -A scripts/bench_node_cost.ts [--runs 1000,20000] [--pairs 15] [--mod
+ * <another build's esm/mod.js>]`.
  *
  * @module
  */
@@ -21,7 +22,9 @@ import { fileURLToPath } from "node:url";
 import { flag, fmtBytes, fmtMs, median } from "./_bench_util.ts";
 
 const args = process.argv.slice(2);
-const MOD = fileURLToPath(new URL("../npm/esm/mod.js", import.meta.url));
+const MOD = path.resolve(
+  flag(args, "--mod") ?? fileURLToPath(new URL("../npm/esm/mod.js", import.meta.url)),
+);
 const pairs = Number(flag(args, "--pairs", "15"));
 const sizes = (flag(args, "--runs", "1000,20000") ?? "").split(",").map(Number);
 
