@@ -94,7 +94,10 @@ async function perRun(n: number): Promise<number> {
     }
     await new Promise((r) => setTimeout(r, 1500)); // the watchdog's looks at every run
     globalThis.gc();
-    ${hold}`;
+    // The handles stay reachable until the parent has read the RSS: a run whose handle is
+    // collected gives its slot back.
+    process.stdout.write("ready\\n");
+    process.stdin.once("data", () => process.exit(runs.length === ${n} ? 0 : 1));`;
   try {
     return (await node(["--expose-gc", "--input-type=module", "-e", code])).rss;
   } finally {
