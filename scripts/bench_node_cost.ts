@@ -8,7 +8,8 @@
  * - RSS per live run: a Node process that starts N runs and keeps their
  *   handles, against the same process with 1 run, read from `/proc`.
  *
- * Run: `deno run -A scripts/bench_node_cost.ts [--runs 1000,20000] [--pairs 15] [--mod
+ * Run: `deno task bench --only node_cost`, or `deno run -A scripts/bench_node_cost.ts
+ * [--quick] [--runs 1000,20000] [--pairs 15] [--mod
  * <another build's esm/mod.js>]`.
  *
  * @module
@@ -25,7 +26,8 @@ const args = process.argv.slice(2);
 const MOD = path.resolve(
   flag(args, "--mod") ?? fileURLToPath(new URL("../npm/esm/mod.js", import.meta.url)),
 );
-const pairs = Number(flag(args, "--pairs", "15"));
+const quick = args.includes("--quick");
+const pairs = Number(flag(args, "--pairs", quick ? "7" : "15"));
 const sizes = (flag(args, "--runs", "1000,20000") ?? "").split(",").map(Number);
 
 /** Run `node argv`; at the child's first stdout line, read its VmRSS (KiB → bytes). */
@@ -112,7 +114,7 @@ if (!fs.existsSync(MOD)) {
 await importCost();
 for (const n of sizes) {
   const per: number[] = [];
-  for (let r = 0; r < 3; r++) per.push((await perRun(n) - await perRun(1)) / (n - 1));
+  for (let r = 0; r < (quick ? 1 : 3); r++) per.push((await perRun(n) - await perRun(1)) / (n - 1));
   console.log(
     `RSS per live run at ${n.toLocaleString()}: ${fmtBytes(median(per))} (${
       per.map(fmtBytes).join(", ")
