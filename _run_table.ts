@@ -9,7 +9,8 @@
  * The table grows in chunks as runs start: its buffers are growable
  * `SharedArrayBuffer`s, which the worker sees grow. A slot is one run's
  * record, laid out contiguously: Float64 fields, Int32 fields, the ids of its
- * recent tool calls, and its description (JSON).
+ * recent tool calls, and its description (JSON) when it is short; a longer one
+ * goes to the run's block of a third buffer, which grows only when one does.
  *
  * Int32 fields go through `Atomics`. Timestamps are Float64 and written with
  * plain stores: `Atomics` has no Float64 form, aligned 8-byte stores do not
@@ -25,7 +26,7 @@ import { fireTier } from "./tier.ts";
 export const TOOL_RING = 8;
 /** Runs added to the table at a time. */
 export const SLOT_CHUNK = 256;
-/** The most runs one table holds: the bound memory sets (about 3 KiB each). */
+/** The most runs one table holds: the bound memory sets (about 1.2 KiB each, 3.3 KiB with a long description). */
 export const MAX_SLOTS = 65_536;
 
 // Float64 fields of a slot.
@@ -61,12 +62,19 @@ const I32_PER_SLOT = TIMED_CALLS + 1; // an even count keeps slots 8-byte aligne
 const CALL_ID_BYTES = 48;
 /** Bytes of each run's description (JSON). */
 export const INFO_BYTES = 2048;
+/**
+ * Bytes of a description kept in the slot itself. A longer one goes to the
+ * run's block of the overflow buffer, whose memory a run touches only then: a
+ * slot holding all INFO_BYTES cost every run about 1.5 KB of resident memory
+ * that a typical description (200–300 bytes) leaves unused.
+ */
+export const INFO_INLINE_BYTES = 512;
 
 const F64_BYTES = F64_PER_SLOT * 8;
 const I32_BYTES = I32_PER_SLOT * 4;
 const IDS_BYTES = TOOL_RING * CALL_ID_BYTES;
 /** Bytes of one run's slot. */
-export const SLOT_BYTES = F64_BYTES + I32_BYTES + IDS_BYTES + INFO_BYTES;
+export const SLOT_BYTES = F64_BYTES + I32_BYTES + IDS_BYTES + INFO_INLINE_BYTES;
 
 const STATUS = ["", "in flight", "ok", "failed", "done"] as const;
 const IN_FLIGHT = 1;
@@ -118,6 +126,8 @@ export const nowMs = (): number => performance.timeOrigin + performance.now();
 export interface RunTableBuffers {
   runs: SharedArrayBuffer;
   names: SharedArrayBuffer;
+  /** INFO_BYTES per slot, for descriptions longer than INFO_INLINE_BYTES; grown on demand. */
+  infos: SharedArrayBuffer;
 }
 
 /** A view of the shared run table. */
@@ -130,6 +140,7 @@ export class RunTable {
   /** Bytes the views above cover. */
   #viewed = -1;
   readonly #names: Uint8Array;
+  readonly #infos: Uint8Array;
   /** Tool names read so far, by id: a name, once in the table, never changes. */
   readonly #nameCache = new Map<number, string>();
   readonly #maxSlots: number;
@@ -147,12 +158,14 @@ export class RunTable {
         maxByteLength: HEADER_BYTES + this.#maxSlots * SLOT_BYTES,
       }),
       names: new SharedArrayBuffer(NAME_CHUNK, { maxByteLength: MAX_NAME_BYTES }),
+      infos: new SharedArrayBuffer(0, { maxByteLength: this.#maxSlots * INFO_BYTES }),
     };
     const runs = this.buffers.runs;
     this.#h = new Int32Array(runs, 0, HEADER_BYTES / 4);
     this.refresh();
     // Length-tracking: it grows with its buffer, in this thread and the other.
     this.#names = new Uint8Array(this.buffers.names);
+    this.#infos = new Uint8Array(this.buffers.infos);
   }
 
   /**
@@ -339,12 +352,18 @@ export class RunTable {
     return name;
   }
 
-  /** Write a run's description (seqlock: readers retry while it is odd). */
+  /**
+   * Write a run's description (seqlock: readers retry while it is odd); false
+   * when it is longer than INFO_BYTES or its overflow block cannot be had.
+   */
   writeInfo(slot: number, bytes: Uint8Array): boolean {
     if (bytes.length > INFO_BYTES) return false;
+    const long = bytes.length > INFO_INLINE_BYTES;
+    if (long && !this.#overflowFor(slot)) return false;
     const i = this.#iAt(slot);
     Atomics.add(this.#i, i + INFO_SEQ, 1);
-    this.#b.set(bytes, this.#infoAt(slot));
+    if (long) this.#infos.set(bytes, slot * INFO_BYTES);
+    else this.#b.set(bytes, this.#infoAt(slot));
     Atomics.store(this.#i, i + INFO_LEN, bytes.length);
     Atomics.add(this.#i, i + INFO_SEQ, 1);
     return true;
@@ -361,10 +380,35 @@ export class RunTable {
     const seq = Atomics.load(this.#i, i + INFO_SEQ);
     if (seq % 2 === 1) return undefined;
     const length = Atomics.load(this.#i, i + INFO_LEN);
-    const at = this.#infoAt(slot);
-    const copy = this.#b.slice(at, at + length);
+    let copy: Uint8Array;
+    if (length > INFO_INLINE_BYTES) {
+      const at = slot * INFO_BYTES;
+      if (at + length > this.#infos.length) return undefined;
+      copy = this.#infos.slice(at, at + length);
+    } else {
+      const at = this.#infoAt(slot);
+      copy = this.#b.slice(at, at + length);
+    }
     if (Atomics.load(this.#i, i + INFO_SEQ) !== seq) return undefined;
     return { seq, text: decoder.decode(copy) };
+  }
+
+  /**
+   * Make the overflow buffer cover the slot's block, growing it by at least
+   * SLOT_CHUNK blocks; false when memory cannot be had. One writer: the main thread.
+   */
+  #overflowFor(slot: number): boolean {
+    const infos = this.buffers.infos;
+    const end = (slot + 1) * INFO_BYTES;
+    if (end <= infos.byteLength) return true;
+    try {
+      infos.grow(
+        Math.min(infos.maxByteLength, Math.max(end, infos.byteLength + SLOT_CHUNK * INFO_BYTES)),
+      );
+    } catch {
+      return false;
+    }
+    return true;
   }
 
   /** Whether a run holds the slot. */

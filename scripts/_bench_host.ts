@@ -244,7 +244,7 @@ async function memory(): Promise<void> {
       mainHeap: m.heapUsed,
       workerHeap: stats?.heapUsed ?? NaN,
       watched: stats?.watched ?? 0,
-      table: ac.sharedRuns.slots * SLOT_BYTES,
+      table: ac.sharedRuns.slots * SLOT_BYTES + ac.sharedRuns.buffers.infos.byteLength,
       slots: ac.sharedRuns.slots,
       rss: m.rss,
     };

@@ -156,8 +156,26 @@ const walk = (dir: string): string[] =>
     e.isDirectory() ? walk(path.join(dir, e.name)) : [path.join(dir, e.name)]
   );
 
-/** The YAML parser's Node twin, shipped as `_yaml.js`. */
-const NODE_YAML = "_yaml_node.ts";
+/**
+ * Node twins: each source on the left ships as the file on the right, which
+ * `require`s its npm package on first use (`createRequire`) where Deno can only
+ * import it statically, so a host that never needs it never loads it.
+ */
+const NODE_TWINS: Record<string, string> = {
+  "_yaml.ts": "_yaml_node.ts",
+  "workspace/_shell_quote.ts": "workspace/_shell_quote_node.ts",
+};
+
+/**
+ * Imports that put a worker's module into the static graph only so that Deno,
+ * importing the library by URL, fetches it with the library. Node reads a
+ * worker's file from disk when the worker starts, so the npm build drops them
+ * and a host loads the module only in the worker that runs it.
+ */
+const DENO_ONLY_IMPORTS: Record<string, string> = {
+  "agent_checkpoint.ts": `import "./watchdog.ts";`,
+  "store/_pg_bridge.ts": `import "./_pg_worker.ts";`,
+};
 
 /** The library's subsystems, each a folder with its own `mod.ts`, compiled and shipped. */
 export const ROOMS = ["adapters", "cli", "supervise", "workspace", "store", "serve"];
@@ -168,14 +186,17 @@ function sources(): string[] {
     fs.existsSync(path.join(root, dir))
       ? walk(path.join(root, dir)).filter((f) => f.endsWith(".ts"))
       : [];
-  // `_yaml_node.ts` is staged in place of `_yaml.ts` (see stage()), not as a file of its own.
-  const top = fs.readdirSync(root).filter((f) => f.endsWith(".ts") && f !== NODE_YAML)
+  // A Node twin is staged in place of its source (see stage()), not as a file of its own.
+  const twins = new Set(Object.values(NODE_TWINS).map((f) => path.join(root, f)));
+  const top = fs.readdirSync(root).filter((f) => f.endsWith(".ts"))
     .map((f) => path.join(root, f));
   const scripts = ["demo.ts", "demo_progress.ts", "cli.ts"].map((f) =>
     path.join(root, "scripts", f)
   )
     .filter((f) => fs.existsSync(f));
-  return [...top, ...ROOMS.flatMap(tree), ...tree("tests"), ...scripts];
+  return [...top, ...ROOMS.flatMap(tree), ...tree("tests"), ...scripts].filter((f) =>
+    !twins.has(f)
+  );
 }
 
 /** Rewrite a source's `npm:` specifiers to Node package names; unknown ones are an error. */
@@ -197,10 +218,21 @@ function stage(): string[] {
   return sources().map((file) => {
     const to = path.join(staged, path.relative(root, file));
     fs.mkdirSync(path.dirname(to), { recursive: true });
-    // Node can load js-yaml on demand (createRequire), Deno only statically: the npm build
-    // ships the on-demand twin.
-    const from = path.relative(root, file) === "_yaml.ts" ? path.join(root, NODE_YAML) : file;
-    fs.writeFileSync(to, rewriteSpecifiers(fs.readFileSync(from, "utf8"), from));
+    const rel = path.relative(root, file).split(path.sep).join("/");
+    const twin = NODE_TWINS[rel];
+    const from = twin ? path.join(root, twin) : file;
+    let text = fs.readFileSync(from, "utf8");
+    const denoOnly = DENO_ONLY_IMPORTS[rel];
+    if (denoOnly) {
+      const lines = text.split("\n");
+      const at = lines.indexOf(denoOnly);
+      if (at < 0) {
+        throw new Error(`${rel} no longer has the line ${denoOnly}; update DENO_ONLY_IMPORTS`);
+      }
+      lines.splice(at, 1);
+      text = lines.join("\n");
+    }
+    fs.writeFileSync(to, rewriteSpecifiers(text, from));
     return to;
   });
 }

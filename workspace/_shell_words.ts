@@ -6,9 +6,7 @@
  *
  * @module
  */
-// @ts-types="npm:@types/shell-quote@1.7.5"
-// deno-lint-ignore no-import-prefix -- a full npm: specifier lets Deno import this by URL
-import { parse } from "npm:shell-quote@1.8.3";
+import { shellParse } from "./_shell_quote.ts";
 
 /** The paths a file tool's input names under `keys` (a string, or a list of strings), if any. */
 export function filePathsOf(input: unknown, keys: readonly string[]): string[] {
@@ -114,7 +112,7 @@ export function isDestructiveCommand(command: string, depth = 0): boolean {
   let tokens: Token[];
   try {
     // Newlines separate commands; the tokenizer would take them as spaces.
-    tokens = parse(command.replace(/\r?\n/g, " ; "), (key: string) => `$${key}`) as Token[];
+    tokens = shellParse(command.replace(/\r?\n/g, " ; "), (key: string) => `$${key}`) as Token[];
   } catch {
     return true;
   }

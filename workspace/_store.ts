@@ -14,11 +14,19 @@ import * as path from "node:path";
 import process from "node:process";
 import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
-import { spawnSync } from "node:child_process";
-import { deflateSync } from "node:zlib";
+import { createRequire } from "node:module";
 import { writeFileAtomicSync } from "../persist.ts";
 import { SETTINGS, type Settings } from "../settings.ts";
 import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
+
+// `node:child_process` and `node:zlib` cost a Node host about 4 ms to load, and only a
+// snapshot uses them: they are required (synchronously) the first time one is taken.
+const require = createRequire(import.meta.url);
+let childProcessModule: typeof import("node:child_process") | undefined;
+let zlibModule: typeof import("node:zlib") | undefined;
+const childProcess = () =>
+  childProcessModule ??= require("node:child_process") as typeof import("node:child_process");
+const zlib = () => zlibModule ??= require("node:zlib") as typeof import("node:zlib");
 
 /** The keys of the plain settings the workspace snapshots read. */
 type WorkspaceKey =
@@ -176,7 +184,10 @@ export class Git {
 
   /** Whether the binary runs; the error text when it does not. */
   probe(): string | undefined {
-    const r = spawnSync(this.bin, ["--version"], { env: this.#env, encoding: "utf8" });
+    const r = childProcess().spawnSync(this.bin, ["--version"], {
+      env: this.#env,
+      encoding: "utf8",
+    });
     if (r.error) return r.error.message;
     if (r.status !== 0) return `git --version exited ${r.status}`;
     return undefined;
@@ -198,7 +209,7 @@ export class Git {
     const env: Record<string, string> = { ...this.#env, GIT_DIR: o.gitDir, ...o.env };
     if (o.index) env.GIT_INDEX_FILE = o.index;
     if (o.workTree) env.GIT_WORK_TREE = o.workTree;
-    const r = spawnSync(this.bin, [...CONFIG, ...args], {
+    const r = childProcess().spawnSync(this.bin, [...CONFIG, ...args], {
       cwd: o.cwd ?? o.gitDir,
       env,
       input: o.input,
@@ -1130,7 +1141,7 @@ export class Store {
         fs.utimesSync(file, now, now);
       } catch { /* not ours to touch: it is reachable, or will be written again */ }
     } else {
-      const data = deflateSync(raw);
+      const data = zlib().deflateSync(raw);
       // A prune removes empty fan-out directories, also between our mkdir and write: retry.
       for (let attempt = 0;; attempt++) {
         fs.mkdirSync(dir, { recursive: true });

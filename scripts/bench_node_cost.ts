@@ -1,0 +1,123 @@
+/**
+ * What the npm build costs a Node host, measured from outside the process
+ * (not part of the test suite; run `deno task build:npm` first):
+ *
+ * - import time: `node -e 0` against `node --input-type=module -e 'await
+ *   import(".../npm/esm/mod.js")'`, interleaved, medians, and the RSS each
+ *   holds (read from `/proc/<pid>/status` by this parent);
+ * - RSS per live run: a Node process that starts N runs and keeps their
+ *   handles, against the same process with 1 run, read from `/proc`.
+ *
+ * Run: `deno task bench --only node_cost`, or `deno run -A scripts/bench_node_cost.ts
+ * [--quick] [--runs 1000,20000] [--pairs 15] [--mod
+ * <another build's esm/mod.js>]`.
+ *
+ * @module
+ */
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import process from "node:process";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { flag, fmtBytes, fmtMs, median } from "./_bench_util.ts";
+
+const args = process.argv.slice(2);
+const MOD = path.resolve(
+  flag(args, "--mod") ?? fileURLToPath(new URL("../npm/esm/mod.js", import.meta.url)),
+);
+const quick = args.includes("--quick");
+const pairs = Number(flag(args, "--pairs", quick ? "7" : "15"));
+const sizes = (flag(args, "--runs", "1000,20000") ?? "").split(",").map(Number);
+
+/** Run `node argv`; at the child's first stdout line, read its VmRSS (KiB → bytes). */
+function node(argv: string[]): Promise<{ ms: number; rss: number }> {
+  return new Promise((resolve, reject) => {
+    const t = performance.now();
+    const child = spawn("node", argv, { stdio: ["pipe", "pipe", "inherit"], cwd: os.tmpdir() });
+    let rss = NaN;
+    child.stdout.once("data", () => {
+      const status = fs.readFileSync(`/proc/${child.pid}/status`, "utf8");
+      rss = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1]) * 1024;
+      child.stdin.end("\n");
+    });
+    child.on("error", reject);
+    child.on("exit", (code) => {
+      if (code !== 0) reject(new Error(`node exited with ${code}`));
+      else resolve({ ms: performance.now() - t, rss });
+    });
+  });
+}
+
+const hold = `process.stdout.write("ready\\n"); process.stdin.once("data", () => process.exit(0));`;
+
+async function importCost(): Promise<void> {
+  const bare: number[] = [];
+  const lib: number[] = [];
+  for (let i = 0; i < pairs; i++) {
+    const a = () => node(["-e", "0"]).then((r) => bare.push(r.ms));
+    const b = () =>
+      node(["--input-type=module", "-e", `await import(${JSON.stringify(MOD)})`]).then((r) =>
+        lib.push(r.ms)
+      );
+    if (i % 2) await a().then(b);
+    else await b().then(a);
+  }
+  const bareRss: number[] = [];
+  const libRss: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    bareRss.push((await node(["--input-type=module", "-e", hold])).rss);
+    libRss.push(
+      (await node([
+        "--input-type=module",
+        "-e",
+        `await import(${JSON.stringify(MOD)}); ${hold}`,
+      ])).rss,
+    );
+  }
+  const b = median(bare), l = median(lib);
+  console.log(
+    `import: node -e 0 ${fmtMs(b)}, importing mod.js ${fmtMs(l)}: +${fmtMs(l - b)} (${
+      (l / b).toFixed(2)
+    }×), RSS +${fmtBytes(median(libRss) - median(bareRss))} (medians of ${pairs} interleaved runs)`,
+  );
+}
+
+async function perRun(n: number): Promise<number> {
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-bench-rss-"));
+  const code = `
+    const { createAgentCheckpoint } = await import(${JSON.stringify(MOD)});
+    const ac = createAgentCheckpoint({ home: ${JSON.stringify(home)}, env: {} });
+    const runs = [];
+    for (let i = 0; i < ${n}; i++) {
+      const run = ac.startRun({ sessionId: "s-" + i, caps: { turns: 50, seconds: 3600 } });
+      run.preLlmCall(); run.preToolCall("search"); run.postToolCall("search", { ok: true });
+      runs.push(run);
+    }
+    await new Promise((r) => setTimeout(r, 1500)); // the watchdog's looks at every run
+    globalThis.gc();
+    // The handles stay reachable until the parent has read the RSS: a run whose handle is
+    // collected gives its slot back.
+    process.stdout.write("ready\\n");
+    process.stdin.once("data", () => process.exit(runs.length === ${n} ? 0 : 1));`;
+  try {
+    return (await node(["--expose-gc", "--input-type=module", "-e", code])).rss;
+  } finally {
+    fs.rmSync(home, { recursive: true, force: true });
+  }
+}
+
+if (!fs.existsSync(MOD)) {
+  console.log("npm/esm/mod.js is missing: run deno task build:npm");
+  process.exit(1);
+}
+await importCost();
+for (const n of sizes) {
+  const per: number[] = [];
+  for (let r = 0; r < (quick ? 1 : 3); r++) per.push((await perRun(n) - await perRun(1)) / (n - 1));
+  console.log(
+    `RSS per live run at ${n.toLocaleString()}: ${fmtBytes(median(per))} (${
+      per.map(fmtBytes).join(", ")
+    }; the process's VmRSS minus the same with 1 run)`,
+  );
+}
