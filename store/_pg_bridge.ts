@@ -39,6 +39,13 @@ import type {
 
 /** The longest a run's start waits for the fleet store's answer, ms. */
 export const START_WAIT_MS = 2000;
+/**
+ * The longest the first start of a process waits, ms: it also waits for the
+ * store thread to start, load the driver and connect (at most its 5 s
+ * connect timeout). A retry on another machine is usually that first start,
+ * and the one that most needs the earlier attempt's record.
+ */
+export const FIRST_START_WAIT_MS = 8000;
 /** How long the records at exit may take to reach the database, ms. */
 export const EXIT_WAIT_MS = 1000;
 /** How long `close()` lets the store thread write what waits, ms. */
@@ -205,7 +212,8 @@ export class PgBridge implements RunStore {
 
   /**
    * Start an attempt: posted to the store thread, its answer awaited at most
-   * {@linkcode START_WAIT_MS}. While the database is known to be away, or
+   * {@linkcode START_WAIT_MS} ({@linkcode FIRST_START_WAIT_MS} before the
+   * database has answered once). While the database is known to be away, or
    * when the answer does not come in time, the attempt starts at
    * `minAttempt` (the local file's count) without a previous record, with one
    * log line per outage; its record reaches the database with the next batch
@@ -225,7 +233,8 @@ export class PgBridge implements RunStore {
     const message: ToBridge = { type: "start", id, record };
     if (options) message.options = options;
     this.#worker.postMessage(message);
-    const answer = this.#await(id, START_WAIT_MS);
+    const first = Atomics.load(this.#flag, 1) === STATE_UNKNOWN;
+    const answer = this.#await(id, first ? FIRST_START_WAIT_MS : START_WAIT_MS);
     if (!answer || answer.type !== "started") {
       // The store thread says it in the log, once: when the start lands, or the database is away.
       this.#worker.postMessage({ type: "late", id } satisfies ToBridge);
