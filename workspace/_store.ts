@@ -21,12 +21,18 @@ import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_loc
 
 // `node:child_process` and `node:zlib` cost a Node host about 4 ms to load, and only a
 // snapshot uses them: they are required (synchronously) the first time one is taken.
-const require = createRequire(import.meta.url);
+// A built-in needs no base to resolve from, but `createRequire` wants a file one: a
+// library imported by URL (Deno) has an `https:` or `http:` one.
+let builtinRequire: ReturnType<typeof createRequire> | undefined;
+const builtin = (name: string): unknown =>
+  (builtinRequire ??= createRequire(
+    import.meta.url.startsWith("file:") ? import.meta.url : "file:///",
+  ))(name);
 let childProcessModule: typeof import("node:child_process") | undefined;
 let zlibModule: typeof import("node:zlib") | undefined;
 const childProcess = () =>
-  childProcessModule ??= require("node:child_process") as typeof import("node:child_process");
-const zlib = () => zlibModule ??= require("node:zlib") as typeof import("node:zlib");
+  childProcessModule ??= builtin("node:child_process") as typeof import("node:child_process");
+const zlib = () => zlibModule ??= builtin("node:zlib") as typeof import("node:zlib");
 
 /** The keys of the plain settings the workspace snapshots read. */
 type WorkspaceKey =
