@@ -46,7 +46,7 @@ if (absent) {
   assert.match(ledger[0], /better-sqlite3/);
   assert.equal(logs.length, 2, logs.join("\n"));
   console.log(`consumer (c): without better-sqlite3 it falls back and logs: ${board[0]}`);
-  console.log(`consumer (c): and the run ledger is off: ${ledger[0]}`);
+  console.log(`consumer (c): and says ${ledger[0]}`);
 } else {
   assert.deepEqual(run.caps.time, { value: 900, source: "kanban db" });
   assert.deepEqual(logs, []);
