@@ -15,7 +15,7 @@ import { type PreviousAttempt, Run, type RunStart } from "./run.ts";
 import { RunContext, type WorkspaceHooks } from "./_run_context.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
-import { capValues, hasCap, tierPlan } from "./tier.ts";
+import { capValues, hasCap, PAST_CAP_SECONDS, tierPlan } from "./tier.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
 import {
   type CheckpointEvent,
@@ -579,7 +579,7 @@ export class AgentCheckpoint {
       const plan = tierPlan(capValues(info.caps), settings);
       const capped = hasCap(plan);
       const pastCap = plan.timeCap !== undefined &&
-        now - this.#shared.start(slot) > (plan.timeCap + 180) * 1000;
+        now - this.#shared.start(slot) > (plan.timeCap + PAST_CAP_SECONDS) * 1000;
       if (capped && !this.#shared.tierClaimed(slot, 2) && !pastCap) continue;
       if (best === undefined || this.#shared.activity(slot) < this.#shared.activity(best)) {
         best = slot;

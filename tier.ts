@@ -73,6 +73,12 @@ export function countedCaps(caps: Caps, settings: Settings): Caps {
   return out;
 }
 
+/**
+ * Seconds past a run's time cap after which it is no longer watched: its
+ * watchdog stops, and a keeper whose table is full may evict it.
+ */
+export const PAST_CAP_SECONDS = 180;
+
 /** Settle the tier thresholds for counted caps. */
 export function tierPlan(caps: Caps, settings: Settings): TierPlan {
   const counted = countedCaps(caps, settings);

@@ -21,16 +21,21 @@ import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
 import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./_writer.ts";
 import type { TimedOutCall } from "./_record.ts";
-import { capValues, hasCap, tierFor, type TierPlan, tierPlan, timeCrossing } from "./tier.ts";
+import {
+  capValues,
+  hasCap,
+  PAST_CAP_SECONDS,
+  tierFor,
+  type TierPlan,
+  tierPlan,
+  timeCrossing,
+} from "./tier.ts";
 import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
 
 /** Progress intervals between two tidyings of the run ledger. */
 const MAINTAIN_EVERY = 10;
-
-/** Seconds past the time cap after which a run is no longer watched (S11). */
-export const PAST_CAP_SECONDS = 180;
 
 /** What the worker keeps of a run it has seen. */
 interface Watched {
