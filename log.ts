@@ -220,8 +220,19 @@ function tellDenied(home: string, denied: { access: string; target?: string }): 
   );
 }
 
-/** One line on stderr, else the console; never throws. */
-function say(text: string): void {
+/**
+ * One line on stderr (line breaks shown as `\n`, at most
+ * {@linkcode LOG_LINE_LIMIT} characters), else the console; never throws.
+ * For what the host must see even when no log line can be written.
+ *
+ * @example
+ * ```ts
+ * import { say } from "./log.ts";
+ *
+ * say("agent-checkpoint: an example line on stderr");
+ * ```
+ */
+export function say(text: string): void {
   const line = oneLine(text, LOG_LINE_LIMIT) + "\n";
   try {
     process.stderr.write(line);

@@ -5,8 +5,8 @@
  *
  * @module
  */
-import process from "node:process";
 import type { AgentCheckpoint, Run, RunInit } from "../mod.ts";
+import { say } from "../log.ts";
 
 /** Where the prologue goes in the model call it is due for. */
 export type Placement = "user" | "system" | "tool-result";
@@ -169,14 +169,7 @@ const TOLD: Set<string> = ((globalThis as Record<symbol, unknown>)[
 export function tellOnce(key: string, line: string): boolean {
   if (TOLD.has(key)) return false;
   TOLD.add(key);
-  const text = `agent-checkpoint: ${line.replace(/\r?\n|\r/g, " ")}\n`;
-  try {
-    process.stderr.write(text);
-  } catch {
-    try {
-      console.error(text.trimEnd());
-    } catch { /* nowhere left to say it */ }
-  }
+  say(`agent-checkpoint: ${line}`);
   return true;
 }
 
