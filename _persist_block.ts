@@ -24,7 +24,7 @@ import {
   type Steps,
   unlinkQuietly,
 } from "./_file_ops.ts";
-import { ensureDir, tempPath } from "./_atomic.ts";
+import { ensureDir, tempPath } from "./_file_ops.ts";
 import { MAX_CHECKPOINT_BYTES, MiB } from "./_reader.ts";
 
 const notRegular = (file: string, st: fs.Stats) =>

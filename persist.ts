@@ -9,16 +9,16 @@
  * target is left alone), and a FIFO, device or directory there is refused.
  *
  * The public face of the checkpoint file, which the rest of the library
- * imports; each job lives in a private module: the atomic write in
- * `_atomic.ts`, the block persist and the burst in `_persist_block.ts`,
- * the reader in `_reader.ts` (file-system steps in `_file_ops.ts`); file
- * names are made here.
+ * imports; each job lives in a private module: the atomic write with the
+ * file-system steps it is made of in `_file_ops.ts`, the block persist and
+ * the burst in `_persist_block.ts`, the reader in `_reader.ts`; file names
+ * are made here.
  *
  * @module
  */
 import { createHash } from "node:crypto";
 
-export { ensureDir, writeFileAtomic, writeFileAtomicSync } from "./_atomic.ts";
+export { ensureDir, writeFileAtomic, writeFileAtomicSync } from "./_file_ops.ts";
 export {
   type BlockWrite,
   FILE_LOCK_WAIT_MS,

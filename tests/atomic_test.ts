@@ -1,4 +1,4 @@
-// The library's one atomic write of a whole file (`_atomic.ts`, public through persist.ts and mod.ts).
+// The library's one atomic write of a whole file (`_file_ops.ts`, public through persist.ts and mod.ts).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
