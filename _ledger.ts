@@ -73,7 +73,6 @@ export function recordOf(
     const call: ToolCall = { tool: t.tool, status: t.status, startedAt: t.startedAt };
     if (t.callId !== undefined) call.callId = t.callId;
     if (t.durationMs !== undefined) call.durationMs = t.durationMs;
-    if (t.error !== undefined) call.error = t.error;
     if (t.timedOut) call.timedOut = true;
     const seq = t.seq;
     if (call.status === "in flight") {
