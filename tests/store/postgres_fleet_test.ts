@@ -20,7 +20,7 @@ import { openPgStore, type PgRunStore } from "../../store/postgres.ts";
 import { runState, type RunView } from "../../store/types.ts";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { supervise } from "../../supervise/mod.ts";
-import * as net from "node:net";
+import { Worker } from "node:worker_threads";
 
 interface Seen {
   pid: number;
@@ -361,44 +361,45 @@ test("connections terminated again and again mid-run: hooks never slowed, every 
   }
 });
 
-/** A TCP relay to the test server that can be cut (every connection dropped, none taken) and mended. */
-async function relay(): Promise<{ port: number; cut(): Promise<void>; mend(): Promise<void> }> {
+/**
+ * A TCP relay to the test server that can be cut (every connection dropped, each new one reset
+ * and counted in `refused`) and mended. It runs in a thread of its own: a run's first start
+ * blocks this thread while the store thread connects through it, and a relay here would hold
+ * that connection until it timed out, an outage of the test's own before the one it makes.
+ */
+async function relay(): Promise<
+  {
+    port: number;
+    refused(): number;
+    cut(): Promise<void>;
+    mend(): Promise<void>;
+    stop(): Promise<void>;
+  }
+> {
   const target = new URL(PG_URL);
-  const sockets = new Set<net.Socket>();
-  let server: net.Server | undefined;
-  let port = 0;
-  const listen = () =>
-    new Promise<void>((resolve) => {
-      server = net.createServer((client) => {
-        const upstream = net.connect(Number(target.port || 5432), target.hostname);
-        sockets.add(client);
-        sockets.add(upstream);
-        client.pipe(upstream).pipe(client);
-        const drop = () => {
-          client.destroy();
-          upstream.destroy();
-          sockets.delete(client);
-          sockets.delete(upstream);
-        };
-        client.on("error", drop).on("close", drop);
-        upstream.on("error", drop).on("close", drop);
-      });
-      server.listen(port, "127.0.0.1", () => {
-        port = (server!.address() as net.AddressInfo).port;
-        resolve();
-      });
-    });
-  await listen();
+  const worker = new Worker(fixture("pg_relay"), {
+    workerData: { host: target.hostname, port: Number(target.port || 5432) },
+  });
+  let refused = 0;
+  const replies: ((m: unknown) => void)[] = [];
+  const reply = () => new Promise<unknown>((resolve) => replies.push(resolve));
+  worker.on("message", (m: unknown) => m === "refused" ? refused++ : replies.shift()?.(m));
+  worker.on("error", (e) => replies.splice(0).forEach((r) => r(e)));
+  const ask = async (what: "cut" | "mend") => {
+    const done = reply();
+    worker.postMessage(what);
+    assert.equal(await done, what);
+  };
+  const port = await reply();
+  assert.equal(typeof port, "number", String(port));
   return {
-    port,
-    async cut() {
-      await new Promise<void>((resolve) => {
-        server!.close(() => resolve());
-        for (const s of sockets) s.destroy();
-        sockets.clear();
-      });
+    port: port as number,
+    refused: () => refused,
+    cut: () => ask("cut"),
+    mend: () => ask("mend"),
+    async stop() {
+      await worker.terminate();
     },
-    mend: listen,
   };
 }
 
@@ -425,7 +426,15 @@ test(
         ac.startRun({ sessionId: `away-${i}`, caps: { turns: 100 } })
       );
       for (const run of runs) run.preLlmCall();
-      await until(() => direct.list({ state: "live" }), (v) => v.length === 5, 30_000);
+      // The database has each run's first turn: what it holds while it is away.
+      await until(
+        () => direct.list({ state: "live" }),
+        (v) => v.length === 5 && v.every((x) => x.record.turnsUsed === 1),
+        30_000,
+      );
+      const about = (re: RegExp) => records.filter((r) => re.test(r.message));
+      // The outage counted below is the one the cut makes: none was said before it.
+      assert.equal(about(/cannot be reached/).length, 0, records.map((r) => r.message).join("\n"));
       await link.cut();
       // While it is away: the runs go on, two end.
       for (let turn = 0; turn < 3; turn++) {
@@ -437,10 +446,11 @@ test(
       }
       await runs[0]!.end({ status: "failed" });
       await runs[1]!.end({ status: "done" });
-      const about = (re: RegExp) => records.filter((r) => re.test(r.message));
       assert.ok(await waitFor(() => about(/cannot be reached/).length > 0, 30_000));
       // What the database holds meanwhile is what it had before.
       assert.deepEqual((await direct.list()).map((v) => v.record.turnsUsed), [1, 1, 1, 1, 1]);
+      // Away long enough for the store to try again (a line per try would be a second one).
+      assert.ok(await waitFor(() => link.refused() >= 2, 30_000), `${link.refused()} tries`);
       await link.mend();
       assert.ok(await waitFor(() => about(/reachable again/).length > 0, 60_000));
       const views = await until(
@@ -458,7 +468,7 @@ test(
       for (const run of runs.slice(2)) await run.end({ status: "done" });
     } finally {
       await ac.close();
-      await link.cut();
+      await link.stop();
       await direct.close();
       await db.drop();
     }
