@@ -138,6 +138,22 @@ export function thrownStatus(
   return "failed";
 }
 
+/**
+ * An error as a run's end summary (or a tool call's error): `Name: message` for
+ * an `Error`, or with `"message"` its message alone; any other value as text.
+ * Over 300 characters, it is cut and ends in `…`: to 300 characters in all,
+ * or with `"message"` after the first 300 (the Claude Agent SDK adapter's summaries).
+ */
+export function errorLine(error: unknown, form: "named" | "message" = "named"): string {
+  const text = !(error instanceof Error)
+    ? String(error)
+    : form === "named"
+    ? `${error.name}: ${error.message}`
+    : error.message;
+  if (text.length <= 300) return text;
+  return `${text.slice(0, form === "named" ? 299 : 300)}…`;
+}
+
 /** Log a fault inside an adapter's own hook code: a log line, never a throw into the framework. */
 export function logFault(run: Run, hook: string, error: unknown): void {
   run.log("error", `${hook} failed: ${error instanceof Error ? error.message : String(error)}`);

@@ -51,6 +51,7 @@ import {
 import type { AgentCheckpoint, Run } from "../mod.ts";
 import {
   type AdapterInit,
+  errorLine,
   logFault,
   PendingPrologue,
   runSignal,
@@ -360,7 +361,7 @@ export function checkpointedQuery(
   try {
     q = query({ prompt: params.prompt, options });
   } catch (error) {
-    void run.end({ status: "failed", summary: summaryOf(error) });
+    void run.end({ status: "failed", summary: errorLine(error, "message") });
     throw error;
   }
 
@@ -392,7 +393,10 @@ export function checkpointedQuery(
         resultSummary = Array.isArray(errors) && errors.length > 0
           ? String(errors[0])
           : apiError
-          ? summaryOf(str((message as { result?: unknown }).result) ?? "the model's API failed")
+          ? errorLine(
+            str((message as { result?: unknown }).result) ?? "the model's API failed",
+            "message",
+          )
           : subtype === "success"
           ? undefined
           : subtype;
@@ -411,7 +415,7 @@ export function checkpointedQuery(
       const thrown = thrownStatus(run, init.deadline, userController?.signal);
       // The SDK throws after an error result; the result says why.
       const status = thrown === "failed" ? resultStatus ?? "failed" : thrown;
-      await end(status, status === resultStatus ? resultSummary : summaryOf(error));
+      await end(status, status === resultStatus ? resultSummary : errorLine(error, "message"));
       throw error;
     }
     if (result.done) await end(resultStatus ?? "done", resultSummary);
@@ -518,9 +522,4 @@ function usageReporter(run: Run): (message: SDKMessage | undefined) => void {
       logFault(run, "claude-agent-sdk usage", error);
     }
   };
-}
-
-function summaryOf(error: unknown): string {
-  const text = error instanceof Error ? error.message : String(error);
-  return text.length > 300 ? `${text.slice(0, 300)}…` : text;
 }

@@ -45,6 +45,7 @@ import {
 import type { AgentCheckpoint, Run } from "../mod.ts";
 import {
   type AdapterInit,
+  errorLine,
   logFault,
   PendingPrologue,
   type Placement,
@@ -400,11 +401,6 @@ function ended(
 
 const isMaxTurns = (error: unknown): boolean =>
   error instanceof Error && error.name === "MaxTurnsExceededError";
-
-function errorLine(error: unknown): string {
-  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-  return text.length > 300 ? `${text.slice(0, 299)}…` : text;
-}
 
 /** Wrap the host's error handlers so a handled max-turns error still ends the run `capped`. */
 function noteCapped<T extends Record<string, unknown>>(handlers: T, onCapped: () => void): T {
