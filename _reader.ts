@@ -8,7 +8,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { Buffer, isUtf8 } from "node:buffer";
-import { BLOCK_BEGIN, findBlock } from "./_block.ts";
+import { BLOCK_BEGIN, findBlock } from "./_record.ts";
 import { type CheckpointRecord, type EndStatus, parseRecord } from "./_record.ts";
 import { codeOf, kindOf, READ_FLAGS, readUpTo, runSync } from "./_file_ops.ts";
 

@@ -127,9 +127,12 @@ export class RunContext {
 
   /** The settings as of `now`, renewing what depends on them when they changed. */
   at(now: number): Settings {
-    const settings = this.#source.at(now);
-    if (this.#source.version !== this.version) {
-      this.version = this.#source.version;
+    // Between two looks at the file, and unchanged since, the settings are the ones held.
+    const source = this.#source;
+    if (now < source.nextCheck && source.version === this.version) return this.settings;
+    const settings = source.at(now);
+    if (source.version !== this.version) {
+      this.version = source.version;
       this.settings = settings;
       this.#snapshotsOn = settings.workspace_snapshots;
     }

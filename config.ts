@@ -420,8 +420,13 @@ export class SettingsSource {
   current: LoadedSettings;
   /** The config file as last read. */
   config: ConfigFile;
+  /**
+   * When {@linkcode SettingsSource.at} next looks at the file, ms since the
+   * epoch: before then the settings in force are `current.settings`, so a
+   * reader holding them need not call in.
+   */
+  nextCheck = 0;
   #stamp: string;
-  #nextCheck = 0;
   /** The problems of rejected files already told, so each is told once. */
   readonly #warned = new Set<string>();
   readonly #file: string;
@@ -471,7 +476,7 @@ export class SettingsSource {
 
   /** The settings as of `nowMs`, re-read when the poll interval has passed. */
   at(nowMs: number): Settings {
-    if (nowMs < this.#nextCheck) return this.current.settings;
+    if (nowMs < this.nextCheck) return this.current.settings;
     this.refresh(nowMs);
     return this.current.settings;
   }
@@ -499,6 +504,6 @@ export class SettingsSource {
       }
     }
     // After a reload, so that a new poll interval counts from now.
-    this.#nextCheck = nowMs + this.current.settings.watchdog_poll_seconds * 1000;
+    this.nextCheck = nowMs + this.current.settings.watchdog_poll_seconds * 1000;
   }
 }

@@ -545,9 +545,10 @@ export class Run {
     this.#hook("preToolCall", undefined, (ctx, settings, now) => {
       const slot = this.#info.slot;
       const callId = call?.callId === undefined ? undefined : String(call.callId);
-      const timeout = settings.enabled
-        ? budgetValue(call?.timeoutSeconds) ?? settings.tool_timeout_seconds
-        : undefined;
+      const asked = call?.timeoutSeconds;
+      const timeout = !settings.enabled
+        ? undefined
+        : (asked === undefined ? undefined : budgetValue(asked)) ?? settings.tool_timeout_seconds;
       const deadlineAt = timeout === undefined ? 0 : now + timeout * 1000;
       const seq = ctx.shared.toolStart(slot, ctx.toolId(tool), now, callId, deadlineAt);
       if (callId !== undefined) {

@@ -13,7 +13,7 @@ import process from "node:process";
 import { Worker } from "node:worker_threads";
 import { createAgentCheckpoint } from "../mod.ts";
 import { formatDuration } from "../template.ts";
-import { BLOCK_BEGIN, BLOCK_END } from "../_block.ts";
+import { BLOCK_BEGIN, BLOCK_END } from "../_record.ts";
 
 const args = process.argv.slice(2);
 const usage = "usage: demo [--seconds N] [--keep]   (N ≥ 5, default 90)";

@@ -15,7 +15,7 @@ import {
   readCheckpoint,
   writeFileAtomicSync,
 } from "../persist.ts";
-import { findBlock, findBlocks } from "../_block.ts";
+import { findBlock, findBlocks } from "../_record.ts";
 import { parseRecord, renderBlock } from "../_record.ts";
 import { resetSwept, tempName } from "../_file_ops.ts";
 import { fixture, scriptCommand, sleep, tempHome, waitFor } from "./_helpers.ts";

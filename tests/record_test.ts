@@ -9,7 +9,7 @@ import {
   renderBlock,
   summaryLine,
 } from "../_record.ts";
-import { findBlocks } from "../_block.ts";
+import { findBlocks } from "../_record.ts";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { createAgentCheckpoint } from "../mod.ts";
