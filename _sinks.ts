@@ -12,7 +12,7 @@ import { failOpen } from "./_fail_open.ts";
 import type { CheckpointEvent, WriterSinks } from "./_writer.ts";
 
 /** A kanban task comment, as the sinks hand it on. @internal */
-export interface Comment {
+export interface KanbanComment {
   /** The kanban task to comment on. */
   taskId: string;
   /** The comment. */
@@ -22,11 +22,17 @@ export interface Comment {
 /** The host's callbacks the sinks call, as the host gave them. @internal */
 export interface HostCallbacks {
   /** Posts a kanban task comment; may return a promise. */
-  postComment?: (comment: Comment) => unknown;
+  postComment?: (comment: KanbanComment) => unknown;
   /** An ES module exporting `postComment`, used when there is no `postComment`. */
   commentModule?: string | URL;
   /** Called after every write of a checkpoint file. */
   onCheckpoint?: (event: CheckpointEvent) => void;
+}
+
+/** The writer's sinks; a comment needs no run id (the watchdog's come without one). @internal */
+export interface HostSinks extends WriterSinks {
+  /** Post a kanban task comment. */
+  comment(comment: KanbanComment): void;
 }
 
 const isThenable = (value: unknown): value is PromiseLike<unknown> =>
@@ -59,7 +65,7 @@ export function hostSinks(
   log: Log,
   host: HostCallbacks,
   fileWritten: (event: CheckpointEvent) => void,
-): WriterSinks {
+): HostSinks {
   return {
     log,
     comment: (comment) => postComment(log, host, comment),
@@ -80,7 +86,7 @@ export function hostSinks(
 }
 
 /** Post a comment through the host's sink, else the comment module. */
-function postComment(log: Log, host: HostCallbacks, comment: Comment): void {
+function postComment(log: Log, host: HostCallbacks, comment: KanbanComment): void {
   const fail = (error: unknown) =>
     log("warn", `posting the task comment failed: ${errorText(error)}`, comment.taskId);
   failOpen(() => {

@@ -17,18 +17,13 @@ import { RunContext, type WorkspaceHooks } from "./_run_context.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
-import {
-  type CheckpointEvent,
-  CheckpointWriter,
-  type RunInfo,
-  type WriterSinks,
-} from "./_writer.ts";
+import { type CheckpointEvent, CheckpointWriter, type RunInfo } from "./_writer.ts";
 import type { WatchdogStats } from "./_watchdog_protocol.ts";
 import type { HostId, LedgerStore } from "./_ledger.ts";
 import { failOpen } from "./_fail_open.ts";
 import { RunSlots } from "./_slots.ts";
 import { WatchdogHost } from "./_watchdog_host.ts";
-import { hostSinks } from "./_sinks.ts";
+import { type HostSinks, hostSinks } from "./_sinks.ts";
 import { LedgerFeed } from "./_ledger_feed.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
 
@@ -134,7 +129,7 @@ export class AgentCheckpoint {
   readonly #slots: RunSlots;
   #workspaces: WorkspaceHooks | undefined;
   readonly #writer: CheckpointWriter;
-  readonly #sinks: WriterSinks;
+  readonly #sinks: HostSinks;
   readonly #watchdog: WatchdogHost;
   #closed = false;
   /** What the runs of the shared table work with. */
@@ -196,8 +191,8 @@ export class AgentCheckpoint {
       env: this.#env,
       options,
       log,
-      comment: (comment) => this.#sinks.comment(comment, ""),
-      written: (event) => this.#sinks.written(event),
+      comment: this.#sinks.comment,
+      written: this.#sinks.written,
       storePort: () => this.#ledger.store?.watchdogPort?.(),
     });
     this.#writer = new CheckpointWriter(shared, this.#sinks);
