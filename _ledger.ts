@@ -50,6 +50,9 @@ export interface LedgerStore {
   readonly statements?: number;
 }
 
+// Types only: the run store's records as the core speaks them, through this one module.
+export type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
+
 /** The most records the worker keeps while the store cannot take them. */
 export const MAX_BACKLOG = 50_000;
 /** The longest wait between two tries of a failing store, ms. */

@@ -33,6 +33,7 @@ import {
 import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
+import { failOpen, failOpenAsync } from "./_fail_open.ts";
 
 /** Progress intervals between two tidyings of the run ledger. */
 const MAINTAIN_EVERY = 10;
@@ -311,11 +312,10 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     await writer.flush(now, settings.progress_interval_seconds, live > 0);
     // Now and then, the store's log goes into the database (main-thread writes never do that).
     if (++progressTicks % MAINTAIN_EVERY === 0) {
-      try {
-        ledger?.store.maintain?.();
-      } catch (error) {
-        log("warn", `tidying the run ledger failed: ${errorText(error)}`);
-      }
+      failOpen(
+        () => ledger?.store.maintain?.(),
+        (error) => log("warn", `tidying the run ledger failed: ${errorText(error)}`),
+      );
     }
     return nextProgress;
   }
@@ -379,19 +379,18 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
 
   async function loop(woken: boolean): Promise<void> {
     const seen = shared.wakes();
-    let next: number;
-    try {
+    const next = await failOpenAsync(async () => {
       if (woken || nowMs() >= nextLook) {
         lastLook = nowMs();
         nextLook = look();
         await flush();
         shared.looked(source.version, seen);
       }
-      next = Math.min(nextLook, await progress());
-    } catch (error) {
+      return Math.min(nextLook, await progress());
+    }, (error) => {
       log("error", `watchdog poll failed: ${errorText(error)}`);
-      next = nowMs() + 10_000;
-    }
+      return nowMs() + 10_000;
+    });
     shared.waitForWake(seen, Math.ceil(next - nowMs())).then(
       (result) => settle(result !== "timed-out"),
       () => settle(true),

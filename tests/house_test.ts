@@ -73,9 +73,9 @@ test(
       // The composition root: mod.ts plugs the run store and the snapshots into the keeper.
       "mod.ts -> store/mod.ts",
       "mod.ts -> workspace/mod.ts",
-      // Types only: the run store's records, which the keeper reads at a run's start.
-      "agent_checkpoint.ts -> store/types.ts",
       // The run store's interface and the watchdog's writes to it; to follow the two above.
+      // The rest of the core (the keeper, its run ledger writes, a run's earlier attempts) takes
+      // the store's record types from `_ledger.ts`, types only.
       "watchdog.ts -> store/mod.ts",
       "_ledger.ts -> store/types.ts",
     ]);

@@ -1,0 +1,339 @@
+/**
+ * What a run starts with from its earlier attempts (S16): the earlier attempt
+ * as the run ledger recorded it (where it was when it stopped; the ledger also
+ * gives the new attempt its number), else as its checkpoint file did; what the
+ * attempts used together; and the sentences the resume text adds.
+ *
+ * @module
+ */
+import * as path from "node:path";
+import { existsSync } from "node:fs";
+import type { Log } from "./log.ts";
+import { ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
+import { type EndStatus, MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
+import type { PreviousAttempt } from "./run.ts";
+import { nowMs, type RunTable } from "./_run_table.ts";
+import type { Settings } from "./settings.ts";
+import type { RunInfo } from "./_writer.ts";
+import {
+  type HostId,
+  ledgerFailed,
+  type LedgerStore,
+  ledgerSummary,
+  type PriorUse,
+  recordOf,
+  remainingCaps,
+  resumeNote,
+  type RunRecord,
+  type RunView,
+  unknownCalls,
+} from "./_ledger.ts";
+import { failOpen } from "./_fail_open.ts";
+
+const fileExists = (file: string) => failOpen(() => existsSync(file), () => false);
+
+/** What a resumed run starts with: its earlier attempt, their summaries, and what they used. */
+interface Earlier {
+  previous: PreviousAttempt;
+  attempts: string[];
+  prior: PriorUse;
+  resumeNote?: string;
+}
+
+/** What the attempts up to this one used: the earlier ones' (`before`) and this one's. */
+function priorUse(
+  before: PriorUse | undefined,
+  turns: number,
+  seconds: number,
+  usage: UsageTotals | undefined,
+): PriorUse {
+  const out: PriorUse = {
+    turns: (before?.turns ?? 0) + turns,
+    seconds: (before?.seconds ?? 0) + seconds,
+  };
+  const tokens = (before?.tokens ?? 0) + (usage ? usage.inputTokens + usage.outputTokens : 0);
+  if (tokens > 0) out.tokens = tokens;
+  // Dollars add up only while every attempt's cost is known (none used is known: $0).
+  const earlier = before === undefined
+    ? 0
+    : before.usd ?? ((before.tokens ?? 0) > 0 ? undefined : 0);
+  const now = usage === undefined ? 0 : usage.usd;
+  const usd = earlier === undefined || now === undefined ? undefined : earlier + now;
+  if (usd !== undefined && usd > 0) out.usd = usd;
+  return out;
+}
+
+/** The earlier attempt as the run ledger recorded it, with what its file adds when it has one. */
+function ledgerAttempt(
+  view: RunView,
+  file: Earlier | undefined,
+  now: number,
+): Earlier | undefined {
+  const r = view.record;
+  if (r.status === "done") return undefined;
+  const same = file && file.previous.attempt === r.attempt ? file.previous : undefined;
+  const status = view.state === "ended" ? r.status as EndStatus : view.state;
+  const host = { machine: r.host.machine, pid: r.host.pid };
+  if (same && Date.parse(same.persistedAt) > r.updatedAt) {
+    // The file was written after the ledger's last record (the process died within an interval).
+    return {
+      ...file!,
+      previous: { ...same, status, host },
+      prior: priorUse(r.prior, same.turnsUsed, same.elapsedSeconds, same.usage ?? r.usage),
+    };
+  }
+  const summary = ledgerSummary(view, now);
+  const calls = view.state === "ended" ? [] : unknownCalls(view, now);
+  // The file adds the agent's own record, when it is this attempt's.
+  const previous: PreviousAttempt = {
+    attempt: r.attempt,
+    kind: same?.kind ?? "progress",
+    tier: Math.max(r.tier, same?.tier ?? 0),
+    source: same?.source ?? "ledger",
+    turnsUsed: r.turnsUsed,
+    elapsedSeconds: r.elapsedSeconds,
+    caps: r.caps,
+    persistedAt: new Date(r.updatedAt).toISOString(),
+    incomplete: file?.previous.incomplete ?? false,
+    summary: summary +
+      (same ? `; last checkpoint file write: ${same.kind} at ${same.persistedAt}` : "") +
+      (file?.previous.incomplete ? "; its file is marked INCOMPLETE" : ""),
+    status,
+    host,
+  };
+  if (r.end) previous.endStatus = r.end.status;
+  if (calls.length > 0) previous.inFlight = calls;
+  if (r.usage) previous.usage = r.usage;
+  const attempts = [...(r.attempts ?? file?.attempts.slice(0, -1) ?? []), previous.summary]
+    .slice(-MAX_ATTEMPTS);
+  const used = Math.max(r.elapsedSeconds, (now - r.startedAt) / 1000);
+  const seconds = view.state === "live" ? used : r.end ? r.elapsedSeconds : Math.max(
+    r.elapsedSeconds,
+    ((view.heartbeat?.at ?? r.updatedAt) - r.startedAt) / 1000,
+  );
+  const prior = priorUse(r.prior, r.turnsUsed, Math.max(0, seconds), r.usage);
+  return { previous, attempts, prior };
+}
+
+/** The earlier attempt recorded in a checkpoint file, when it did not end done (S16). */
+function earlierAttempt(
+  file: string,
+  log: (message: string) => void,
+): Earlier | undefined {
+  const found = readCheckpoint(file);
+  if (found.dropped) {
+    log(
+      `${file}: fields of the wrong type in its record were ignored: ${found.dropped.join(", ")}`,
+    );
+  }
+  const record = found.record;
+  if (!record || record.end?.status === "done") return undefined;
+  const summary = summaryLine(record) +
+    (found.incomplete ? "; its file is marked INCOMPLETE" : "");
+  const previous: PreviousAttempt = {
+    attempt: record.attempt ?? 1,
+    kind: record.kind,
+    tier: record.tier,
+    source: record.source,
+    turnsUsed: record.turnsUsed,
+    elapsedSeconds: record.elapsedSeconds,
+    caps: record.caps,
+    persistedAt: record.persistedAt,
+    incomplete: found.incomplete,
+    summary,
+  };
+  if (record.end) previous.endStatus = record.end.status;
+  if (record.usage) previous.usage = record.usage;
+  const attempts = [...(record.attempts ?? []), summary].slice(-MAX_ATTEMPTS);
+  return {
+    previous,
+    attempts,
+    prior: priorUse(undefined, record.turnsUsed, record.elapsedSeconds, record.usage),
+  };
+}
+
+/** What a run's start reads and writes of the run ledger. @internal */
+export interface ResumeParts {
+  log: Log;
+  /** The run ledger's store, opened on first use; undefined when it cannot be had. */
+  store(settings: Settings): LedgerStore | undefined;
+  /** This process, as run records name it: asked only once the store is open. */
+  host(): HostId;
+  /** Write records on the main thread. */
+  write(records: RunRecord[], what: string): void;
+}
+
+/** What the run ledger said at a run's start. */
+interface LedgerStart {
+  /** False when the ledger is off or failed. */
+  recorded: boolean;
+  /** True when it had a record of the run id, which then decides over the file. */
+  seen?: boolean;
+  /** True when the attempt number was worked out here (the ledger could not give one). */
+  numbered?: boolean;
+  earlier?: Earlier;
+}
+
+/**
+ * Record a run's start in the ledger, which gives its attempt number, and
+ * read the newest earlier record of its run id.
+ */
+function ledgerStart(
+  info: RunInfo,
+  table: RunTable,
+  settings: Settings,
+  fromFile: Earlier | undefined,
+  parts: ResumeParts,
+): LedgerStart {
+  if (!settings.enabled || !settings.ledger) return { recorded: false };
+  const store = parts.store(settings);
+  if (!store?.startAttemptSync) return { recorded: false };
+  const { log } = parts;
+  return failOpen((): LedgerStart => {
+    const host = parts.host();
+    const now = nowMs();
+    const started = store.startAttemptSync!(recordOf(info, table, host, now), {
+      minAttempt: fromFile ? fromFile.previous.attempt + 1 : 1,
+      fresh: settings.resume === false,
+      heartbeat: {
+        host,
+        at: Math.round(now),
+        intervalSeconds: settings.progress_interval_seconds,
+      },
+    });
+    info.attempt = started.attempt;
+    const previous = started.previous;
+    if (!previous || settings.resume === false) return { recorded: true };
+    // The earlier attempt ran elsewhere (the fleet store): its file, recreated here first.
+    const content = previous.record.fileContent;
+    if (
+      content !== undefined && previous.record.status !== "done" &&
+      !fileExists(info.checkpointFile)
+    ) {
+      failOpen(() => {
+        ensureDir(path.dirname(info.checkpointFile));
+        writeFileAtomicSync(info.checkpointFile, content);
+        log(
+          "info",
+          `recreated the checkpoint file from the fleet store (attempt ${previous.record.attempt} ran on ${previous.record.host.machine})`,
+          info.runId,
+        );
+        fromFile = earlierAttempt(
+          info.checkpointFile,
+          (message) => log("warn", message, info.runId),
+        );
+      }, (error) => ledgerFailed(log, "the earlier attempt's file", error, info.runId));
+    }
+    const seen = { recorded: true, seen: true };
+    if (previous.state === "live") {
+      log(
+        "warn",
+        `run id ${info.runId} is still live in another process (${previous.record.host.machine}, pid ${previous.record.host.pid}); this is attempt ${started.attempt}`,
+        info.runId,
+      );
+    }
+    const earlier = ledgerAttempt(previous, fromFile, Date.now());
+    return earlier ? { ...seen, earlier } : seen;
+  }, (error): LedgerStart => {
+    ledgerFailed(log, "the run's start", error, info.runId);
+    // Busy or failing for writes, it may still be read (a reader never waits): the ledger
+    // still decides, and the worker records the run within an interval.
+    return failOpen((): LedgerStart => {
+      const previous = settings.resume === false ? undefined : store.latestSync?.(info.runId);
+      if (!previous) return { recorded: false };
+      const earlier = ledgerAttempt(previous, fromFile, Date.now());
+      if (!earlier) return { recorded: false, seen: true };
+      info.attempt = Math.max(earlier.previous.attempt, fromFile?.previous.attempt ?? 0) + 1;
+      return { recorded: false, seen: true, numbered: true, earlier };
+    }, () => ({ recorded: false }));
+  });
+}
+
+/** What a resumed run starts with besides its description. @internal */
+export interface Resumed {
+  /** The earlier attempt. */
+  previous: PreviousAttempt;
+  /** Sentences the resume text adds (calls of unknown outcome, a shrunk budget). */
+  resumeNote?: string;
+}
+
+/**
+ * A run's start: its earlier attempt, from the run ledger first (where it was
+ * when it stopped), from its checkpoint file second. Fills in the run's
+ * description (its attempt number, the earlier attempts' summaries and use,
+ * the caps they left) and records the start in the ledger. Undefined when
+ * there is no earlier attempt to resume.
+ * @internal
+ *
+ * @param info The run's description, which this completes.
+ * @param table The table the run's slot is in.
+ * @param settings The settings in force.
+ * @param now The time of the run's start, ms.
+ * @param parts The log and the run ledger.
+ * @returns The earlier attempt and the resume text's sentences, if any.
+ *
+ * @example
+ * ```ts
+ * import { resume, type ResumeParts } from "./_earlier.ts";
+ * import type { RunInfo } from "./_writer.ts";
+ * import { RunTable } from "./_run_table.ts";
+ * import { loadSettings } from "./config.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const settings = loadSettings({ home: "/nonexistent", env: {} }).settings;
+ * const info: RunInfo = {
+ *   slot: 0,
+ *   gen: 1,
+ *   runId: "r",
+ *   dialect: "chat",
+ *   caps: {},
+ *   notes: [],
+ *   checkpointFile: "/nonexistent/r.md",
+ * };
+ * const parts: ResumeParts = {
+ *   log: () => {},
+ *   store: () => undefined, // no run ledger
+ *   host: () => ({ machine: "m", pid: 1, start: "" }),
+ *   write: () => {},
+ * };
+ * // No checkpoint file and no ledger: nothing to resume.
+ * assert.equal(resume(info, new RunTable(undefined, 1), settings, 0, parts), undefined);
+ * ```
+ */
+export function resume(
+  info: RunInfo,
+  table: RunTable,
+  settings: Settings,
+  now: number,
+  parts: ResumeParts,
+): Resumed | undefined {
+  const runId = info.runId;
+  const fromFile = settings.resume === false ? undefined : earlierAttempt(
+    info.checkpointFile,
+    (message) => parts.log("warn", message, runId),
+  );
+  // The run ledger first (where the earlier attempt was when it stopped), the file second.
+  const ledger = ledgerStart(info, table, settings, fromFile, parts);
+  const earlier = ledger.seen ? ledger.earlier : fromFile;
+  if (!earlier) return undefined;
+  if (!ledger.recorded && !ledger.numbered) info.attempt = earlier.previous.attempt + 1;
+  info.attempts = earlier.attempts;
+  info.prior = earlier.prior;
+  const remaining = settings.resume_budget === "remaining"
+    ? remainingCaps(info.caps, earlier.prior)
+    : undefined;
+  if (remaining) info.caps = remaining;
+  const note = resumeNote(
+    earlier.previous.inFlight ?? [],
+    remaining,
+    fileExists(info.checkpointFile),
+  );
+  parts.log("info", `resuming: ${earlier.previous.summary}`, runId);
+  // The record names what the attempt starts with: its number, caps and what came before.
+  if (ledger.recorded) {
+    parts.write([recordOf(info, table, parts.host(), now)], "the run's start");
+  }
+  const resumed: Resumed = { previous: earlier.previous };
+  if (note !== undefined) resumed.resumeNote = note;
+  return resumed;
+}

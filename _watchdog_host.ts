@@ -1,0 +1,214 @@
+/**
+ * The watchdog worker as the main thread sees it: where its module is, what it
+ * starts with, its start (once, and never again after it failed), its
+ * messages handed on (log lines, comments, written files, heap figures), and
+ * its stop at close, after its write in flight lands.
+ *
+ * @module
+ */
+import { type MessagePort, Worker } from "node:worker_threads";
+import type { Env } from "./config.ts";
+import { deniedRead, errorText, type Log } from "./log.ts";
+import type { RunTable } from "./_run_table.ts";
+import type { CheckpointEvent } from "./_writer.ts";
+import type { FromWorker, WatchdogData, WatchdogStats } from "./_watchdog_protocol.ts";
+import { failOpen, failOpenAsync } from "./_fail_open.ts";
+// In the static module graph so that Deno, importing the library by URL, fetches the
+// watchdog with it: a worker that fetched it later would do so while the host may be
+// blocked. Outside a worker the module does nothing.
+import "./watchdog.ts";
+
+/**
+ * The watchdog module. `node:worker_threads` starts only `file:` and `data:`
+ * URLs, so a library imported by https URL (Deno) starts a `data:` module
+ * that imports the watchdog from where the library came from.
+ */
+function workerUrl(): URL {
+  const url = new URL(
+    import.meta.url.endsWith(".ts") ? "./watchdog.ts" : "./watchdog.js",
+    import.meta.url,
+  );
+  if (url.protocol === "file:") return url;
+  return new URL(
+    `data:text/javascript,${encodeURIComponent(`import ${JSON.stringify(url.href)};`)}`,
+  );
+}
+
+/**
+ * The overrides as the worker can take them: each key that survives a
+ * structured clone, so one odd value (a bigint, a function) costs only its own
+ * key, with a warning, never the others.
+ */
+function cloneableOverrides(
+  value: Record<string, unknown> | undefined,
+  warn: (message: string) => void,
+): Record<string, unknown> | undefined {
+  if (value === undefined || value === null || typeof value !== "object") return undefined;
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(value)) {
+    failOpen(
+      () => {
+        out[key] = structuredClone(value[key]);
+      },
+      () =>
+        warn(
+          `setting ${key} cannot be passed to the watchdog thread; the watchdog uses its default`,
+        ),
+    );
+  }
+  return out;
+}
+
+/** The host's options the worker starts with. @internal */
+export interface WatchdogOptions {
+  /** Settings that win over `config.yaml`. */
+  settings?: Record<string, unknown>;
+  /** Whether the host gave a logger: the worker's lines then come to the main thread. */
+  logger?: unknown;
+  /** Whether the host gave a comment sink: the worker's comments then come to the main thread. */
+  postComment?: unknown;
+  /** The module the worker imports `postComment` from. */
+  commentModule?: string | URL;
+  /** Ask the worker for heap figures every this many ms (benchmarks). */
+  watchdogStatsEveryMs?: number;
+}
+
+/** What the watchdog is started with and hands its messages to. @internal */
+export interface WatchdogParts {
+  /** The run table it watches. */
+  shared: RunTable;
+  home: string;
+  env: Env;
+  options: WatchdogOptions;
+  log: Log;
+  /** Where the worker's comments go. */
+  comment(comment: { taskId: string; body: string }): void;
+  /** Where the worker's written files go. */
+  written(event: CheckpointEvent): void;
+  /** The fleet store's port, when the run ledger's store has one: the worker writes through it. */
+  storePort(): MessagePort | undefined;
+}
+
+/**
+ * The watchdog worker of one keeper. @internal
+ *
+ * @example
+ * ```ts
+ * import { WatchdogHost } from "./_watchdog_host.ts";
+ * import { RunTable } from "./_run_table.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const watchdog = new WatchdogHost({
+ *   shared: new RunTable(undefined, 1),
+ *   home: "/nonexistent",
+ *   env: {},
+ *   options: {},
+ *   log: () => {},
+ *   comment: () => {},
+ *   written: () => {},
+ *   storePort: () => undefined,
+ * });
+ * await watchdog.stop(0);
+ * watchdog.start(); // stopped: it never starts again
+ * assert.equal(watchdog.running, false);
+ * ```
+ */
+export class WatchdogHost {
+  readonly #parts: WatchdogParts;
+  #worker: Worker | undefined;
+  #failed = false;
+  #stopped = false;
+  #stats: WatchdogStats | undefined;
+
+  /** @param parts What it starts with and hands its messages to. */
+  constructor(parts: WatchdogParts) {
+    this.#parts = parts;
+  }
+
+  /** Whether the worker runs. */
+  get running(): boolean {
+    return this.#worker !== undefined;
+  }
+
+  /** Whether it failed to start or stopped on an error: it is never started again. */
+  get failed(): boolean {
+    return this.#failed;
+  }
+
+  /** The worker's last heap report, when asked for (benchmarks). */
+  get stats(): WatchdogStats | undefined {
+    return this.#stats;
+  }
+
+  /** Start the worker, unless it runs, failed, or was stopped; a failure costs a log line. */
+  start(): void {
+    if (this.#worker !== undefined || this.#stopped || this.#failed) return;
+    const { log, options } = this.#parts;
+    failOpen(() => {
+      const data: WatchdogData = {
+        buffers: this.#parts.shared.buffers,
+        home: this.#parts.home,
+        env: this.#parts.env,
+        overrides: cloneableOverrides(options.settings, (m) => log("warn", m)),
+        hostLogger: options.logger !== undefined,
+        hostComments: options.postComment !== undefined,
+      };
+      if (options.commentModule !== undefined) {
+        data.commentModule = String(options.commentModule);
+      }
+      if (options.watchdogStatsEveryMs) {
+        data.statsEveryMs = options.watchdogStatsEveryMs;
+      }
+      const url = workerUrl();
+      // Under Deno, a worker whose module cannot be read fails in a way no listener catches.
+      const denied = deniedRead(url);
+      if (denied !== undefined) {
+        this.#failed = true;
+        log("error", `the watchdog cannot start: ${denied}`);
+        return;
+      }
+      // The fleet store: the watchdog's batches go through the store's own thread.
+      const storePort = this.#parts.storePort();
+      if (storePort) data.storePort = storePort;
+      const worker = new Worker(url, {
+        workerData: data,
+        transferList: storePort ? [storePort] : [],
+      });
+      worker.on("message", (message: FromWorker) => {
+        if (message.type === "log") log(message.level, message.message, message.runId);
+        else if (message.type === "comment") this.#parts.comment(message.comment);
+        else if (message.type === "written") this.#parts.written(message.event);
+        else if (message.type === "stats") this.#stats = message.stats;
+      });
+      worker.on("error", (error) => {
+        this.#failed = true;
+        this.#worker = undefined;
+        log("error", `the watchdog stopped: ${errorText(error)}`);
+      });
+      // After the listeners: in Node, adding a message listener re-refs the worker.
+      worker.unref();
+      this.#worker = worker;
+    }, (error) => {
+      this.#failed = true;
+      log("error", `the watchdog could not start: ${errorText(error)}`);
+    });
+  }
+
+  /**
+   * Stop the worker for good, once its write in flight has landed (waiting at
+   * most `waitMs`). Never rejects: a failure costs a log line.
+   */
+  async stop(waitMs: number): Promise<void> {
+    this.#stopped = true;
+    const worker = this.#worker;
+    this.#worker = undefined;
+    if (!worker) return;
+    const { log, shared } = this.#parts;
+    await failOpenAsync(async () => {
+      if (!await shared.writesDone(waitMs)) {
+        log("warn", `the watchdog's write did not land within ${waitMs} ms of close()`);
+      }
+      await worker.terminate();
+    }, (error) => log("warn", `stopping the watchdog failed: ${errorText(error)}`));
+  }
+}
