@@ -221,10 +221,12 @@ import type * as Store from "./store/mod.ts";
 import type * as Workspace from "./workspace/mod.ts";
 import type * as Eager from "./_subsystems.ts";
 
-const require = createRequire(import.meta.url);
+// Made on first use too: a process's first createRequire costs most of a millisecond.
+let require: ReturnType<typeof createRequire> | undefined;
+const load = (file: string) => (require ??= createRequire(import.meta.url))(file);
 let store: typeof Store | undefined;
 let workspace: typeof Workspace | undefined;
-const storeModule = () => store ??= require("./store/mod.js") as typeof Store;
+const storeModule = () => store ??= load("./store/mod.js") as typeof Store;
 
 export const openRunStore: typeof Eager.openRunStore = (options) =>
   storeModule().openRunStore(options);
@@ -233,7 +235,7 @@ export const thisHost: typeof Eager.thisHost = () => storeModule().thisHost();
 /** Makes the real Workspaces (a constructor may return another object). */
 class LazyWorkspaces {
   constructor(...args: ConstructorParameters<typeof Eager.Workspaces>) {
-    workspace ??= require("./workspace/mod.js") as typeof Workspace;
+    workspace ??= load("./workspace/mod.js") as typeof Workspace;
     return new workspace.Workspaces(...args);
   }
 }
@@ -497,8 +499,8 @@ export function unreached(dir: string, shipped: string[]): string[] {
     const specs = [
       ...text.matchAll(/(?:from|import)\s*\(?\s*["'](\.{1,2}\/[^"']+\.js)["']/g),
       ...text.matchAll(/["'](\.{1,2}\/[^"']+\.js)["']\s*,\s*import\.meta\.url/g),
-      // A module required on first use (`require("./x.js")`, after `createRequire`).
-      ...text.matchAll(/\brequire\(\s*["'](\.{1,2}\/[^"']+\.js)["']\s*\)/g),
+      // A module required on first use (`load("./x.js")`, through `createRequire`).
+      ...text.matchAll(/\b(?:require|load)\(\s*["'](\.{1,2}\/[^"']+\.js)["']\s*\)/g),
     ].map((m) => m[1]!);
     for (const spec of specs) todo.push(path.normalize(path.join(path.dirname(file), spec)));
     for (const m of text.matchAll(/(?:from|import)\s*\(?\s*["'](#[^"']+)["']/g)) {
