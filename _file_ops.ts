@@ -4,7 +4,8 @@
  * hooks, which must be durable before they return, and the watchdog's
  * concurrent bursts; and the library's one atomic write of a whole file
  * built from them. Private: the library imports the write through
- * `persist.ts`.
+ * `persist.ts`. Also the Node built-ins the library loads on first use
+ * ({@linkcode builtin}, {@linkcode nodeCrypto}).
  *
  * @module
  */
@@ -13,7 +14,24 @@ import * as path from "node:path";
 import process from "node:process";
 import { isMainThread } from "node:worker_threads";
 import { Buffer } from "node:buffer";
-import { createHash, randomBytes } from "node:crypto";
+import { createRequire } from "node:module";
+
+// Node built-ins that cost a host milliseconds to import and that only some calls use are
+// required (synchronously) the first time one does. A built-in needs no base to resolve from,
+// but `createRequire` wants a file one: a library imported by URL (Deno) has an `https:` or
+// `http:` one.
+let builtinRequire: ReturnType<typeof createRequire> | undefined;
+
+/** A Node built-in module (`node:…`), loaded on its first use. */
+export const builtin = <T>(name: string): T =>
+  (builtinRequire ??= createRequire(
+    import.meta.url.startsWith("file:") ? import.meta.url : "file:///",
+  ))(name) as T;
+
+let cryptoModule: typeof import("node:crypto") | undefined;
+/** `node:crypto`, loaded on first use: a host pays for it at its first write, not its import. */
+export const nodeCrypto = (): typeof import("node:crypto") =>
+  cryptoModule ??= builtin<typeof import("node:crypto")>("node:crypto");
 
 /** One file-system step. Errors come back into the algorithm as thrown errors. */
 export type Op =
@@ -85,8 +103,8 @@ const swept = new Set<string>();
 
 /** The check that binds a temporary file's name to its target, writer and nonce. */
 const tempCheck = (target: string, pid: number, nonce: string) =>
-  createHash("sha256").update(`${TEMP_MARK}\0${target}\0${pid}\0${nonce}`).digest("hex")
-    .slice(0, 16);
+  nodeCrypto().createHash("sha256").update(`${TEMP_MARK}\0${target}\0${pid}\0${nonce}`)
+    .digest("hex").slice(0, 16);
 
 /**
  * The name of a temporary file for `target` (a base name), written by process
@@ -100,7 +118,7 @@ const tempCheck = (target: string, pid: number, nonce: string) =>
  * @param nonce Random hex; a fresh one when not given.
  */
 export function tempName(target: string, pid = process.pid, nonce?: string): string {
-  const n = nonce ?? randomBytes(8).toString("hex");
+  const n = nonce ?? nodeCrypto().randomBytes(8).toString("hex");
   return `.${target}.${TEMP_MARK}.${pid}.${n}.${tempCheck(target, pid, n)}${TEMP_SUFFIX}`;
 }
 

@@ -16,7 +16,7 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
+import { nodeCrypto } from "./_file_ops.ts";
 
 export { ensureDir, writeFileAtomic, writeFileAtomicSync } from "./_file_ops.ts";
 export {
@@ -60,7 +60,7 @@ export function checkpointFileName(runId: string): string {
   if (stem.length > MAX_STEM) stem = stem.slice(0, MAX_STEM);
   if (stem === "") stem = "_";
   if (stem !== runId || HASHED.test(runId)) {
-    stem += "-" + createHash("sha256").update(runId).digest("hex").slice(0, 12);
+    stem += "-" + nodeCrypto().createHash("sha256").update(runId).digest("hex").slice(0, 12);
   }
   return `${stem}.md`;
 }

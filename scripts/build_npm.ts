@@ -10,9 +10,10 @@
  *    versions change.
  * 2. The sources are staged in `.build/src/` with their `npm:` specifiers
  *    rewritten to Node package names; `npm/` is emptied; `tsc` compiles the
- *    library, its adapters, its tests and the demo to ESM `.js` + `.d.ts`
- *    (relative `.ts` imports rewritten); package.json (one subpath export per
- *    `deno.json` export), README and LICENSE are written.
+ *    library, its adapters, its tests and the demo to ESM `.js` (without
+ *    comments) + `.d.ts` (with the documentation; relative `.ts` imports
+ *    rewritten); package.json (one subpath export per `deno.json` export),
+ *    README and LICENSE are written.
  * 3. `npm pack`, then publint and attw on the tarball.
  */
 import * as fs from "node:fs";
@@ -177,6 +178,70 @@ const DENO_ONLY_IMPORTS: Record<string, string> = {
   "store/_pg_bridge.ts": `import "./_pg_worker.ts";`,
 };
 
+/**
+ * `process` is Node's global, the same object as `node:process`'s default export; but
+ * importing `node:process` makes Node build the module's ESM face, which reads every
+ * property of `process`, `stdout` and `stderr` among them (their streams are made then).
+ * The npm build drops this line from each source, and the code uses the global.
+ */
+const NODE_GLOBALS = [`import process from "node:process";`];
+
+/**
+ * The composition root (`mod.ts`) plugs the run store and the workspace snapshots into the
+ * keeper, which calls them only once a host uses them: the run store at a run's start (the
+ * ledger), the snapshots once they are turned on. In the npm build these imports become one
+ * of `#subsystems`, which package.json maps by Node's `module-sync` condition: where Node
+ * can `require` an ES module (20.19+, 22.12+), to `_subsystems_lazy.js`, which requires each
+ * subsystem's module when it is first called, so importing the library does not load them;
+ * elsewhere (an older Node, a bundler) to `_subsystems.js`, which imports them with the
+ * library, as the sources do. Both are staged next to mod.ts and type-checked with it.
+ */
+const SUBSYSTEMS = {
+  file: "mod.ts",
+  imports: [
+    `import { openRunStore, thisHost } from "./store/mod.ts";`,
+    `import { Workspaces } from "./workspace/mod.ts";`,
+  ],
+  eager: "_subsystems.ts",
+  lazy: "_subsystems_lazy.ts",
+  specifier: "#subsystems",
+};
+
+const SUBSYSTEMS_EAGER = [
+  "// The subsystems mod.js plugs into the keeper, imported with it (scripts/build_npm.ts).",
+  ...SUBSYSTEMS.imports.map((line) => line.replace(/^import /, "export ")),
+  "",
+].join("\n");
+
+const SUBSYSTEMS_LAZY =
+  `// The subsystems mod.js plugs into the keeper, each module required (an ES module, loaded
+// synchronously) the first time it is called (scripts/build_npm.ts).
+import { createRequire } from "node:module";
+import type * as Store from "./store/mod.ts";
+import type * as Workspace from "./workspace/mod.ts";
+import type * as Eager from "./_subsystems.ts";
+
+// Made on first use too: a process's first createRequire costs most of a millisecond.
+let require: ReturnType<typeof createRequire> | undefined;
+const load = (file: string) => (require ??= createRequire(import.meta.url))(file);
+let store: typeof Store | undefined;
+let workspace: typeof Workspace | undefined;
+const storeModule = () => store ??= load("./store/mod.js") as typeof Store;
+
+export const openRunStore: typeof Eager.openRunStore = (options) =>
+  storeModule().openRunStore(options);
+export const thisHost: typeof Eager.thisHost = () => storeModule().thisHost();
+
+/** Makes the real Workspaces (a constructor may return another object). */
+class LazyWorkspaces {
+  constructor(...args: ConstructorParameters<typeof Eager.Workspaces>) {
+    workspace ??= load("./workspace/mod.js") as typeof Workspace;
+    return new workspace.Workspaces(...args);
+  }
+}
+export const Workspaces = LazyWorkspaces as unknown as typeof Eager.Workspaces;
+`;
+
 /** The library's subsystems, each a folder with its own `mod.ts`, compiled and shipped. */
 export const ROOMS = ["adapters", "cli", "supervise", "workspace", "store", "serve"];
 
@@ -215,26 +280,42 @@ export function rewriteSpecifiers(text: string, file = "<source>"): string {
 /** Copy the sources into .build/src with Node specifiers, so tsc resolves them from .build/node_modules. */
 function stage(): string[] {
   fs.rmSync(staged, { recursive: true, force: true });
-  return sources().map((file) => {
+  const files = sources().map((file) => {
     const to = path.join(staged, path.relative(root, file));
     fs.mkdirSync(path.dirname(to), { recursive: true });
     const rel = path.relative(root, file).split(path.sep).join("/");
     const twin = NODE_TWINS[rel];
     const from = twin ? path.join(root, twin) : file;
-    let text = fs.readFileSync(from, "utf8");
+    let lines = fs.readFileSync(from, "utf8").split("\n");
     const denoOnly = DENO_ONLY_IMPORTS[rel];
     if (denoOnly) {
-      const lines = text.split("\n");
       const at = lines.indexOf(denoOnly);
       if (at < 0) {
         throw new Error(`${rel} no longer has the line ${denoOnly}; update DENO_ONLY_IMPORTS`);
       }
       lines.splice(at, 1);
-      text = lines.join("\n");
     }
-    fs.writeFileSync(to, rewriteSpecifiers(text, from));
+    if (rel === SUBSYSTEMS.file) {
+      const at = SUBSYSTEMS.imports.map((line) => lines.indexOf(line));
+      if (at.some((i) => i < 0)) {
+        throw new Error(`${rel} no longer imports the subsystems as SUBSYSTEMS says; update it`);
+      }
+      const names = SUBSYSTEMS.imports
+        .flatMap((line) => /\{(.*)\}/.exec(line)![1]!.split(",").map((name) => name.trim()));
+      lines[at[0]!] = `import { ${names.join(", ")} } from "${SUBSYSTEMS.specifier}";`;
+      lines = lines.filter((_, i) => !at.slice(1).includes(i));
+    }
+    lines = lines.filter((line) => !NODE_GLOBALS.includes(line));
+    fs.writeFileSync(to, rewriteSpecifiers(lines.join("\n"), from));
     return to;
   });
+  for (
+    const [name, text] of [[SUBSYSTEMS.eager, SUBSYSTEMS_EAGER], [SUBSYSTEMS.lazy, SUBSYSTEMS_LAZY]]
+  ) {
+    fs.writeFileSync(path.join(staged, name!), text!);
+    files.push(path.join(staged, name!));
+  }
+  return files;
 }
 
 /** Each `deno.json` export as [subpath, source file]: `.` is mod.ts, `./ai-sdk` an adapter … */
@@ -258,18 +339,24 @@ function compile(): void {
       noUncheckedIndexedAccess: true,
       exactOptionalPropertyTypes: true,
       skipLibCheck: true,
-      declaration: true,
       stripInternal: true,
       rewriteRelativeImportExtensions: true,
       rootDir: staged,
       outDir: path.join(out, "esm"),
       newLine: "lf",
+      // As package.json's `imports` maps it where Node cannot require an ES module.
+      paths: { [SUBSYSTEMS.specifier]: [path.join(staged, SUBSYSTEMS.eager)] },
     },
     files,
   };
   const config = path.join(tools, "tsconfig.json");
   fs.writeFileSync(config, JSON.stringify(tsconfig, null, 2));
-  run(path.join(tools, "node_modules/.bin/tsc"), ["-p", config]);
+  const tsc = path.join(tools, "node_modules/.bin/tsc");
+  // Two passes. The declarations keep the sources' documentation (editors show it); this
+  // pass also type-checks. The `.js` files go without comments: a Node host parses every
+  // byte of the library's module graph when it imports it, and about a third were comments.
+  run(tsc, ["-p", config, "--declaration", "--emitDeclarationOnly"]);
+  run(tsc, ["-p", config, "--removeComments", "--noCheck"]);
   // Doc examples import the package by name, as an npm user would.
   const byName: [string, string][] = entryPoints().map(([sub, src]) => [
     path.normalize(src),
@@ -311,6 +398,12 @@ function packageJson(): void {
     type: "module",
     // Not `sideEffects: false`: the library's graph includes the watchdog worker's module.
     exports,
+    imports: {
+      [SUBSYSTEMS.specifier]: {
+        "module-sync": `./esm/${SUBSYSTEMS.lazy.replace(/\.ts$/, ".js")}`,
+        default: `./esm/${SUBSYSTEMS.eager.replace(/\.ts$/, ".js")}`,
+      },
+    },
     ...(hasCli ? { bin: { "agent-checkpoint": "./esm/scripts/cli.js" } } : {}),
     files: [
       "esm/*.js",
@@ -389,6 +482,13 @@ export function unreached(dir: string, shipped: string[]): string[] {
       entries.push(path.normalize((e as { default: string }).default));
     }
   }
+  // A `#name` import is each file package.json's `imports` maps it to, under any condition.
+  const targets = (value: unknown): string[] =>
+    typeof value === "string"
+      ? [value]
+      : typeof value === "object" && value !== null
+      ? Object.values(value).flatMap(targets)
+      : [];
   const seen = new Set<string>();
   const todo = [...entries];
   while (todo.length > 0) {
@@ -399,8 +499,13 @@ export function unreached(dir: string, shipped: string[]): string[] {
     const specs = [
       ...text.matchAll(/(?:from|import)\s*\(?\s*["'](\.{1,2}\/[^"']+\.js)["']/g),
       ...text.matchAll(/["'](\.{1,2}\/[^"']+\.js)["']\s*,\s*import\.meta\.url/g),
+      // A module required on first use (`load("./x.js")`, through `createRequire`).
+      ...text.matchAll(/\b(?:require|load)\(\s*["'](\.{1,2}\/[^"']+\.js)["']\s*\)/g),
     ].map((m) => m[1]!);
     for (const spec of specs) todo.push(path.normalize(path.join(path.dirname(file), spec)));
+    for (const m of text.matchAll(/(?:from|import)\s*\(?\s*["'](#[^"']+)["']/g)) {
+      for (const target of targets(pkg.imports?.[m[1]!])) todo.push(path.normalize(target));
+    }
   }
   return js.filter((f) =>
     !seen.has(path.normalize(f)) &&

@@ -5,7 +5,9 @@
  * 2. consumer checks on the packed tarball, installed into a fresh project:
  *    (a) a plain .mjs whose blocked main thread still gets the watchdog's file,
  *    (b) a .ts consumer type-checked with module NodeNext and skipLibCheck false,
- *    (c) the kanban board through better-sqlite3, and failing open without it,
+ *    (c) the kanban board through better-sqlite3 (also on a Node that cannot
+ *    require an ES module, which imports the run store with the library), and
+ *    failing open without it,
  *    and the demo run from the installed package;
  * 3. the figures: test counts, and the import time against a bare `node`.
  */
@@ -88,6 +90,12 @@ function consumer(): void {
   // The better-sqlite3 the build tools compiled for this Node, linked rather than rebuilt.
   npm("install", "--install-links=false", path.join(tools, "node_modules/better-sqlite3"));
   process.stdout.write(run("node", ["kanban.mjs"], dir));
+  // The run store is required on first use where Node can require an ES module; elsewhere
+  // package.json's `#subsystems` imports it with the library: the same board and ledger so.
+  if (run("node", ["-p", "process.features.require_module === true"], dir).trim() === "true") {
+    process.stdout.write(run("node", ["--no-experimental-require-module", "kanban.mjs"], dir));
+    console.log("consumer (c): the same where Node cannot require an ES module");
+  }
 
   say("the agent-checkpoint bin from the installed package");
   const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-bin-"));

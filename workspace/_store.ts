@@ -13,26 +13,18 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { Buffer } from "node:buffer";
-import { createHash } from "node:crypto";
-import { createRequire } from "node:module";
+import { builtin, nodeCrypto } from "../_file_ops.ts";
 import { writeFileAtomicSync } from "../persist.ts";
 import { SETTINGS, type Settings } from "../settings.ts";
 import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
 
 // `node:child_process` and `node:zlib` cost a Node host about 4 ms to load, and only a
 // snapshot uses them: they are required (synchronously) the first time one is taken.
-// A built-in needs no base to resolve from, but `createRequire` wants a file one: a
-// library imported by URL (Deno) has an `https:` or `http:` one.
-let builtinRequire: ReturnType<typeof createRequire> | undefined;
-const builtin = (name: string): unknown =>
-  (builtinRequire ??= createRequire(
-    import.meta.url.startsWith("file:") ? import.meta.url : "file:///",
-  ))(name);
 let childProcessModule: typeof import("node:child_process") | undefined;
 let zlibModule: typeof import("node:zlib") | undefined;
 const childProcess = () =>
-  childProcessModule ??= builtin("node:child_process") as typeof import("node:child_process");
-const zlib = () => zlibModule ??= builtin("node:zlib") as typeof import("node:zlib");
+  childProcessModule ??= builtin<typeof import("node:child_process")>("node:child_process");
+const zlib = () => zlibModule ??= builtin<typeof import("node:zlib")>("node:zlib");
 
 /** The keys of the plain settings the workspace snapshots read. */
 type WorkspaceKey =
@@ -239,7 +231,9 @@ export class Git {
 
 /** The git blob id of some bytes: the ledger's content hash. */
 export function blobId(content: Buffer): string {
-  return createHash("sha1").update(`blob ${content.length}\0`).update(content).digest("hex");
+  return nodeCrypto().createHash("sha1").update(`blob ${content.length}\0`).update(content).digest(
+    "hex",
+  );
 }
 
 /**
@@ -324,7 +318,7 @@ export function projectRootOf(dir: string): string {
 
 /** The first 16 hex digits of sha256 of the root's real path. */
 export function projectKey(root: string): string {
-  return createHash("sha256").update(root).digest("hex").slice(0, 16);
+  return nodeCrypto().createHash("sha256").update(root).digest("hex").slice(0, 16);
 }
 
 /** What a project's state file holds. */
@@ -1137,7 +1131,7 @@ export class Store {
       "utf8",
     );
     const raw = Buffer.concat([Buffer.from(`commit ${body.length}\0`), body]);
-    const id = createHash("sha1").update(raw).digest("hex");
+    const id = nodeCrypto().createHash("sha1").update(raw).digest("hex");
     const dir = path.join(this.gitDir, "objects", id.slice(0, 2));
     const file = path.join(dir, id.slice(2));
     if (fs.existsSync(file)) {
