@@ -46,6 +46,8 @@ const checkpoints = createAgentCheckpoint({
   onCheckpoint: () => written++,
 });
 const CAP_SECONDS = 2;
+/** The checkpoints written so far (a function: the listener changes the count meanwhile). */
+const writes = () => written;
 
 /** Wait, without a fixed sleep deciding anything, until a run is past its tier-1 time fraction. */
 async function pastTier1(started: number): Promise<void> {
@@ -62,7 +64,7 @@ warm.preToolCall("search", { callId: "w0" });
 warm.postToolCall("search", { ok: true, callId: "w0" });
 await pastTier1(t);
 warm.preToolCall("search", { callId: "w1" });
-if (written !== 1) throw new Error(`the warm-up run wrote ${written} checkpoints, not 1`);
+if (writes() !== 1) throw new Error(`the warm-up run wrote ${writes()} checkpoints, not 1`);
 
 t = performance.now();
 const run = checkpoints.startRun({ sessionId: "traced", caps: { timeSeconds: CAP_SECONDS } });
@@ -77,7 +79,7 @@ await post<Coverage>("Profiler.takePreciseCoverage"); // resets the counts
 run.preToolCall("search", { callId: "c1" });
 const { result } = await post<Coverage>("Profiler.takePreciseCoverage");
 await post("Profiler.stopPreciseCoverage");
-if (written !== 2) throw new Error(`the traced call wrote ${written - 1} checkpoints, not 1`);
+if (writes() !== 2) throw new Error(`the traced call wrote ${writes() - 1} checkpoints, not 1`);
 
 const modules: { module: string; calls: number; functions: string[] }[] = [];
 for (const script of result) {
