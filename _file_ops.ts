@@ -791,7 +791,9 @@ export function statSyncIfThere(file: fs.PathLike): fs.Stats | undefined {
  */
 export function readlinkIfThere(file: fs.PathLike): Buffer | undefined {
   try {
-    return fs.readlinkSync(file, { encoding: "buffer" });
+    // A view, not a copy: Deno gives a plain Uint8Array where Node gives a Buffer.
+    const target = fs.readlinkSync(file, { encoding: "buffer" });
+    return Buffer.from(target.buffer, target.byteOffset, target.byteLength);
   } catch {
     return undefined;
   }
