@@ -889,10 +889,8 @@ export class Project {
     ) {
       return { tree: state.indexTree, changed: false };
     }
-    let tree: string;
-    try {
-      tree = this.git(["write-tree"]).toString().trim();
-    } catch {
+    let tree = this.gitAttempt(["write-tree"])?.toString().trim();
+    if (tree === undefined) {
       // Objects the index names may have been pruned: rebuild it from scratch.
       fs.rmSync(this.index, { force: true });
       this.stage(limits);
