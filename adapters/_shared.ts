@@ -164,7 +164,8 @@ export function logFault(run: Run, hook: string, error: unknown): void {
  * An adapter's one guard around its own work inside the framework's call:
  * what `body` returns, or, when it throws, the fault logged
  * ({@linkcode logFault}) and what `fallback` returns (the framework's value as
- * given).
+ * given). A fault that cannot even be logged (a thrown value whose text
+ * throws) is dropped: the log is the last line of defence.
  *
  * @param run The run a fault is logged to.
  * @param hook Where, for the log line.
@@ -174,7 +175,7 @@ export function logFault(run: Run, hook: string, error: unknown): void {
  */
 export function guarded<T>(run: Run, hook: string, body: () => T, fallback: () => T): T {
   return failOpen(body, (error) => {
-    logFault(run, hook, error);
+    failOpen(() => logFault(run, hook, error), () => {});
     return fallback();
   });
 }

@@ -33,6 +33,7 @@ import * as aiDefault from "npm:ai@^7.0.0";
 import type { AgentCheckpoint, Run } from "../mod.ts";
 import {
   type AdapterInit,
+  guarded,
   logFault,
   PendingPrologue,
   type Placement,
@@ -284,16 +285,9 @@ class Wiring {
     failOpen(() => logFault(this.#run, `ai-sdk adapter: ${where}`, error), () => {});
   }
 
-  /**
-   * The adapter's one guard around its own work inside the host's call: what
-   * `body` returns, or, when it throws, a fault logged and what `fallback`
-   * returns (the host's value as given).
-   */
+  /** The adapters' one guard ({@linkcode guarded}) around the adapter's own work. */
   #guard<T>(where: string, body: () => T, fallback: () => T): T {
-    return failOpen(body, (error) => {
-      this.#fault(where, error);
-      return fallback();
-    });
+    return guarded(this.#run, `ai-sdk adapter: ${where}`, body, fallback);
   }
 
   async generateText(params: Any): Promise<unknown> {
