@@ -557,3 +557,273 @@ export function ensureDir(dir: string): void {
     if (codeOf(error) !== "EEXIST") throw error;
   }
 }
+
+// ---------------------------------------------------------------------------
+// Reads that may find nothing. Each answers "what is there, or undefined" for
+// a path that may be missing, unreadable, or torn by a concurrent writer, so
+// that a caller's default is a `??` rather than a try/catch of its own. Every
+// error counts as "not there", as the callers' own catches did: a caller that
+// tells ENOENT from other errors keeps its own try.
+// ---------------------------------------------------------------------------
+
+/**
+ * A file's bytes, or undefined when it cannot be read (missing, a directory,
+ * no permission).
+ *
+ * @param file The file.
+ * @returns Its content, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { readIfThere } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const dir = mkdtempSync(join(tmpdir(), "ac-"));
+ * writeFileSync(join(dir, "a.bin"), new Uint8Array([1, 2]));
+ * assert.deepEqual([...readIfThere(join(dir, "a.bin")) ?? []], [1, 2]);
+ * assert.equal(readIfThere(join(dir, "missing")), undefined);
+ * assert.equal(readIfThere(dir), undefined);
+ * ```
+ */
+export function readIfThere(file: fs.PathLike): Buffer | undefined {
+  try {
+    return fs.readFileSync(file);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A file's text, or undefined when it cannot be read.
+ *
+ * @param file The file.
+ * @param encoding How its bytes are decoded; `"utf8"` unless given.
+ * @returns Its text, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { readTextIfThere } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const dir = mkdtempSync(join(tmpdir(), "ac-"));
+ * writeFileSync(join(dir, "notes.md"), "hello\n");
+ * assert.equal(readTextIfThere(join(dir, "notes.md")), "hello\n");
+ * assert.equal(readTextIfThere(join(dir, "missing")) ?? "", "");
+ * ```
+ */
+export function readTextIfThere(
+  file: fs.PathLike,
+  encoding: BufferEncoding = "utf8",
+): string | undefined {
+  return readIfThere(file)?.toString(encoding);
+}
+
+/**
+ * JSON text parsed, or undefined when it is not JSON (a line torn by a kill,
+ * a foreign file).
+ *
+ * @param text The text.
+ * @returns The value, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { parseJsonIfValid } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.deepEqual(parseJsonIfValid('{"a":1}'), { a: 1 });
+ * assert.equal(parseJsonIfValid('{"a":'), undefined);
+ * ```
+ */
+export function parseJsonIfValid(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A JSON file's value, or undefined when it cannot be read or is not JSON.
+ *
+ * @param file The file.
+ * @returns The value, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { jsonIfThere } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const dir = mkdtempSync(join(tmpdir(), "ac-"));
+ * writeFileSync(join(dir, "state.json"), '{"root":"/w"}');
+ * writeFileSync(join(dir, "torn.json"), '{"root":');
+ * assert.deepEqual(jsonIfThere(join(dir, "state.json")), { root: "/w" });
+ * assert.equal(jsonIfThere(join(dir, "torn.json")), undefined);
+ * assert.equal(jsonIfThere(join(dir, "missing.json")), undefined);
+ * ```
+ */
+export function jsonIfThere(file: fs.PathLike): unknown {
+  const text = readTextIfThere(file);
+  return text === undefined ? undefined : parseJsonIfValid(text);
+}
+
+/**
+ * A directory's entry names, or undefined when it cannot be listed (missing,
+ * not a directory, no permission).
+ *
+ * @param dir The directory.
+ * @returns Its names, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { readdirIfThere } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const dir = mkdtempSync(join(tmpdir(), "ac-"));
+ * writeFileSync(join(dir, "a"), "");
+ * assert.deepEqual(readdirIfThere(dir), ["a"]);
+ * assert.equal(readdirIfThere(join(dir, "missing")), undefined);
+ * assert.deepEqual(readdirIfThere(join(dir, "missing")) ?? [], []);
+ * ```
+ */
+export function readdirIfThere(dir: fs.PathLike): string[] | undefined {
+  try {
+    return fs.readdirSync(dir, "utf8");
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * What is at a path, not following a final symbolic link; undefined when it
+ * cannot be looked at (missing, a parent not a directory, no permission).
+ *
+ * @param file The path.
+ * @returns Its status, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { lstatSyncIfThere } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const dir = mkdtempSync(join(tmpdir(), "ac-"));
+ * writeFileSync(join(dir, "a"), "");
+ * symlinkSync("missing", join(dir, "link"));
+ * assert.ok(lstatSyncIfThere(join(dir, "link"))?.isSymbolicLink());
+ * assert.equal(lstatSyncIfThere(join(dir, "missing")), undefined);
+ * assert.equal(lstatSyncIfThere(join(dir, "a", "below-a-file")), undefined);
+ * ```
+ */
+export function lstatSyncIfThere(file: fs.PathLike): fs.Stats | undefined {
+  try {
+    return fs.lstatSync(file, { throwIfNoEntry: false });
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * What a path leads to, following symbolic links; undefined when it cannot be
+ * looked at (missing, a dangling link, no permission).
+ *
+ * @param file The path.
+ * @returns Its status, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { statSyncIfThere } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const dir = mkdtempSync(join(tmpdir(), "ac-"));
+ * writeFileSync(join(dir, "a"), "abc");
+ * symlinkSync("a", join(dir, "link"));
+ * symlinkSync("missing", join(dir, "dangling"));
+ * assert.equal(statSyncIfThere(join(dir, "link"))?.size, 3);
+ * assert.equal(statSyncIfThere(join(dir, "dangling")), undefined);
+ * ```
+ */
+export function statSyncIfThere(file: fs.PathLike): fs.Stats | undefined {
+  try {
+    return fs.statSync(file, { throwIfNoEntry: false });
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A symbolic link's target as bytes, or undefined when it cannot be read
+ * (missing, not a link).
+ *
+ * @param file The link.
+ * @returns Its target, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { readlinkIfThere } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const dir = mkdtempSync(join(tmpdir(), "ac-"));
+ * writeFileSync(join(dir, "a"), "");
+ * symlinkSync("target", join(dir, "link"));
+ * assert.equal(readlinkIfThere(join(dir, "link"))?.toString(), "target");
+ * assert.equal(readlinkIfThere(join(dir, "a")), undefined);
+ * ```
+ */
+export function readlinkIfThere(file: fs.PathLike): Buffer | undefined {
+  try {
+    // A view, not a copy: Deno gives a plain Uint8Array where Node gives a Buffer.
+    const target = fs.readlinkSync(file, { encoding: "buffer" });
+    return Buffer.from(target.buffer, target.byteOffset, target.byteLength);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The canonical path (links resolved), or undefined when it cannot be
+ * resolved (a missing part, no permission).
+ *
+ * @param file The path.
+ * @returns The resolved path, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { realpathIfThere } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync, realpathSync, symlinkSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const dir = realpathSync(mkdtempSync(join(tmpdir(), "ac-")));
+ * symlinkSync(dir, join(dir, "self"));
+ * assert.equal(realpathIfThere(join(dir, "self")), dir);
+ * assert.equal(realpathIfThere(join(dir, "missing")), undefined);
+ * ```
+ */
+export function realpathIfThere(file: string): string | undefined {
+  try {
+    return fs.realpathSync(file);
+  } catch {
+    return undefined;
+  }
+}

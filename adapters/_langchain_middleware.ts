@@ -22,7 +22,7 @@ import {
   type AdapterInit,
   checkCap,
   errorLine,
-  logFault,
+  guarded,
   PendingPrologue,
   type Placement,
   runSignal,
@@ -62,7 +62,7 @@ export function reportTool(
  * model's name from `response_metadata`, for the `prices` setting).
  */
 export function reportUsage(run: Run, message: unknown): void {
-  try {
+  guarded(run, "langchain: reporting usage", () => {
     const m = message as {
       usage_metadata?: { input_tokens?: unknown; output_tokens?: unknown };
       response_metadata?: { model_name?: unknown; model?: unknown };
@@ -75,9 +75,7 @@ export function reportUsage(run: Run, message: unknown): void {
       outputTokens: Number(u.output_tokens ?? 0),
       ...(typeof model === "string" ? { model } : {}),
     });
-  } catch (error) {
-    logFault(run, "langchain: reporting usage", error);
-  }
+  }, () => {});
 }
 
 /** What the LangChain adapters take: the run's init (session id optional) and its turn cap. */
@@ -398,14 +396,14 @@ export function checkpointMiddleware(
       }
       live.calls++;
       const text = live.run.preLlmCall();
-      let placed = request;
-      if (text !== undefined || live.pending.waiting) {
-        try {
-          placed = placeInRequest(request, placement, text, live.pending);
-        } catch (error) {
-          logFault(live.run, "langchain: placing the prologue", error);
-        }
-      }
+      const placed = text !== undefined || live.pending.waiting
+        ? guarded(
+          live.run,
+          "langchain: placing the prologue",
+          () => placeInRequest(request, placement, text, live.pending),
+          () => request,
+        )
+        : request;
       try {
         const out = await withDeadline(handler(placed), live.signal);
         reportUsage(live.run, out);

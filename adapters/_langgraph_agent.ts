@@ -13,6 +13,7 @@ import { createReactAgent } from "npm:@langchain/langgraph@1/prebuilt";
 import type { AgentCheckpoint, Run } from "../mod.ts";
 import {
   errorLine,
+  guarded,
   logFault,
   PendingPrologue,
   runSignal,
@@ -176,12 +177,12 @@ export function checkpointedReactAgent(
     reportNewUsage(live, state.messages);
     const text = live.run.preLlmCall();
     if (text === undefined && !live.pending.waiting) return messages;
-    try {
-      return placeInMessages(messages, placement, text, live.pending);
-    } catch (error) {
-      logFault(live.run, "langchain: placing the prologue", error);
-      return messages;
-    }
+    return guarded(
+      live.run,
+      "langchain: placing the prologue",
+      () => placeInMessages(messages, placement, text, live.pending),
+      () => messages,
+    );
   };
 
   const tools = Array.isArray(p.tools) ? p.tools.map((t: unknown) => wrapTool(t, liveOf)) : p.tools;

@@ -7,6 +7,7 @@
  */
 import type { AgentCheckpoint, Run, RunInit } from "../mod.ts";
 import { say } from "../log.ts";
+import { failOpen } from "../_fail_open.ts";
 
 /** Where the prologue goes in the model call it is due for. */
 export type Placement = "user" | "system" | "tool-result";
@@ -157,6 +158,26 @@ export function errorLine(error: unknown, form: "named" | "message" = "named"): 
 /** Log a fault inside an adapter's own hook code: a log line, never a throw into the framework. */
 export function logFault(run: Run, hook: string, error: unknown): void {
   run.log("error", `${hook} failed: ${error instanceof Error ? error.message : String(error)}`);
+}
+
+/**
+ * An adapter's one guard around its own work inside the framework's call:
+ * what `body` returns, or, when it throws, the fault logged
+ * ({@linkcode logFault}) and what `fallback` returns (the framework's value as
+ * given). A fault that cannot even be logged (a thrown value whose text
+ * throws) is dropped: the log is the last line of defence.
+ *
+ * @param run The run a fault is logged to.
+ * @param hook Where, for the log line.
+ * @param body The adapter's work.
+ * @param fallback What to go on with after a fault.
+ * @returns `body`'s value, else `fallback`'s.
+ */
+export function guarded<T>(run: Run, hook: string, body: () => T, fallback: () => T): T {
+  return failOpen(body, (error) => {
+    failOpen(() => logFault(run, hook, error), () => {});
+    return fallback();
+  });
 }
 
 /** The host's signal and the run's deadline as one, when the deadline is asked for. */

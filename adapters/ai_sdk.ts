@@ -33,6 +33,7 @@ import * as aiDefault from "npm:ai@^7.0.0";
 import type { AgentCheckpoint, Run } from "../mod.ts";
 import {
   type AdapterInit,
+  guarded,
   logFault,
   PendingPrologue,
   type Placement,
@@ -41,6 +42,7 @@ import {
   thrownStatus,
   toolCallSignal,
 } from "./_shared.ts";
+import { failOpen, failOpenAsync } from "../_fail_open.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
 
@@ -279,9 +281,13 @@ class Wiring {
 
   /** A fault inside the adapter: a log line, never an error for the host. */
   #fault(where: string, error: unknown): void {
-    try {
-      logFault(this.#run, `ai-sdk adapter: ${where}`, error);
-    } catch { /* logging is the last line of defence */ }
+    // Logging is the last line of defence.
+    failOpen(() => logFault(this.#run, `ai-sdk adapter: ${where}`, error), () => {});
+  }
+
+  /** The adapters' one guard ({@linkcode guarded}) around the adapter's own work. */
+  #guard<T>(where: string, body: () => T, fallback: () => T): T {
+    return guarded(this.#run, `ai-sdk adapter: ${where}`, body, fallback);
   }
 
   async generateText(params: Any): Promise<unknown> {
@@ -310,39 +316,36 @@ class Wiring {
   async #end(status: EndStatus): Promise<void> {
     if (this.#ended) return;
     this.#ended = true;
-    try {
-      await this.#run.end({ status });
-    } catch (error) {
-      this.#fault("ending the run", error);
-    }
+    await failOpenAsync(
+      () => this.#run.end({ status }),
+      (error) => this.#fault("ending the run", error),
+    );
   }
 
   /** How the run ended when the SDK threw `error` (or the stream ended with it). */
   #thrownStatus(error: unknown): EndStatus {
-    try {
+    return failOpen((): EndStatus => {
       const status = thrownStatus(this.#run, this.#deadline, this.#userSignal);
       if (status !== "failed") return status;
       // An abort that is neither ours nor the host's signal: the SDK's own timeout.
       const name = isObject(error) ? error.name : undefined;
       return name === "AbortError" || name === "TimeoutError" ? "aborted" : "failed";
-    } catch {
-      return "failed";
-    }
+    }, () => "failed");
   }
 
   /** The host's parameters with ours merged in; on a fault, theirs as given. */
   #merge(params: Any, streaming: boolean): Any {
     if (this.#used) {
-      try {
+      // Logging is the last line of defence.
+      failOpen(() =>
         this.#run.log(
           "warn",
           "ai-sdk adapter: this checkpointed() run has already ended; call checkpointed() once per generateText or streamText call",
-        );
-      } catch { /* logging is the last line of defence */ }
+        ), () => {});
     }
     this.#used = true;
     if (!isObject(params)) return params;
-    try {
+    return this.#guard("merging the parameters", () => {
       const merged: Any = { ...params };
       merged.model = this.#wrapModel(params.model);
       merged.stopWhen = [this.#stopCondition, ...asArray(params.stopWhen)];
@@ -359,26 +362,19 @@ class Wiring {
         ];
       }
       return merged;
-    } catch (error) {
-      this.#fault("merging the parameters", error);
-      return params;
-    }
+    }, () => params);
   }
 
   /** Ours in `stopWhen`: the step cap (and as many model calls, retries included). */
-  readonly #stopCondition = ({ steps }: { steps: Part[] }): boolean => {
-    try {
+  readonly #stopCondition = ({ steps }: { steps: Part[] }): boolean =>
+    this.#guard("stopWhen", () => {
       const reached = steps.length >= this.#maxSteps || this.#calls >= this.#maxSteps;
       const last = steps[steps.length - 1];
       if (reached && Array.isArray(last?.toolCalls) && last.toolCalls.length > 0) {
         this.#capped = true;
       }
       return reached;
-    } catch (error) {
-      this.#fault("stopWhen", error);
-      return steps.length >= this.#maxSteps;
-    }
-  };
+    }, () => steps.length >= this.#maxSteps);
 
   /** The host's `prepareStep`, with a model it returns wrapped like the main one. */
   #prepareStep(user: (options: Any) => Any): (options: Any) => Promise<Any> {
@@ -391,7 +387,7 @@ class Wiring {
 
   /** The model, with `preLlmCall()` and the directive on each call. */
   #wrapModel(model: unknown): unknown {
-    try {
+    return this.#guard("wrapping the model", () => {
       let target = model;
       if (typeof target === "string") {
         const provider = (globalThis as Any).AI_SDK_DEFAULT_PROVIDER ?? this.#sdk.gateway;
@@ -412,10 +408,7 @@ class Wiring {
       this.#models.set(target, wrapped);
       this.#models.set(wrapped, wrapped);
       return wrapped;
-    } catch (error) {
-      this.#fault("wrapping the model", error);
-      return model;
-    }
+    }, () => model);
   }
 
   /** One model call: one turn, and the directive placed in this call's prompt only. */
@@ -424,30 +417,27 @@ class Wiring {
     method: "doGenerate" | "doStream",
     options: Any,
   ): Promise<unknown> {
-    let sent = options;
-    let text: string | undefined;
-    let placed: string | undefined;
-    try {
+    let text = undefined as string | undefined;
+    let placed = undefined as string | undefined;
+    const sent = this.#guard("placing the checkpoint directive", () => {
       this.#calls++;
       text = this.#run.preLlmCall();
       const prompt: Part[] | undefined = Array.isArray(options?.prompt)
         ? options.prompt
         : undefined;
-      if (prompt) {
-        const at = this.#placement === "tool-result" ? this.#newestUnsent(prompt) : undefined;
-        placed = this.#pending.take(text, this.#placement !== "tool-result" || at !== undefined);
-        if (placed !== undefined) {
-          sent = { ...options, prompt: this.#place(prompt, placed, at) };
-        }
-      }
-    } catch (error) {
-      this.#fault("placing the checkpoint directive", error);
-      sent = options;
+      if (!prompt) return options;
+      const at = this.#placement === "tool-result" ? this.#newestUnsent(prompt) : undefined;
+      placed = this.#pending.take(text, this.#placement !== "tool-result" || at !== undefined);
+      return placed === undefined
+        ? options
+        : { ...options, prompt: this.#place(prompt, placed, at) };
+    }, () => {
       // Kept for a later call rather than lost.
       const kept = placed ?? text;
       if (kept !== undefined) this.#pending.take(kept, false);
       placed = undefined;
-    }
+      return options;
+    });
     try {
       const result = await model[method](sent);
       this.#markSent(options?.prompt);
@@ -463,18 +453,16 @@ class Wiring {
 
   /** Report a generated call's usage; returns the result as it was. */
   #reportUsage(model: Record<string, Any>, result: Any): unknown {
-    try {
+    this.#guard("reporting usage", () => {
       const usage = usageOf(result?.usage);
       if (usage) this.#run.usage({ ...usage, ...modelId(model) });
-    } catch (error) {
-      this.#fault("reporting usage", error);
-    }
+    }, () => {});
     return result;
   }
 
   /** A streamed call's result whose stream reports the usage of its `finish` part. */
   #usageOfStream(model: Record<string, Any>, result: Any): unknown {
-    try {
+    return this.#guard("reporting usage", () => {
       if (!(result?.stream instanceof ReadableStream)) return result;
       const watch = new TransformStream<Part, Part>({
         transform: (part, controller) => {
@@ -483,10 +471,7 @@ class Wiring {
         },
       });
       return { ...result, stream: result.stream.pipeThrough(watch) };
-    } catch (error) {
-      this.#fault("reporting usage", error);
-      return result;
-    }
+    }, () => result);
   }
 
   /** Where the newest eligible tool result is: [message index, part index]. */
@@ -507,7 +492,7 @@ class Wiring {
   }
 
   #markSent(prompt: unknown): void {
-    try {
+    this.#guard("tracking sent tool results", () => {
       if (this.#unsent.size === 0 || !Array.isArray(prompt)) return;
       for (const message of prompt) {
         if (message?.role !== "tool" || !Array.isArray(message.content)) continue;
@@ -515,9 +500,7 @@ class Wiring {
           if (part?.type === "tool-result") this.#unsent.delete(part.toolCallId);
         }
       }
-    } catch (error) {
-      this.#fault("tracking sent tool results", error);
-    }
+    }, () => {});
   }
 
   /** A copy of the prompt with the directive placed; the SDK's own messages are untouched. */

@@ -52,6 +52,7 @@ import type { AgentCheckpoint, Run } from "../mod.ts";
 import {
   type AdapterInit,
   errorLine,
+  guarded,
   logFault,
   PendingPrologue,
   runSignal,
@@ -334,14 +335,13 @@ export function checkpointedQuery(
   for (
     const [event, handle] of Object.entries(ours) as [HookEvent, (i: HookInput) => HookJSONOutput][]
   ) {
-    const callback = (input: HookInput): Promise<HookJSONOutput> => {
-      try {
-        return Promise.resolve(handle(input));
-      } catch (error) {
-        logFault(run, `claude-agent-sdk ${event} hook`, error);
-        return Promise.resolve({});
-      }
-    };
+    const callback = (input: HookInput): Promise<HookJSONOutput> =>
+      guarded(
+        run,
+        `claude-agent-sdk ${event} hook`,
+        () => Promise.resolve(handle(input)),
+        () => Promise.resolve({}),
+      );
     hooks[event] = [...(hooks[event] ?? []), { hooks: [callback] }];
   }
   options.hooks = hooks;
@@ -378,8 +378,8 @@ export function checkpointedQuery(
     return ending;
   };
   const reportUsage = usageReporter(run);
-  const seen = (message: SDKMessage | undefined): void => {
-    try {
+  const seen = (message: SDKMessage | undefined): void =>
+    guarded(run, "claude-agent-sdk message", () => {
       run.activity();
       reportUsage(message);
       if (message?.type === "result") {
@@ -401,10 +401,7 @@ export function checkpointedQuery(
           ? undefined
           : subtype;
       }
-    } catch (error) {
-      logFault(run, "claude-agent-sdk message", error);
-    }
-  };
+    }, () => {});
   const observe = async (
     step: Promise<IteratorResult<SDKMessage, void>>,
   ): Promise<IteratorResult<SDKMessage, void>> => {
@@ -493,8 +490,8 @@ function usageReporter(run: Run): (message: SDKMessage | undefined) => void {
       run.usage({ inputTokens: input, outputTokens: output, ...extra });
     }
   };
-  return (message) => {
-    try {
+  return (message) =>
+    guarded(run, "claude-agent-sdk usage", () => {
       if (message?.type === "assistant") {
         const m = (message as { message?: { id?: unknown; model?: unknown; usage?: ApiUsage } })
           .message;
@@ -518,8 +515,5 @@ function usageReporter(run: Run): (message: SDKMessage | undefined) => void {
           typeof cost === "number" && Number.isFinite(cost) ? { totalUsd: cost } : {},
         );
       }
-    } catch (error) {
-      logFault(run, "claude-agent-sdk usage", error);
-    }
-  };
+    }, () => {});
 }

@@ -46,7 +46,7 @@ import type { AgentCheckpoint, Run } from "../mod.ts";
 import {
   type AdapterInit,
   errorLine,
-  logFault,
+  guarded,
   PendingPrologue,
   type Placement,
   runSignal,
@@ -212,7 +212,7 @@ export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
  * (`run.toolSignal`); the agent itself when it has no function tool.
  */
 function withToolDeadlines<TAgent extends AnyAgent>(agent: TAgent, run: Run): TAgent {
-  try {
+  return guarded(run, "openai-agents: giving tools their deadlines", () => {
     const a = agent as unknown as { tools?: unknown; clone?: (config: object) => unknown };
     if (!Array.isArray(a.tools) || typeof a.clone !== "function") return agent;
     let wrapped = false;
@@ -251,10 +251,7 @@ function withToolDeadlines<TAgent extends AnyAgent>(agent: TAgent, run: Run): TA
       };
     });
     return wrapped ? a.clone({ tools }) as TAgent : agent;
-  } catch (error) {
-    logFault(run, "openai-agents: giving tools their deadlines", error);
-    return agent;
-  }
+  }, () => agent);
 }
 
 /**
@@ -269,8 +266,8 @@ function usageReporter(
 ): () => void {
   let input = 0;
   let output = 0;
-  return () => {
-    try {
+  return () =>
+    guarded(run, "openai-agents: reporting usage", () => {
       const usage = context?.usage;
       if (!usage) return;
       const i = Number(usage.inputTokens ?? 0) - input;
@@ -283,10 +280,7 @@ function usageReporter(
         outputTokens: o,
         ...(typeof model === "string" ? { model } : {}),
       });
-    } catch (error) {
-      logFault(run, "openai-agents: reporting usage", error);
-    }
-  };
+    }, () => {});
 }
 
 async function drive<TAgent extends AnyAgent, TContext>(
@@ -432,12 +426,12 @@ function prologueFilter(
     beforeCall(); // the previous call's usage, so a tier it crossed reaches this call
     const text = run.preLlmCall();
     if (text === undefined && !pending.waiting) return data;
-    try {
-      return place(data, placement, text, pending);
-    } catch (error) {
-      logFault(run, "openai-agents: placing the prologue", error);
-      return data;
-    }
+    return guarded(
+      run,
+      "openai-agents: placing the prologue",
+      () => place(data, placement, text, pending),
+      () => data,
+    );
   };
   if (userFilter?.preserveInputIdentity) filter.preserveInputIdentity = true;
   return filter;
@@ -503,8 +497,8 @@ function reportTools(
     _agent: unknown,
     tool: { name?: string },
     details?: { toolCall?: unknown },
-  ) => {
-    try {
+  ) =>
+    guarded(run, "openai-agents: agent_tool_start", () => {
       if (!ours(ctx)) return;
       const callId = callIdOf(details?.toolCall);
       if (callId !== undefined) started.set(callId, performance.now());
@@ -513,18 +507,15 @@ function reportTools(
         ...(callId !== undefined ? { callId } : {}),
         ...(call?.arguments !== undefined ? { input: call.arguments } : {}),
       });
-    } catch (error) {
-      logFault(run, "openai-agents: agent_tool_start", error);
-    }
-  };
+    }, () => {});
   const onEnd = (
     ctx: unknown,
     _agent: unknown,
     tool: { name?: string },
     result: unknown,
     details?: { toolCall?: unknown },
-  ) => {
-    try {
+  ) =>
+    guarded(run, "openai-agents: agent_tool_end", () => {
       if (!ours(ctx)) return;
       const callId = callIdOf(details?.toolCall);
       const start = callId !== undefined ? started.get(callId) : undefined;
@@ -536,10 +527,7 @@ function reportTools(
         ...(callId !== undefined ? { callId } : {}),
         ...(ok ? {} : { error: String(result).slice(0, 300) }),
       });
-    } catch (error) {
-      logFault(run, "openai-agents: agent_tool_end", error);
-    }
-  };
+    }, () => {});
   // deno-lint-ignore no-explicit-any
   const hooks = runner as any;
   hooks.on("agent_tool_start", onStart);
@@ -555,7 +543,7 @@ function reportTools(
 
 /** Streamed events count as activity: the SDK queues each through the result's `_addItem`. */
 function countStreamActivity(run: Run, streamed: unknown): void {
-  try {
+  guarded(run, "openai-agents: counting streamed activity", () => {
     const target = streamed as { _addItem?: (item: unknown) => unknown };
     const add = target._addItem;
     if (typeof add !== "function") return;
@@ -563,7 +551,5 @@ function countStreamActivity(run: Run, streamed: unknown): void {
       run.activity();
       return add.call(this, item);
     };
-  } catch (error) {
-    logFault(run, "openai-agents: counting streamed activity", error);
-  }
+  }, () => {});
 }

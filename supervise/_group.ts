@@ -6,6 +6,7 @@
  */
 import * as fs from "node:fs";
 import process from "node:process";
+import { readdirIfThere, readTextIfThere, statSyncIfThere } from "../_file_ops.ts";
 
 /**
  * Send `signal` to every process in the group led by `pgid`; false when
@@ -29,21 +30,20 @@ import process from "node:process";
  * ```
  */
 export function signalGroup(pgid: number, signal: NodeJS.Signals | 0): boolean {
+  return sendSignal(process.platform === "win32" ? pgid : -pgid, signal);
+}
+
+/** Send `signal` to `pid` (a negative one: its group); false when it could not be sent. */
+function sendSignal(pid: number, signal: NodeJS.Signals | 0): boolean {
   try {
-    process.kill(process.platform === "win32" ? pgid : -pgid, signal);
+    process.kill(pid, signal);
     return true;
   } catch {
     return false;
   }
 }
 
-const hasProc = (() => {
-  try {
-    return fs.statSync("/proc/self/stat").isFile();
-  } catch {
-    return false;
-  }
-})();
+const hasProc = statSyncIfThere("/proc/self/stat")?.isFile() ?? false;
 
 /**
  * Whether a process of the group led by `pgid` still runs. A zombie does not
@@ -55,22 +55,12 @@ export function groupAlive(pgid: number): boolean {
   // No process at all, zombies included: the cheap answer, and the usual one.
   if (!signalGroup(pgid, 0)) return false;
   if (!hasProc || process.platform === "win32") return true;
-  let names: string[];
-  try {
-    names = fs.readdirSync("/proc");
-  } catch {
-    return true;
-  }
+  const names = readdirIfThere("/proc");
+  if (names === undefined) return true;
   for (const name of names) {
     if (name.charCodeAt(0) < 48 || name.charCodeAt(0) > 57) continue;
-    let stat: string;
-    try {
-      stat = fs.readFileSync(`/proc/${name}/stat`, "latin1");
-    } catch {
-      continue; // gone while we looked
-    }
-    // pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const fields = statFields(Number(name));
+    if (fields === undefined) continue; // gone while we looked
     if (Number(fields[2]) === pgid && fields[0] !== "Z" && fields[0] !== "X") return true;
   }
   return false;
@@ -90,13 +80,8 @@ export function groupAlive(pgid: number): boolean {
  */
 export function processAlive(pid: number): boolean {
   if (hasProc && process.platform !== "win32") {
-    try {
-      const stat = fs.readFileSync(`/proc/${pid}/stat`, "latin1");
-      const state = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
-      return state !== "Z" && state !== "X";
-    } catch {
-      return false;
-    }
+    const state = statFields(pid)?.[0];
+    return state !== undefined && state !== "Z" && state !== "X";
   }
   try {
     process.kill(pid, 0);
@@ -108,22 +93,15 @@ export function processAlive(pid: number): boolean {
 
 /** A /proc/<pid>/stat line's fields after the command name: state is [0], ppid [1], pgrp [2], start time [19]. */
 function statFields(pid: number): string[] | undefined {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "latin1");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  } catch {
-    return undefined; // gone, or no /proc
-  }
+  // Undefined: gone, or no /proc. The command name (comm) may hold spaces and parentheses.
+  const stat = readTextIfThere(`/proc/${pid}/stat`, "latin1");
+  return stat?.slice(stat.lastIndexOf(")") + 2).split(" ");
 }
 
 /** The children of `pid`, from /proc/<pid>/task/<tid>/children; undefined where the kernel has no such file. */
 function childrenOf(pid: number): number[] | undefined {
-  let tasks: string[];
-  try {
-    tasks = fs.readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return []; // gone while we looked
-  }
+  const tasks = readdirIfThere(`/proc/${pid}/task`);
+  if (tasks === undefined) return []; // gone while we looked
   const children: number[] = [];
   for (const tid of tasks) {
     let text: string;
@@ -143,11 +121,8 @@ function childrenOf(pid: number): number[] | undefined {
 /** Every process's parent, from a scan of /proc: the way when there are no children files. */
 function parentsByScan(): Map<number, number[]> {
   const byParent = new Map<number, number[]>();
-  let names: string[] = [];
-  try {
-    names = fs.readdirSync("/proc");
-  } catch { /* no /proc: nothing to find */ }
-  for (const name of names) {
+  // No /proc: nothing to find.
+  for (const name of readdirIfThere("/proc") ?? []) {
     if (name.charCodeAt(0) < 48 || name.charCodeAt(0) > 57) continue;
     const ppid = Number(statFields(Number(name))?.[1]);
     if (!(ppid > 0)) continue;
@@ -254,12 +229,8 @@ export class Descendants {
   /** Send `signal` to each of {@linkcode outside}; the ids signalled. */
   signal(signal: NodeJS.Signals): number[] {
     const sent: number[] = [];
-    for (const pid of this.outside()) {
-      try {
-        process.kill(pid, signal);
-        sent.push(pid);
-      } catch { /* gone in between */ }
-    }
+    // Not sent: gone in between.
+    for (const pid of this.outside()) if (sendSignal(pid, signal)) sent.push(pid);
     return sent;
   }
 }

@@ -14,6 +14,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
+import { parseJsonIfValid, readTextIfThere, statSyncIfThere } from "../_file_ops.ts";
 
 /** Who holds a lock. */
 export interface LockOwner {
@@ -28,13 +29,9 @@ export class LockTimeout extends Error {}
 
 /** The start time of a process, where the OS tells it (Linux); undefined elsewhere. */
 export function processStart(pid: number): string | undefined {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-    // Field 22, counted after the command name, which may hold spaces and parentheses.
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
-  } catch {
-    return undefined;
-  }
+  const stat = readTextIfThere(`/proc/${pid}/stat`);
+  // Field 22, counted after the command name, which may hold spaces and parentheses.
+  return stat?.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
 }
 
 let self: LockOwner | undefined;
@@ -70,10 +67,8 @@ export function readOwner(file: string): LockOwner | null | undefined {
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === "ENOENT" ? null : undefined;
   }
-  try {
-    const o = JSON.parse(text);
-    if (typeof o?.pid === "number" && typeof o?.host === "string") return o as LockOwner;
-  } catch { /* torn or foreign */ }
+  const o = parseJsonIfValid(text) as Partial<LockOwner> | null | undefined; // torn or foreign
+  if (typeof o?.pid === "number" && typeof o?.host === "string") return o as LockOwner;
   return undefined;
 }
 
@@ -159,11 +154,8 @@ export class FileLock {
   }
 
   #older(ms: number): boolean {
-    try {
-      return Date.now() - fs.statSync(this.file).mtimeMs > ms;
-    } catch {
-      return false;
-    }
+    const st = statSyncIfThere(this.file);
+    return st !== undefined && Date.now() - st.mtimeMs > ms;
   }
 
   /**
@@ -177,7 +169,7 @@ export class FileLock {
       // Breaking takes microseconds: a break lock older than that was left by a kill.
       try {
         if (Date.now() - fs.statSync(breaker).mtimeMs > 10_000) fs.rmSync(breaker, { force: true });
-      } catch { /* gone */ }
+      } catch { /* gone, or not ours to remove */ }
       return false;
     }
     try {

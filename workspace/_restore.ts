@@ -9,6 +9,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { Buffer } from "node:buffer";
+import { lstatSyncIfThere, realpathIfThere } from "../_file_ops.ts";
 import {
   diskHash,
   joinZ,
@@ -86,24 +87,14 @@ export function pathProblem(
   for (const part of parts.slice(0, -1)) {
     cur = Buffer.concat([cur, SLASH, part]);
     prefix = prefix.length ? Buffer.concat([prefix, SLASH, part]) : part;
-    let st: fs.Stats;
-    try {
-      st = fs.lstatSync(cur);
-    } catch {
-      return undefined; // missing directories are created
-    }
+    const st = lstatSyncIfThere(cur);
+    if (st === undefined) return undefined; // missing directories are created
     if (removing?.has(prefix.toString("latin1"))) return undefined;
     if (st.isSymbolicLink()) return "behind a symbolic link";
     if (!st.isDirectory()) return "a file is where its directory should be";
   }
-  try {
-    if (
-      fs.lstatSync(Buffer.concat([cur, SLASH, parts[parts.length - 1] as Buffer])).isDirectory()
-    ) {
-      return "a directory is in the way";
-    }
-  } catch { /* absent */ }
-  return undefined;
+  const last = lstatSyncIfThere(Buffer.concat([cur, SLASH, parts[parts.length - 1] as Buffer]));
+  return last?.isDirectory() ? "a directory is in the way" : undefined;
 }
 
 const SLASH = Buffer.from("/");
@@ -282,10 +273,9 @@ export function describe(e: PlanEntry): { path: string; reason?: string } {
 /** A user path (relative to `cwd`) as bytes relative to the project root, or undefined outside it. */
 export function relativeToRoot(root: string, cwd: string, p: string): Buffer | undefined {
   const abs = path.resolve(cwd, p);
-  let real = abs;
-  try {
-    real = path.join(fs.realpathSync(path.dirname(abs)), path.basename(abs));
-  } catch { /* a parent is missing: use the path as given */ }
+  // A parent is missing: the path as given.
+  const parent = realpathIfThere(path.dirname(abs));
+  const real = parent === undefined ? abs : path.join(parent, path.basename(abs));
   const rel = path.relative(root, real);
   if (rel === "") return Buffer.alloc(0);
   if (rel.startsWith("..") || path.isAbsolute(rel)) return undefined;

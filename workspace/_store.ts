@@ -13,7 +13,18 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { Buffer } from "node:buffer";
-import { builtin, nodeCrypto } from "../_file_ops.ts";
+import {
+  builtin,
+  jsonIfThere,
+  lstatSyncIfThere,
+  nodeCrypto,
+  parseJsonIfValid,
+  readdirIfThere,
+  readIfThere,
+  readlinkIfThere,
+  readTextIfThere,
+  statSyncIfThere,
+} from "../_file_ops.ts";
 import { writeFileAtomicSync } from "../persist.ts";
 import { SETTINGS, type Settings } from "../settings.ts";
 import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
@@ -156,6 +167,9 @@ const CONFIG = [
   "advice.detachedHead=false",
 ].flatMap((c) => ["-c", c]);
 
+/** What a project's git call may set beyond the project's own repository, index and tree. */
+type GitCallOptions = { input?: Buffer | string; cwd?: string; maxBuffer?: number };
+
 /** Runs `git` against the store. */
 export class Git {
   readonly #env: Record<string, string>;
@@ -189,6 +203,15 @@ export class Git {
     if (r.error) return r.error.message;
     if (r.status !== 0) return `git --version exited ${r.status}`;
     return undefined;
+  }
+
+  /** Run git; its stdout, or undefined when it fails (a question whose "no" is an exit status). */
+  attempt(args: string[], o: Parameters<Git["run"]>[1]): Buffer | undefined {
+    try {
+      return this.run(args, o);
+    } catch {
+      return undefined;
+    }
   }
 
   /** Run git; returns stdout, throws GitError on failure. */
@@ -241,18 +264,14 @@ export function blobId(content: Buffer): string {
  * null when no file is there (nothing, or a directory); undefined when unreadable.
  */
 export function diskHash(file: string | Buffer): string | null | undefined {
-  let st: fs.Stats;
-  try {
-    st = fs.lstatSync(file);
-  } catch {
-    return null;
-  }
-  try {
-    if (st.isSymbolicLink()) return blobId(fs.readlinkSync(file, { encoding: "buffer" }));
-    if (st.isFile()) return blobId(fs.readFileSync(file));
-    if (st.isDirectory()) return null;
-  } catch { /* unreadable */ }
-  return undefined;
+  const st = lstatSyncIfThere(file);
+  if (st === undefined || st.isDirectory()) return null;
+  const content = st.isSymbolicLink()
+    ? readlinkIfThere(file)
+    : st.isFile()
+    ? readIfThere(file)
+    : undefined;
+  return content === undefined ? undefined : blobId(content);
 }
 
 /** The ledger's key for a root-relative path given as bytes. */
@@ -466,8 +485,17 @@ export class Project {
     }
   }
 
-  git(args: string[], o: { input?: Buffer | string; cwd?: string; maxBuffer?: number } = {}) {
-    return this.store.git.run(args, {
+  git(args: string[], o: GitCallOptions = {}): Buffer {
+    return this.store.git.run(args, this.#gitOptions(o));
+  }
+
+  /** {@link Project.git}'s stdout, or undefined when git fails. */
+  gitAttempt(args: string[]): Buffer | undefined {
+    return this.store.git.attempt(args, this.#gitOptions({}));
+  }
+
+  #gitOptions(o: GitCallOptions): Parameters<Git["run"]>[1] {
+    return {
       gitDir: this.store.gitDir,
       index: this.index,
       workTree: this.root,
@@ -475,14 +503,12 @@ export class Project {
       env: this.gitEnv(),
       ...(o.input === undefined ? {} : { input: o.input }),
       ...(o.maxBuffer === undefined ? {} : { maxBuffer: o.maxBuffer }),
-    });
+    };
   }
 
   state(): ProjectState {
-    try {
-      const s = JSON.parse(fs.readFileSync(path.join(this.dir, "project.json"), "utf8"));
-      if (s && typeof s === "object" && s.root === this.root) return s as ProjectState;
-    } catch { /* none yet */ }
+    const s = jsonIfThere(path.join(this.dir, "project.json")) as Partial<ProjectState> | null;
+    if (s && typeof s === "object" && s.root === this.root) return s as ProjectState;
     return { root: this.root };
   }
 
@@ -501,16 +527,14 @@ export class Project {
    */
   ledger(): Ledger {
     let files: Ledger = {};
-    try {
-      const l = JSON.parse(fs.readFileSync(path.join(this.dir, "ledger.json"), "utf8"));
-      if (l && typeof l === "object" && l.files && typeof l.files === "object") {
-        files = l.files as Ledger;
-      }
-    } catch { /* none yet */ }
-    let names: string[] = [];
-    try {
-      names = fs.readdirSync(this.dir).filter((n) => /^ledger\.jsonl\.\d+-\w+\.old$/.test(n));
-    } catch { /* no project yet */ }
+    const l = jsonIfThere(path.join(this.dir, "ledger.json")) as { files?: unknown } | null;
+    if (l && typeof l === "object" && l.files && typeof l.files === "object") {
+      files = l.files as Ledger;
+    }
+    // No directory: no project yet.
+    const names = (readdirIfThere(this.dir) ?? []).filter((n) =>
+      /^ledger\.jsonl\.\d+-\w+\.old$/.test(n)
+    );
     for (const name of names) applyJournal(files, readText(path.join(this.dir, name)));
     const journal = readText(path.join(this.dir, "ledger.jsonl"));
     this.#journalRead = Buffer.byteLength(journal);
@@ -542,10 +566,7 @@ export class Project {
     } catch { /* no journal */ }
     const merged = { ...files };
     if (moved) {
-      let since = "";
-      try {
-        since = fs.readFileSync(aside).subarray(this.#journalRead).toString("utf8");
-      } catch { /* gone */ }
+      const since = readIfThere(aside)?.subarray(this.#journalRead).toString("utf8") ?? "";
       applyJournal(merged, since);
     }
     writeAtomic(path.join(this.dir, "ledger.json"), JSON.stringify({ v: 1, files: merged }) + "\n");
@@ -559,11 +580,8 @@ export class Project {
 
   /** Fold the appended writes into `ledger.json` once they grow (under the project's lock). */
   compactLedger(): void {
-    try {
-      if (fs.statSync(path.join(this.dir, "ledger.jsonl")).size < 256 * 1024) return;
-    } catch {
-      return;
-    }
+    const journal = statSyncIfThere(path.join(this.dir, "ledger.jsonl"));
+    if (journal === undefined || journal.size < 256 * 1024) return;
     this.saveLedger(this.ledger());
   }
 
@@ -674,16 +692,9 @@ export class Project {
   }
 
   refHead(): string | undefined {
-    try {
-      // Refs stay loose (the store never packs them): read the file directly.
-      const id = fs.readFileSync(path.join(this.store.gitDir, this.ref), "utf8").trim();
-      if (/^[0-9a-f]{40,64}$/.test(id)) return id;
-    } catch { /* not loose */ }
-    try {
-      return this.git(["rev-parse", "-q", "--verify", this.ref]).toString().trim() || undefined;
-    } catch {
-      return undefined;
-    }
+    // Refs stay loose (the store never packs them): read the file directly.
+    return this.readRef(this.ref) ??
+      (this.gitAttempt(["rev-parse", "-q", "--verify", this.ref])?.toString().trim() || undefined);
   }
 
   /** The ref that keeps the tree before a shell tool's command until the tool ends. */
@@ -709,12 +720,8 @@ export class Project {
   }
 
   readRef(ref: string): string | undefined {
-    try {
-      const id = fs.readFileSync(path.join(this.store.gitDir, ref), "utf8").trim();
-      return /^[0-9a-f]{40,64}$/.test(id) ? id : undefined;
-    } catch {
-      return undefined;
-    }
+    const id = readTextIfThere(path.join(this.store.gitDir, ref))?.trim();
+    return id !== undefined && /^[0-9a-f]{40,64}$/.test(id) ? id : undefined;
   }
 
   /** The number of entries in the index file (from its header). */
@@ -790,11 +797,7 @@ export class Project {
       const name = Buffer.byteLength(text) === p.length && !text.includes("\uFFFD")
         ? rootText + text
         : Buffer.concat([rootBuf, p]);
-      try {
-        return fs.lstatSync(name, { throwIfNoEntry: false });
-      } catch {
-        return undefined;
-      }
+      return lstatSyncIfThere(name);
     });
     const add: Buffer[] = [];
     const drop: Buffer[] = [];
@@ -886,10 +889,8 @@ export class Project {
     ) {
       return { tree: state.indexTree, changed: false };
     }
-    let tree: string;
-    try {
-      tree = this.git(["write-tree"]).toString().trim();
-    } catch {
+    let tree = this.gitAttempt(["write-tree"])?.toString().trim();
+    if (tree === undefined) {
       // Objects the index names may have been pruned: rebuild it from scratch.
       fs.rmSync(this.index, { force: true });
       this.stage(limits);
@@ -900,22 +901,15 @@ export class Project {
   }
 }
 
-function readText(file: string): string {
-  try {
-    return fs.readFileSync(file, "utf8");
-  } catch {
-    return "";
-  }
-}
+/** A file's text; empty when it cannot be read. */
+const readText = (file: string): string => readTextIfThere(file) ?? "";
 
 /** Apply the lines of a ledger journal (a line torn by a kill is skipped). */
 function applyJournal(files: Ledger, text: string): void {
   for (const line of text.split("\n")) {
     if (line === "") continue;
-    try {
-      const entries = JSON.parse(line);
-      if (entries && typeof entries === "object") Object.assign(files, entries);
-    } catch { /* torn */ }
+    const entries = parseJsonIfValid(line); // undefined: torn
+    if (entries && typeof entries === "object") Object.assign(files, entries);
   }
 }
 
@@ -926,11 +920,7 @@ function symlinkedParent(rootBuf: Buffer): (rel: Buffer) => boolean {
     const k = dir.toString("latin1");
     let v = known.get(k);
     if (v === undefined) {
-      try {
-        v = fs.lstatSync(Buffer.concat([rootBuf, dir])).isSymbolicLink();
-      } catch {
-        v = false;
-      }
+      v = lstatSyncIfThere(Buffer.concat([rootBuf, dir]))?.isSymbolicLink() ?? false;
       known.set(k, v);
     }
     return v;
@@ -1031,14 +1021,8 @@ export class Store {
   /** Whether a live process other than the caller's own marks is writing objects. */
   #othersWriting(): boolean {
     const dir = path.join(this.locksDir, "writers");
-    let names: string[];
-    try {
-      names = fs.readdirSync(dir);
-    } catch {
-      return false;
-    }
     let busy = false;
-    for (const name of names) {
+    for (const name of readdirIfThere(dir) ?? []) {
       const file = path.join(dir, name);
       const owner = readOwner(file);
       if (owner === null) continue;
@@ -1096,12 +1080,7 @@ export class Store {
    */
   hasObject(id: string): boolean {
     if (fs.existsSync(path.join(this.gitDir, "objects", id.slice(0, 2), id.slice(2)))) return true;
-    try {
-      this.git.run(["cat-file", "-e", id], { gitDir: this.gitDir });
-      return true;
-    } catch {
-      return false;
-    }
+    return this.git.attempt(["cat-file", "-e", id], { gitDir: this.gitDir }) !== undefined;
   }
 
   /** Those of `ids` the store has, asking git once for any that are not loose. */
@@ -1174,16 +1153,10 @@ export class Store {
       throw new GitError(`${ref} is locked by another process`);
     }
     try {
-      let current: string | undefined;
-      try {
-        current = fs.readFileSync(file, "utf8").trim();
-      } catch {
-        // A new ref, or one `git pack-refs` moved into packed-refs.
-        try {
-          const packed = fs.readFileSync(path.join(this.gitDir, "packed-refs"), "utf8");
-          current = packed.split("\n").find((l) => l.endsWith(` ${ref}`))?.split(" ")[0];
-        } catch { /* no packed refs */ }
-      }
+      // Unreadable: a new ref, or one `git pack-refs` moved into packed-refs.
+      const current = readTextIfThere(file)?.trim() ??
+        readTextIfThere(path.join(this.gitDir, "packed-refs"))?.split("\n")
+          .find((l) => l.endsWith(` ${ref}`))?.split(" ")[0];
       if ((current || undefined) !== old) {
         throw new GitError(`${ref} changed while a snapshot was taken`);
       }
@@ -1206,16 +1179,14 @@ export class Store {
   /** Every project with a ref or a state file. */
   projects(): Project[] {
     const roots = new Set<string>();
-    try {
-      for (const key of fs.readdirSync(this.projectsDir)) {
-        try {
-          const s = JSON.parse(
-            fs.readFileSync(path.join(this.projectsDir, key, "project.json"), "utf8"),
-          );
-          if (typeof s?.root === "string") roots.add(s.root);
-        } catch { /* not a project */ }
-      }
-    } catch { /* no projects */ }
+    for (const key of readdirIfThere(this.projectsDir) ?? []) {
+      // Not JSON, or no root: not a project.
+      const s = jsonIfThere(path.join(this.projectsDir, key, "project.json")) as
+        | { root?: unknown }
+        | null
+        | undefined;
+      if (typeof s?.root === "string") roots.add(s.root);
+    }
     return [...roots].sort().map((r) => this.project(r));
   }
 
@@ -1224,12 +1195,9 @@ export class Store {
    * measurement plus the bytes staged since (objects are stored compressed).
    */
   estimate(): number | undefined {
-    try {
-      const n = JSON.parse(fs.readFileSync(path.join(this.base, "size.json"), "utf8")).bytes;
-      return typeof n === "number" ? n : undefined;
-    } catch {
-      return undefined;
-    }
+    const size = jsonIfThere(path.join(this.base, "size.json")) as { bytes?: unknown } | null;
+    const n = size?.bytes;
+    return typeof n === "number" ? n : undefined;
   }
 
   /** Add staged bytes to the size estimate. */

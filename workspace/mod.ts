@@ -45,6 +45,8 @@ import {
 } from "./_restore.ts";
 import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts";
 import { LockTimeout } from "./_lock.ts";
+import { readdirIfThere, realpathIfThere } from "../_file_ops.ts";
+import { failOpen } from "../_fail_open.ts";
 
 export type { SnapshotInfo, SnapshotKind, WorkspaceSettings };
 export { isDestructiveCommand };
@@ -340,9 +342,8 @@ export class Workspaces {
   }
 
   #say(level: "info" | "warn", message: string, runId?: string): void {
-    try {
-      this.#options.log(level, message, runId);
-    } catch { /* a logger that throws must not break the host */ }
+    // A logger that throws must not break the host.
+    failOpen(() => this.#options.log(level, message, runId), () => {});
   }
 
   #store(): Store | undefined {
@@ -419,10 +420,8 @@ function pendingKey(tool: string, callId: string | undefined, runId: string | un
 /** Why a root is never snapshotted, if it is not. */
 function guardOf(root: string, userHome: string): string | undefined {
   if (path.parse(root).root === root) return "it is the filesystem root";
-  let home = path.resolve(userHome);
-  try {
-    home = fs.realpathSync(home);
-  } catch { /* keep as given */ }
+  const given = path.resolve(userHome);
+  const home = realpathIfThere(given) ?? given;
   if (root === home) return "it is your home directory";
   return undefined;
 }
@@ -905,12 +904,8 @@ export function pruneStore(
  */
 export function clearStore(options: { home: string }): void {
   const base = path.join(options.home, "checkpoints");
-  let names: string[];
-  try {
-    names = fs.readdirSync(base);
-  } catch {
-    return; // no store
-  }
+  const names = readdirIfThere(base);
+  if (names === undefined) return; // no store
   // The run ledger (runs.db) shares the directory and is not the snapshots'.
   const kept = names.filter((name) => /^runs\.db(-wal|-shm|-journal)?$/.test(name));
   for (const name of names) {
