@@ -287,6 +287,10 @@ test("a new poll interval in config.yaml takes effect within one poll", async ()
     await waitFor(() => fs.existsSync(fast.checkpointFile), 30_000),
     "polled every 0.1 s: the crossing is written",
   );
+  // The file is written before the look that wrote it is counted: until that look is done,
+  // settingsSeen() still reads the version before the 0.2 fraction, and the wait below would
+  // end on that look instead of a look with the 30 s interval.
+  assert.ok(await watchdogLooks(table, 1), "the look that wrote the crossing is done");
 
   const seen = table.settingsSeen();
   config(30, 0.9);
