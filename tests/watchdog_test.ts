@@ -204,7 +204,9 @@ test("a stall gets one checkpoint per silence, naming the tool in flight, and re
     settings: { stall_window_seconds: 0.3 },
   });
   const run = ac.startRun({ sessionId: "s", caps: { turns: 1000 } });
-  run.preLlmCall();
+  // The tool call is the run's first hook call, so the silence counts from it with the call in
+  // flight. After a model call before it, a host thread slowed past the 0.3 s window between the
+  // two (the first hook call starts the watchdog) met a stall with no call in flight yet.
   run.preToolCall("slow_fetch");
   assert.ok(await waitFor(() => record(run.checkpointFile)?.kind === "stall"));
   const first = record(run.checkpointFile)!;
