@@ -173,10 +173,13 @@ function bridge(parent: MessagePort, data: BridgeData): void {
 
   /**
    * Write what waits, trying again a little apart, until it is written or
-   * `deadline` passes; one try only when the database was already away.
+   * `deadline` passes. With `once`, one try only when the database was
+   * already away (the process exits). `close()` tries on to its deadline: a
+   * database that was away, or whose connection was just cut, may be back
+   * within it, and the runs' ends must reach it then.
    */
-  async function settle(deadline: number): Promise<void> {
-    const away = down;
+  async function settle(deadline: number, once: boolean): Promise<void> {
+    const away = once && down;
     for (;;) {
       await flush();
       if ((records.size + files.size === 0 && !beat) || away) return;
@@ -267,13 +270,13 @@ function bridge(parent: MessagePort, data: BridgeData): void {
           break;
         }
         case "drain": {
-          await settle(Date.now() + message.ms);
+          await settle(Date.now() + message.ms, true);
           answer({ type: "drained", id: message.id, waiting: records.size + files.size });
           break;
         }
         case "close": {
           closing = true;
-          await settle(Date.now() + message.ms);
+          await settle(Date.now() + message.ms, false);
           if (records.size > 0) {
             log(
               "warn",

@@ -45,8 +45,12 @@ export function blockUntil(check: () => boolean, ms = 20_000, everyMs = 10): boo
   return check();
 }
 
-/** Poll until `check` holds or `ms` passes; returns whether it held. */
-export async function waitFor(check: () => boolean, ms = 5000): Promise<boolean> {
+/**
+ * Poll until `check` holds or `ms` passes; returns whether it held. The
+ * default bound is generous (a worker thread's start on a loaded machine can
+ * take seconds): it bounds lateness, and only a failing test waits it out.
+ */
+export async function waitFor(check: () => boolean, ms = 30_000): Promise<boolean> {
   const end = Date.now() + ms;
   while (Date.now() < end) {
     if (check()) return true;

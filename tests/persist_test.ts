@@ -454,9 +454,22 @@ test("a large directory is swept off the main thread, without a write waiting fo
   assert.equal(fs.readFileSync(path.join(dir, "new.md"), "utf8"), `${BLOCK("x")}\n`);
   assert.equal(temps(dir).length, 20, "the host's thread does not list a large directory");
   const worker = new Worker(fixture("persist_in_worker"), { workerData: path.join(dir, "w.md") });
+  // The worker's thread sweeps after its write, in the background, and exits once that is done:
+  // its exit, not a wall-clock deadline, says the sweep is over (bounded only against a hang).
+  const ended = new Promise<string>((resolve) => {
+    worker.once("exit", (code) => resolve(`exited with ${code}`));
+    worker.once("error", (error) => resolve(`failed: ${error}`));
+  });
+  let hang: ReturnType<typeof setTimeout> | undefined;
   try {
-    assert.ok(await waitFor(() => temps(dir).length === 0, 30_000), `left: ${temps(dir).length}`);
+    const how = await Promise.race([
+      ended,
+      new Promise<string>((resolve) => hang = setTimeout(() => resolve("still running"), 300_000)),
+    ]);
+    assert.equal(how, "exited with 0");
+    assert.equal(temps(dir).length, 0, "the worker's thread swept the large directory");
   } finally {
+    clearTimeout(hang);
     await worker.terminate();
   }
   assert.match(fs.readFileSync(path.join(dir, "w.md"), "utf8"), /from a worker/);

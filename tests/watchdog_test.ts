@@ -204,7 +204,9 @@ test("a stall gets one checkpoint per silence, naming the tool in flight, and re
     settings: { stall_window_seconds: 0.3 },
   });
   const run = ac.startRun({ sessionId: "s", caps: { turns: 1000 } });
-  run.preLlmCall();
+  // The tool call is the run's first hook call, so the silence counts from it with the call in
+  // flight. After a model call before it, a host thread slowed past the 0.3 s window between the
+  // two (the first hook call starts the watchdog) met a stall with no call in flight yet.
   run.preToolCall("slow_fetch");
   assert.ok(await waitFor(() => record(run.checkpointFile)?.kind === "stall"));
   const first = record(run.checkpointFile)!;
@@ -287,6 +289,10 @@ test("a new poll interval in config.yaml takes effect within one poll", async ()
     await waitFor(() => fs.existsSync(fast.checkpointFile), 30_000),
     "polled every 0.1 s: the crossing is written",
   );
+  // The file is written before the look that wrote it is counted: until that look is done,
+  // settingsSeen() still reads the version before the 0.2 fraction, and the wait below would
+  // end on that look instead of a look with the 30 s interval.
+  assert.ok(await watchdogLooks(table, 1), "the look that wrote the crossing is done");
 
   const seen = table.settingsSeen();
   config(30, 0.9);

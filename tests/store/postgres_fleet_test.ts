@@ -475,6 +475,56 @@ test(
   },
 );
 
+test("the database back while close() waits: the runs' ends still reach it", {
+  skip: skipFleet,
+}, async () => {
+  const db = await freshSchema();
+  const direct = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+  const link = await relay();
+  const url = new URL(db.url);
+  url.port = String(link.port);
+  const { logger, records } = captureLog();
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: { AGENT_CHECKPOINT_STORE: url.href },
+    settings: { progress_interval_seconds: 0.2 },
+    logger,
+  });
+  let closed: Promise<void> | undefined;
+  try {
+    const runs = [0, 1].map((i) => ac.startRun({ sessionId: `closing-${i}`, caps: { turns: 9 } }));
+    for (const run of runs) run.preLlmCall();
+    await until(
+      () => direct.list({ state: "live" }),
+      (v) => v.length === 2 && v.every((x) => x.record.turnsUsed === 1),
+      30_000,
+    );
+    await link.cut();
+    await runs[0]!.end({ status: "failed" });
+    await runs[1]!.end({ status: "done" });
+    // Away long enough that the store thread's next try of its own is a second or more off.
+    assert.ok(await waitFor(() => link.refused() >= 3, 30_000), `${link.refused()} tries`);
+    const tries = link.refused();
+    closed = ac.close();
+    // close() has found the database still away; then it comes back, within close()'s wait.
+    assert.ok(await waitFor(() => link.refused() > tries, 30_000), "close() tried the database");
+    await link.mend();
+    await closed;
+    const byId = new Map((await direct.list()).map((v) => [v.record.runId, v.record]));
+    assert.equal(byId.get("closing-0")?.status, "failed");
+    assert.equal(byId.get("closing-1")?.status, "done");
+    assert.ok(
+      !records.some((r) => /did not take/.test(r.message)),
+      records.map((r) => r.message).join("\n"),
+    );
+  } finally {
+    await (closed ?? ac.close());
+    await link.stop();
+    await direct.close();
+    await db.drop();
+  }
+});
+
 test("the supervisor's end goes to the fleet store, on the attempt the library inside recorded", {
   skip: skipFleet,
 }, async () => {
