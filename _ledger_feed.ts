@@ -9,7 +9,7 @@
  * @module
  */
 import process from "node:process";
-import type { Log } from "./log.ts";
+import { failOpen, type Log } from "./log.ts";
 import type { EndStatus } from "./_record.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
@@ -22,7 +22,6 @@ import {
   recordOf,
   type RunRecord,
 } from "./_ledger.ts";
-import { failOpen } from "./_fail_open.ts";
 
 /** How long the main thread waits before it tries to open a store that failed to open again. */
 const LEDGER_REOPEN_MS = 30_000;

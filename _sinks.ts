@@ -7,8 +7,7 @@
  *
  * @module
  */
-import { errorText, type Log } from "./log.ts";
-import { failOpen } from "./_fail_open.ts";
+import { errorText, failOpen, type Log } from "./log.ts";
 import type { CheckpointEvent, WriterSinks } from "./_writer.ts";
 
 /** A kanban task comment, as the sinks hand it on. @internal */

@@ -8,11 +8,10 @@
  */
 import { type MessagePort, Worker } from "node:worker_threads";
 import type { Env } from "./config.ts";
-import { deniedRead, errorText, type Log } from "./log.ts";
+import { deniedRead, errorText, failOpen, failOpenAsync, type Log } from "./log.ts";
 import type { RunTable } from "./_run_table.ts";
 import type { CheckpointEvent } from "./_writer.ts";
 import type { FromWorker, WatchdogData, WatchdogStats } from "./_watchdog_protocol.ts";
-import { failOpen, failOpenAsync } from "./_fail_open.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
 // watchdog with it: a worker that fetched it later would do so while the host may be
 // blocked. Outside a worker the module does nothing.

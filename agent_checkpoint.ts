@@ -10,7 +10,7 @@
 import * as path from "node:path";
 import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } from "./config.ts";
 import { discoverCapsSync, type RunInit } from "./discover.ts";
-import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
+import { createLog, errorText, failOpen, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName } from "./persist.ts";
 import { Run, type RunStart } from "./run.ts";
 import { RunContext, type WorkspaceHooks } from "./_run_context.ts";
@@ -20,7 +20,6 @@ import { nowMs, RunTable } from "./_run_table.ts";
 import { type CheckpointEvent, CheckpointWriter, type RunInfo } from "./_writer.ts";
 import type { WatchdogStats } from "./_watchdog_protocol.ts";
 import type { HostId, LedgerStore } from "./_ledger.ts";
-import { failOpen } from "./_fail_open.ts";
 import { RunSlots } from "./_slots.ts";
 import { WatchdogHost } from "./_watchdog_host.ts";
 import { type HostSinks, hostSinks } from "./_sinks.ts";
