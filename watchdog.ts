@@ -30,7 +30,8 @@ import {
   tierPlan,
   timeCrossing,
 } from "./tier.ts";
-import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
+// Types only: the worker never loads the main thread's side of the watchdog.
+import type { FromWorker, WatchdogData } from "./_watchdog_host.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
 
