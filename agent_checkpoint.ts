@@ -2,7 +2,7 @@
  * The object a host creates once per process: settings, shared run state, the
  * watchdog worker, and `startRun`. It puts together the run slots
  * (`_slots.ts`), the watchdog worker (`_watchdog_host.ts`), the writer's sinks
- * (`_sinks.ts`), the main thread's run ledger writes (`_ledger_feed.ts`) and a
+ * (`_sinks.ts`), the main thread's run ledger writes (`_ledger.ts`) and a
  * run's earlier attempts (`_earlier.ts`), and guards where the host calls in.
  *
  * @module
@@ -18,11 +18,10 @@ import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
 import { type CheckpointEvent, CheckpointWriter, type RunInfo } from "./_writer.ts";
-import type { HostId, LedgerStore } from "./_ledger.ts";
+import { type HostId, LedgerFeed, type LedgerStore } from "./_ledger.ts";
 import { RunSlots } from "./_slots.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { type HostSinks, hostSinks } from "./_sinks.ts";
-import { LedgerFeed } from "./_ledger_feed.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
 
 /** A kanban task comment (S8). */
