@@ -286,6 +286,8 @@ export interface LedgerFeedParts {
   shared: RunTable;
   /** The run in each slot of the shared table. */
   runs(): readonly (RunInfo | undefined)[];
+  /** Told of the store when it opens, and of undefined when it closes. */
+  opened(store: LedgerStore | undefined): void;
 }
 
 /** The feeds whose live runs' records are written when the process exits. */
@@ -324,6 +326,7 @@ function atExit(feed: LedgerFeed): void {
  *   settingsAt: () => settings,
  *   shared: new RunTable(undefined, 1),
  *   runs: () => [],
+ *   opened: () => assert.fail("no store opened"),
  * });
  * assert.equal(feed.open(settings), undefined);
  * await feed.close();
@@ -359,6 +362,7 @@ export class LedgerFeed {
     if (!store) this.#retryAt = nowMs() + LEDGER_REOPEN_MS;
     else {
       this.#store = store;
+      this.#parts.opened(store);
       atExit(this);
     }
     return store;
@@ -454,6 +458,7 @@ export class LedgerFeed {
     this.live("the live runs at close");
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#store = undefined;
+    this.#parts.opened(undefined);
     this.#retryAt = Infinity;
     // A store thread (the fleet store) writes what waits first, bounded.
     return store.close().catch(() => {});
