@@ -8,10 +8,13 @@
  *
  * Here too is fail-open as one mechanism ({@linkcode failOpen},
  * {@linkcode failOpenAsync}): where the host calls in (a run's start, the
- * keeper's close), where the library calls the host's code (its comment sink),
- * and where the library runs on its own (a timer, the process's exit, the
- * watchdog's loop), an error becomes what the caller makes of it (most often
- * a log line, else a value to go on with), never a throw into the host.
+ * keeper's close) and where the library runs on its own (a timer, the
+ * process's exit, the watchdog's start, loop and stop), an error becomes what
+ * the caller makes of it (most often a log line, else a value to go on with),
+ * never a throw into the host. The one exception is the checkpoint writer,
+ * which calls the host's listener and comment sink in the middle of a hook:
+ * it guards those calls itself (`_writer.ts`), so that a hook's write runs no
+ * module but the writer's own.
  *
  * @module
  */
