@@ -333,6 +333,21 @@ const BATCH_CONCURRENCY = 16;
 const COMMENT_ONCE: Partial<Record<RecordKind, number>> = { uncapped: 1 };
 
 /**
+ * The writer's one guard, where its work can fail (a record that cannot be
+ * made, a file that cannot be written) and where it calls code not its own:
+ * what `body` returns, else what `failed` makes of what it threw. It is
+ * log.ts's `failOpen` again, kept here because the writer runs inside a hook:
+ * a hook's write then runs no module but the writer's.
+ */
+function guarded<T>(body: () => T, failed: (error: unknown) => T): T {
+  try {
+    return body();
+  } catch (error) {
+    return failed(error);
+  }
+}
+
+/**
  * Writes checkpoint files for the runs of one `AgentCheckpoint`, on one
  * thread. Never throws: a failure is a log line and an undefined result.
  */
@@ -365,13 +380,12 @@ export class CheckpointWriter {
    * Returns the file written, or undefined.
    */
   commit(prepared: Prepared): string | undefined {
-    try {
-      persistBlock(prepared.item.info.checkpointFile, prepared.block, this.#lock(prepared));
-    } catch (error) {
-      this.#failed(prepared.item.info, error);
-      return undefined;
-    }
-    return this.#done(prepared);
+    const info = prepared.item.info;
+    const written = guarded((): true | undefined => {
+      persistBlock(info.checkpointFile, prepared.block, this.#lock(prepared));
+      return true;
+    }, (error) => this.#failed(info, error));
+    return written && this.#done(prepared);
   }
 
   /** The run's file lock in the shared table: one thread at a time rewrites a run's file. */
@@ -426,21 +440,19 @@ export class CheckpointWriter {
       this.#sinks.log("info", `${what} due ${where}`, info.runId);
       return undefined;
     }
-    try {
+    return guarded((): Prepared => {
       const record = buildRecord(info, this.#shared, settings, event, source, now);
       return { item, record, block: renderBlock(record) };
-    } catch (error) {
-      this.#failed(info, error);
-      return undefined;
-    }
+    }, (error) => this.#failed(info, error));
   }
 
-  #failed(info: RunInfo, error: unknown): void {
+  #failed(info: RunInfo, error: unknown): undefined {
     this.#sinks.log(
       "error",
       `could not persist the checkpoint to ${info.checkpointFile}: ${errorText(error)}`,
       info.runId,
     );
+    return undefined;
   }
 
   /** After a write: tell the host, and post the kanban comment. */
@@ -499,16 +511,14 @@ const isThenable = (value: unknown): value is PromiseLike<unknown> =>
   !!value && typeof (value as PromiseLike<unknown>).then === "function";
 
 /**
- * The writer's one guard where it calls code not its own: what `call` throws,
- * or its promise rejects with, goes to `failed`, never back to the write.
+ * Where code not the writer's own is called: what `call` throws, or its
+ * promise rejects with, goes to `failed`, never back to the write.
  */
 function callOut(call: () => unknown, failed: (error: unknown, threw: boolean) => void): void {
-  try {
+  guarded(() => {
     const result = call();
     if (isThenable(result)) Promise.resolve(result).catch((error) => failed(error, false));
-  } catch (error) {
-    failed(error, true);
-  }
+  }, (error) => failed(error, true));
 }
 
 /**
