@@ -12,9 +12,9 @@
  * process's exit, the watchdog's start, loop and stop), an error becomes what
  * the caller makes of it (most often a log line, else a value to go on with),
  * never a throw into the host. The one exception is the checkpoint writer,
- * which calls the host's listener and comment sink in the middle of a hook:
- * it guards those calls itself (`_writer.ts`), so that a hook's write runs no
- * module but the writer's own.
+ * which runs inside a hook: it keeps a copy of the same guard (`_writer.ts`)
+ * for its own failures and for the host's listener and comment sink, so that
+ * a hook's write runs no module but the writer's own.
  *
  * @module
  */
