@@ -8,7 +8,7 @@
  */
 import * as path from "node:path";
 import { existsSync } from "node:fs";
-import type { Log } from "./log.ts";
+import { failOpen, type Log } from "./log.ts";
 import { ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { type EndStatus, MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
 import type { PreviousAttempt } from "./run.ts";
@@ -28,7 +28,6 @@ import {
   type RunView,
   unknownCalls,
 } from "./_ledger.ts";
-import { failOpen } from "./_fail_open.ts";
 
 const fileExists = (file: string) => failOpen(() => existsSync(file), () => false);
 

@@ -8,10 +8,10 @@
  *
  * @module
  */
-import type { SettingsSource } from "./config.ts";
+import type { SettingsReading, SettingsSource } from "./config.ts";
 import type { Log } from "./log.ts";
 import type { EndStatus } from "./_record.ts";
-import type { RunTable } from "./_run_table.ts";
+import { nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import { type CheckpointWriter, encodeRunInfo, type RunInfo } from "./_writer.ts";
 
@@ -98,13 +98,13 @@ export class RunContext {
   readonly log: Log;
   /** A run ended, or its slot is let go without an end. */
   readonly ended: (info: RunInfo, end?: { status: EndStatus; summary?: string }) => void;
-  /** The settings in force as of the last {@linkcode RunContext.at}. */
-  settings: Settings;
-  /** Their version: changes whenever they do. */
+  /** The version of the settings in force as of the last {@linkcode RunContext.at}. */
   version: number;
   /** False once the watchdog runs (or cannot): contact is then a field read. */
   watchdogDue = true;
   readonly #source: SettingsSource;
+  /** The settings in force as of the last {@linkcode RunContext.at}, and until when they hold. */
+  #reading: SettingsReading;
   readonly #makeWorkspaces: () => WorkspaceHooks | undefined;
   readonly #watchdog: (settings: Settings) => void;
   readonly #toolIds = new Map<string, number>();
@@ -120,23 +120,24 @@ export class RunContext {
     this.ended = parts.ended;
     this.#makeWorkspaces = parts.workspaces;
     this.#watchdog = parts.watchdog;
-    this.version = parts.source.version;
-    this.settings = parts.source.current.settings;
-    this.#snapshotsOn = this.settings.workspace_snapshots;
+    this.#reading = parts.source.read(nowMs());
+    this.version = this.#reading.version;
+    this.#snapshotsOn = this.#reading.settings.workspace_snapshots;
   }
 
   /** The settings as of `now`, renewing what depends on them when they changed. */
   at(now: number): Settings {
-    // Between two looks at the file, and unchanged since, the settings are the ones held.
-    const source = this.#source;
-    if (now < source.nextCheck && source.version === this.version) return this.settings;
-    const settings = source.at(now);
-    if (source.version !== this.version) {
-      this.version = source.version;
-      this.settings = settings;
-      this.#snapshotsOn = settings.workspace_snapshots;
+    // Until the poll is due, and unless a reload replaced them (whoever's look saw it: the
+    // source then drops their `until` to 0), the settings are the ones held.
+    const held = this.#reading;
+    if (now < held.until) return held.settings;
+    const reading = this.#source.read(now);
+    this.#reading = reading;
+    if (reading.version !== this.version) {
+      this.version = reading.version;
+      this.#snapshotsOn = reading.settings.workspace_snapshots;
     }
-    return settings;
+    return reading.settings;
   }
 
   /** The working-tree snapshots while the settings turn them on (made on first use), else undefined. */

@@ -4,19 +4,57 @@
  * messages handed on (log lines, comments, written files, heap figures), and
  * its stop at close, after its write in flight lands.
  *
+ * Here too is the protocol between the two threads ({@linkcode WatchdogData},
+ * {@linkcode FromWorker}): types only, which the worker's module
+ * (`watchdog.ts`) takes with `import type`, so neither thread's code loads the
+ * other's through them. Nothing goes from the main thread to the worker once
+ * it runs: the worker reads runs from shared memory.
+ *
  * @module
  */
 import { type MessagePort, Worker } from "node:worker_threads";
 import type { Env } from "./config.ts";
-import { deniedRead, errorText, type Log } from "./log.ts";
-import type { RunTable } from "./_run_table.ts";
+import { deniedRead, errorText, failOpen, failOpenAsync, type Log } from "./log.ts";
+import type { RunTable, RunTableBuffers } from "./_run_table.ts";
 import type { CheckpointEvent } from "./_writer.ts";
-import type { FromWorker, WatchdogData, WatchdogStats } from "./_watchdog_protocol.ts";
-import { failOpen, failOpenAsync } from "./_fail_open.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
 // watchdog with it: a worker that fetched it later would do so while the host may be
 // blocked. Outside a worker the module does nothing.
 import "./watchdog.ts";
+
+/** What the worker starts with. */
+export interface WatchdogData {
+  buffers: RunTableBuffers;
+  home: string;
+  env: Env;
+  overrides: Record<string, unknown> | undefined;
+  /** Log lines go to the main thread, for the host's logger. */
+  hostLogger: boolean;
+  /** Comments go to the main thread, for the host's `postComment`. */
+  hostComments: boolean;
+  commentModule?: string;
+  /** The fleet store's port: the watchdog's batches go to its process's store thread. */
+  storePort?: MessagePort;
+  /** @internal Report heap use every this many ms (benchmarks). */
+  statsEveryMs?: number;
+}
+
+/** @internal The worker's own heap, as benchmarks read it. */
+export interface WatchdogStats {
+  heapUsed: number;
+  watched: number;
+  /** Commits of the run ledger so far. */
+  ledgerCommits?: number;
+  /** Ledger records waiting for the store. */
+  ledgerBacklog?: number;
+}
+
+/** Worker to main thread. */
+export type FromWorker =
+  | { type: "log"; level: "info" | "warn" | "error"; message: string; runId?: string }
+  | { type: "comment"; comment: { taskId: string; body: string } }
+  | { type: "written"; event: CheckpointEvent }
+  | { type: "stats"; stats: WatchdogStats };
 
 /**
  * The watchdog module. `node:worker_threads` starts only `file:` and `data:`

@@ -8,6 +8,13 @@
  * {@linkcode persistBlock}, or by {@linkcode persistBlocks} for a burst,
  * under its lock.
  *
+ * The main thread's sinks are here too ({@linkcode hostSinks}): a written
+ * file goes to the run ledger's store (the fleet store keeps its content) and
+ * to the host's `onCheckpoint` listener, a kanban comment to the host's
+ * `postComment`, else to its comment module. Each goes through the writer's
+ * one guard for code not its own, so a throw or a rejection there costs a log
+ * line, never the write, and a hook's write runs no module but the writer's.
+ *
  * @module
  */
 import type * as fs from "node:fs";
@@ -326,6 +333,21 @@ const BATCH_CONCURRENCY = 16;
 const COMMENT_ONCE: Partial<Record<RecordKind, number>> = { uncapped: 1 };
 
 /**
+ * The writer's one guard, where its work can fail (a record that cannot be
+ * made, a file that cannot be written) and where it calls code not its own:
+ * what `body` returns, else what `failed` makes of what it threw. It is
+ * log.ts's `failOpen` again, kept here because the writer runs inside a hook:
+ * a hook's write then runs no module but the writer's.
+ */
+function guarded<T>(body: () => T, failed: (error: unknown) => T): T {
+  try {
+    return body();
+  } catch (error) {
+    return failed(error);
+  }
+}
+
+/**
  * Writes checkpoint files for the runs of one `AgentCheckpoint`, on one
  * thread. Never throws: a failure is a log line and an undefined result.
  */
@@ -358,13 +380,12 @@ export class CheckpointWriter {
    * Returns the file written, or undefined.
    */
   commit(prepared: Prepared): string | undefined {
-    try {
-      persistBlock(prepared.item.info.checkpointFile, prepared.block, this.#lock(prepared));
-    } catch (error) {
-      this.#failed(prepared.item.info, error);
-      return undefined;
-    }
-    return this.#done(prepared);
+    const info = prepared.item.info;
+    const written = guarded((): true | undefined => {
+      persistBlock(info.checkpointFile, prepared.block, this.#lock(prepared));
+      return true;
+    }, (error) => this.#failed(info, error));
+    return written && this.#done(prepared);
   }
 
   /** The run's file lock in the shared table: one thread at a time rewrites a run's file. */
@@ -419,21 +440,19 @@ export class CheckpointWriter {
       this.#sinks.log("info", `${what} due ${where}`, info.runId);
       return undefined;
     }
-    try {
+    return guarded((): Prepared => {
       const record = buildRecord(info, this.#shared, settings, event, source, now);
       return { item, record, block: renderBlock(record) };
-    } catch (error) {
-      this.#failed(info, error);
-      return undefined;
-    }
+    }, (error) => this.#failed(info, error));
   }
 
-  #failed(info: RunInfo, error: unknown): void {
+  #failed(info: RunInfo, error: unknown): undefined {
     this.#sinks.log(
       "error",
       `could not persist the checkpoint to ${info.checkpointFile}: ${errorText(error)}`,
       info.runId,
     );
+    return undefined;
   }
 
   /** After a write: tell the host, and post the kanban comment. */
@@ -455,6 +474,118 @@ export class CheckpointWriter {
     ) this.#sinks.comment({ taskId: info.taskId, body: commentBody(record) }, info.runId);
     return info.checkpointFile;
   }
+}
+
+// The main thread's sinks.
+
+/** A kanban task comment, as the sinks hand it on. @internal */
+export interface KanbanComment {
+  /** The kanban task to comment on. */
+  taskId: string;
+  /** The comment. */
+  body: string;
+}
+
+/** The host's callbacks the sinks call, as the host gave them. @internal */
+export interface HostCallbacks {
+  /** Posts a kanban task comment; may return a promise. */
+  postComment?: (comment: KanbanComment) => unknown;
+  /** An ES module exporting `postComment`, used when there is no `postComment`. */
+  commentModule?: string | URL;
+  /** Called after every write of a checkpoint file. */
+  onCheckpoint?: (event: CheckpointEvent) => void;
+}
+
+/** The writer's sinks on the main thread; a comment needs no run id (the watchdog's come without one). @internal */
+export interface HostSinks extends WriterSinks {
+  /** Post a kanban task comment. */
+  comment(comment: KanbanComment): void;
+  /**
+   * The run ledger's store, told of every write first: set when the ledger
+   * opens its store, cleared when it closes it.
+   */
+  fileWritten: ((event: CheckpointEvent) => void) | undefined;
+}
+
+const isThenable = (value: unknown): value is PromiseLike<unknown> =>
+  !!value && typeof (value as PromiseLike<unknown>).then === "function";
+
+/**
+ * Where code not the writer's own is called: what `call` throws, or its
+ * promise rejects with, goes to `failed`, never back to the write.
+ */
+function callOut(call: () => unknown, failed: (error: unknown, threw: boolean) => void): void {
+  guarded(() => {
+    const result = call();
+    if (isThenable(result)) Promise.resolve(result).catch((error) => failed(error, false));
+  }, (error) => failed(error, true));
+}
+
+/**
+ * The writer's sinks on the main thread. @internal
+ *
+ * @param log Where failures of the host's code go.
+ * @param host The host's callbacks.
+ * @returns The sinks, with no store to tell until the run ledger opens one.
+ *
+ * @example
+ * ```ts
+ * import { hostSinks } from "./_writer.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const lines: string[] = [];
+ * const sinks = hostSinks((_level, message) => lines.push(message), {
+ *   onCheckpoint: () => {
+ *     throw new Error("boom");
+ *   },
+ * });
+ * const files: string[] = [];
+ * sinks.fileWritten = (event) => files.push(event.file);
+ * sinks.written({ runId: "r", file: "/c/r.md" } as Parameters<typeof sinks.written>[0]);
+ * assert.deepEqual(files, ["/c/r.md"]);
+ * assert.match(lines[0]!, /^onCheckpoint threw: .*boom/);
+ * ```
+ */
+export function hostSinks(log: Log, host: HostCallbacks): HostSinks {
+  const sinks: HostSinks = {
+    log,
+    fileWritten: undefined,
+    comment: (comment) => postComment(log, host, comment),
+    written: (event) => {
+      const store = sinks.fileWritten;
+      if (store) {
+        callOut(() => store(event), (error) =>
+          log(
+            "warn",
+            `the run ledger's store could not take the file: ${errorText(error)}`,
+            event.runId,
+          ));
+      }
+      const listener = host.onCheckpoint;
+      if (!listener) return;
+      callOut(() => listener(event), (error, threw) =>
+        log(
+          "warn",
+          `onCheckpoint ${threw ? "threw" : "failed"}: ${errorText(error)}`,
+          event.runId,
+        ));
+    },
+  };
+  return sinks;
+}
+
+/** Post a comment through the host's sink, else the comment module. */
+function postComment(log: Log, host: HostCallbacks, comment: KanbanComment): void {
+  callOut(
+    () => {
+      const sink = host.postComment;
+      if (sink) return sink(comment);
+      if (host.commentModule !== undefined) {
+        return import(String(host.commentModule)).then((mod) => mod.postComment(comment));
+      }
+    },
+    (error) => log("warn", `posting the task comment failed: ${errorText(error)}`, comment.taskId),
+  );
 }
 
 // The persist of a block: every byte the agent wrote kept, the file's lock held.

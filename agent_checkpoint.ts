@@ -2,7 +2,7 @@
  * The object a host creates once per process: settings, shared run state, the
  * watchdog worker, and `startRun`. It puts together the run slots
  * (`_slots.ts`), the watchdog worker (`_watchdog_host.ts`), the writer's sinks
- * (`_sinks.ts`), the main thread's run ledger writes (`_ledger_feed.ts`) and a
+ * (`_writer.ts`), the main thread's run ledger writes (`_ledger.ts`) and a
  * run's earlier attempts (`_earlier.ts`), and guards where the host calls in.
  *
  * @module
@@ -10,21 +10,23 @@
 import * as path from "node:path";
 import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } from "./config.ts";
 import { discoverCapsSync, type RunInit } from "./discover.ts";
-import { createLog, errorText, type HostLogger, type Log } from "./log.ts";
+import { createLog, errorText, failOpen, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName } from "./persist.ts";
 import { Run, type RunStart } from "./run.ts";
 import { RunContext, type WorkspaceHooks } from "./_run_context.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
-import { type CheckpointEvent, CheckpointWriter, type RunInfo } from "./_writer.ts";
-import type { WatchdogStats } from "./_watchdog_protocol.ts";
-import type { HostId, LedgerStore } from "./_ledger.ts";
-import { failOpen } from "./_fail_open.ts";
+import {
+  type CheckpointEvent,
+  CheckpointWriter,
+  type HostSinks,
+  hostSinks,
+  type RunInfo,
+} from "./_writer.ts";
+import { type HostId, LedgerFeed, type LedgerStore } from "./_ledger.ts";
 import { RunSlots } from "./_slots.ts";
-import { WatchdogHost } from "./_watchdog_host.ts";
-import { type HostSinks, hostSinks } from "./_sinks.ts";
-import { LedgerFeed } from "./_ledger_feed.ts";
+import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
 
 /** A kanban task comment (S8). */
@@ -163,6 +165,8 @@ export class AgentCheckpoint {
     const log = this.#log;
     const settingsAt = (now: number) => source.at(now);
     this.#slots = new RunSlots(shared, log, settingsAt);
+    const sinks = hostSinks(log, options);
+    this.#sinks = sinks;
     this.#ledger = new LedgerFeed({
       open: (settings) =>
         subsystems?.openStore({
@@ -176,6 +180,10 @@ export class AgentCheckpoint {
       settingsAt,
       shared,
       runs: () => this.#slots.runs,
+      // The fleet store keeps the file's content, so a retry elsewhere can recreate it.
+      opened: (store) => {
+        sinks.fileWritten = store?.fileWritten?.bind(store);
+      },
     });
     this.#resumeParts = {
       log,
@@ -183,19 +191,17 @@ export class AgentCheckpoint {
       host: () => this.#thisHost(),
       write: (records, what) => this.#ledger.write(records, what),
     };
-    // The fleet store keeps the file's content, so a retry elsewhere can recreate it.
-    this.#sinks = hostSinks(log, options, (event) => this.#ledger.store?.fileWritten?.(event));
     this.#watchdog = new WatchdogHost({
       shared,
       home: this.#home,
       env: this.#env,
       options,
       log,
-      comment: this.#sinks.comment,
-      written: this.#sinks.written,
+      comment: sinks.comment,
+      written: sinks.written,
       storePort: () => this.#ledger.store?.watchdogPort?.(),
     });
-    this.#writer = new CheckpointWriter(shared, this.#sinks);
+    this.#writer = new CheckpointWriter(shared, sinks);
     this.#context = this.#contextOf(
       shared,
       this.#writer,

@@ -387,6 +387,27 @@ export function loadSettings(options: SettingsOptions = {}): LoadedSettings {
 const MAX_WARNED = 64;
 
 /**
+ * The settings in force as one look at a {@linkcode SettingsSource} gives
+ * them: a reader holds one and asks again only once its `until` has passed.
+ */
+export interface SettingsReading {
+  /** The settings. */
+  readonly settings: Settings;
+  /** Their version: increases whenever the settings change. */
+  readonly version: number;
+  /**
+   * Until when, ms since the epoch, these are the settings in force without
+   * a look at the file. It moves on at each look that finds nothing new, and
+   * drops to 0 when a reload replaces them, whoever's look saw the change: a
+   * reader holding them then asks again at once.
+   */
+  readonly until: number;
+}
+
+/** A reading as its source keeps it: only the source moves its `until`. */
+type HeldReading = { -readonly [K in keyof SettingsReading]: SettingsReading[K] };
+
+/**
  * Settings that follow `config.yaml` as it changes: the file is looked at
  * (one stat) at most once per poll interval, and parsed only when it changed.
  * Only a valid file changes them: one that turns empty, unreadable or not
@@ -411,21 +432,23 @@ const MAX_WARNED = 64;
  * assert.equal(source.version, 1);
  * writeFileSync(join(home, "config.yaml"), ""); // caught mid-rewrite
  * assert.equal(source.at(2000).mode, "notify");
+ *
+ * // A reader that holds a reading asks again only when its `until` has passed.
+ * const held = source.read(2000);
+ * assert.equal(held.until, 3000);
+ * writeFileSync(join(home, "config.yaml"), "agent_checkpoint: { mode: log-only }\n");
+ * assert.equal(source.at(3000).mode, "log-only"); // another reader saw the change first
+ * assert.equal(held.until, 0); // so the holder asks again at once
+ * assert.equal(source.read(3000).version, 2);
  * ```
  */
 export class SettingsSource {
-  /** Increases whenever the settings change. */
-  version = 0;
   /** The settings in force, with their sources and warnings. */
   current: LoadedSettings;
   /** The config file as last read. */
   config: ConfigFile;
-  /**
-   * When {@linkcode SettingsSource.at} next looks at the file, ms since the
-   * epoch: before then the settings in force are `current.settings`, so a
-   * reader holding them need not call in.
-   */
-  nextCheck = 0;
+  /** The settings in force, their version, and until when they hold without a look. */
+  #reading: HeldReading;
   #stamp: string;
   /** The problems of rejected files already told, so each is told once. */
   readonly #warned = new Set<string>();
@@ -452,7 +475,14 @@ export class SettingsSource {
     this.#stamp = this.#statStamp();
     this.config = readConfig(home);
     this.current = settingsFrom(this.config, home, env, overrides);
+    // Looked at again on the first read: the poll interval counts from there.
+    this.#reading = { settings: this.current.settings, version: 0, until: 0 };
     onChange(this.current);
+  }
+
+  /** Increases whenever the settings change. */
+  get version(): number {
+    return this.#reading.version;
   }
 
   /** A changed file that cannot be used: say so once per problem, keep what is in force. */
@@ -474,11 +504,18 @@ export class SettingsSource {
     }
   }
 
-  /** The settings as of `nowMs`, re-read when the poll interval has passed. */
+  /**
+   * The settings in force as of `nowMs`, with their version and until when
+   * they hold: the file is looked at when the poll interval has passed.
+   */
+  read(nowMs: number): SettingsReading {
+    if (nowMs >= this.#reading.until) this.#look(nowMs);
+    return this.#reading;
+  }
+
+  /** The settings as of `nowMs`: those of {@linkcode SettingsSource.read}. */
   at(nowMs: number): Settings {
-    if (nowMs < this.nextCheck) return this.current.settings;
-    this.refresh(nowMs);
-    return this.current.settings;
+    return this.read(nowMs).settings;
   }
 
   /**
@@ -487,7 +524,7 @@ export class SettingsSource {
    * changes nothing: the settings in force stay, and `onChange` is told them
    * with one warning, once per such content. A missing file is the defaults.
    */
-  refresh(nowMs: number): void {
+  #look(nowMs: number): void {
     const stamp = this.#statStamp();
     if (stamp !== this.#stamp) {
       this.#stamp = stamp;
@@ -499,11 +536,17 @@ export class SettingsSource {
       } else {
         this.config = config;
         this.current = settingsFrom(config, this.home, this.env, this.overrides);
-        this.version++;
+        const replaced = this.#reading;
+        this.#reading = {
+          settings: this.current.settings,
+          version: replaced.version + 1,
+          until: 0,
+        };
+        replaced.until = 0;
         this.#onChange(this.current);
       }
     }
     // After a reload, so that a new poll interval counts from now.
-    this.nextCheck = nowMs + this.current.settings.watchdog_poll_seconds * 1000;
+    this.#reading.until = nowMs + this.current.settings.watchdog_poll_seconds * 1000;
   }
 }

@@ -6,6 +6,16 @@
  * on stderr, once; under Deno without the permissions checkpoints need, that
  * one line says which flags grant them.
  *
+ * Here too is fail-open as one mechanism ({@linkcode failOpen},
+ * {@linkcode failOpenAsync}): where the host calls in (a run's start, the
+ * keeper's close) and where the library runs on its own (a timer, the
+ * process's exit, the watchdog's start, loop and stop), an error becomes what
+ * the caller makes of it (most often a log line, else a value to go on with),
+ * never a throw into the host. The one exception is the checkpoint writer,
+ * which runs inside a hook: it keeps a copy of the same guard (`_writer.ts`)
+ * for its own failures and for the host's listener and comment sink, so that
+ * a hook's write runs no module but the writer's own.
+ *
  * @module
  */
 import * as fs from "node:fs";
@@ -324,4 +334,55 @@ export function createLog(home: string, host?: HostLogger): Log {
     }
     toFile(record);
   };
+}
+
+/**
+ * What `body` returns; if it throws, what `fallback` makes of the error.
+ * @internal
+ *
+ * @param body The work that may throw.
+ * @param fallback Called with what `body` threw; its value is returned instead.
+ * @returns `body`'s value, else `fallback`'s.
+ *
+ * @example
+ * ```ts
+ * import { failOpen } from "./log.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(failOpen(() => JSON.parse("{"), () => "not JSON"), "not JSON");
+ * assert.equal(failOpen(() => 1, () => 2), 1);
+ * ```
+ */
+export function failOpen<T>(body: () => T, fallback: (error: unknown) => T): T {
+  try {
+    return body();
+  } catch (error) {
+    return fallback(error);
+  }
+}
+
+/**
+ * What `body`'s promise resolves to; if `body` throws or its promise rejects,
+ * what `fallback` makes of the error. Never rejects unless `fallback` throws.
+ * @internal
+ *
+ * @param body The asynchronous work that may throw or reject.
+ * @param fallback Called with the error; its value is resolved instead.
+ * @returns `body`'s value, else `fallback`'s.
+ *
+ * @example
+ * ```ts
+ * import { failOpenAsync } from "./log.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const value = await failOpenAsync(() => Promise.reject(new Error("x")), () => "went on");
+ * assert.equal(value, "went on");
+ * ```
+ */
+export function failOpenAsync<T>(
+  body: () => Promise<T>,
+  fallback: (error: unknown) => T,
+): Promise<T> {
+  // The executor runs `body` at once, and a throw from it rejects like its promise would.
+  return new Promise<T>((resolve) => resolve(body())).catch(fallback);
 }

@@ -16,7 +16,7 @@
 import process from "node:process";
 import { type MessagePort, parentPort, workerData } from "node:worker_threads";
 import { SettingsSource } from "./config.ts";
-import { createLog, errorText, type Log } from "./log.ts";
+import { createLog, errorText, failOpen, failOpenAsync, type Log } from "./log.ts";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
 import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./_writer.ts";
@@ -30,10 +30,10 @@ import {
   tierPlan,
   timeCrossing,
 } from "./tier.ts";
-import type { FromWorker, WatchdogData } from "./_watchdog_protocol.ts";
+// Types only: the worker never loads the main thread's side of the watchdog.
+import type { FromWorker, WatchdogData } from "./_watchdog_host.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
-import { failOpen, failOpenAsync } from "./_fail_open.ts";
 
 /** Progress intervals between two tidyings of the run ledger. */
 const MAINTAIN_EVERY = 10;

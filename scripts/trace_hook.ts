@@ -9,8 +9,12 @@
  * The traced run is past its tier-1 time fraction when the call comes, and no
  * model call came in between: the tool boundary is the surface that persists.
  *
+ * Every function counts, anonymous ones too (`(anonymous)`): a closure a
+ * module handed down is still that module's code running.
+ *
  * Run: `deno run -A scripts/trace_hook.ts` (or, after `deno task build:npm`,
- * `node npm/esm/scripts/trace_hook.js` for the compiled build).
+ * `node npm/esm/scripts/trace_hook.js` for the compiled build); with `--json`,
+ * the modules are printed as one JSON line (tests/house_test.ts reads it).
  *
  * @module
  */
@@ -18,6 +22,7 @@ import { Session } from "node:inspector";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
+import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { createAgentCheckpoint } from "../mod.ts";
 
@@ -86,17 +91,20 @@ for (const script of result) {
   if (!script.url.startsWith("file:")) continue;
   const file = path.relative(root, fileURLToPath(script.url));
   if (file.startsWith("..") || file.startsWith("scripts")) continue;
-  const ran = script.functions.filter((f) => f.functionName !== "" && f.ranges[0]!.count > 0);
+  const ran = script.functions.filter((f) => f.ranges[0]!.count > 0);
   if (ran.length === 0) continue;
   modules.push({
     module: file,
     calls: ran.reduce((n, f) => n + f.ranges[0]!.count, 0),
-    functions: ran.map((f) => `${f.functionName}×${f.ranges[0]!.count}`),
+    functions: ran.map((f) => `${f.functionName || "(anonymous)"}×${f.ranges[0]!.count}`),
   });
 }
-console.log(`one tier-crossing preToolCall ran code in ${modules.length} modules:`);
-for (const m of modules) {
-  console.log(`  ${m.module} (${m.calls} calls): ${m.functions.join(", ")}`);
+if (process.argv.includes("--json")) console.log(JSON.stringify(modules));
+else {
+  console.log(`one tier-crossing preToolCall ran code in ${modules.length} modules:`);
+  for (const m of modules) {
+    console.log(`  ${m.module} (${m.calls} calls): ${m.functions.join(", ")}`);
+  }
 }
 await checkpoints.close();
 fs.rmSync(home, { recursive: true, force: true });

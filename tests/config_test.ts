@@ -13,6 +13,9 @@ import {
 } from "../config.ts";
 import { createAgentCheckpoint } from "../mod.ts";
 import { SHOW_LIMIT } from "../_show.ts";
+import { RunContext } from "../_run_context.ts";
+import { nowMs, RunTable } from "../_run_table.ts";
+import { CheckpointWriter } from "../_writer.ts";
 import { spawn } from "node:child_process";
 import {
   captureLog,
@@ -241,6 +244,31 @@ test("SettingsSource reloads config.yaml when it changes, and tells onChange", (
   assert.equal(source.at(2000).mode, "log-only");
   assert.deepEqual(seen, ["snapshot", "notify", "log-only"]);
   assert.match(source.current.warnings.join("\n"), /unknown setting extra/);
+});
+
+test("a reload another reader saw first reaches a run's context at once, before its own poll", () => {
+  const home = tempHome();
+  writeConfig(home, "agent_checkpoint: { mode: notify, watchdog_poll_seconds: 60 }\n");
+  const source = new SettingsSource(home, {}, undefined);
+  const shared = new RunTable(undefined, 1);
+  const log = () => {};
+  const context = new RunContext({
+    source,
+    shared,
+    writer: new CheckpointWriter(shared, { log, comment: () => {}, written: () => {} }),
+    log,
+    workspaces: () => undefined,
+    watchdog: () => {},
+    ended: () => {},
+  });
+  const now = nowMs();
+  assert.equal(context.at(now).mode, "notify");
+  writeConfig(home, "agent_checkpoint: { mode: log-only, watchdog_poll_seconds: 60 }\n");
+  assert.equal(context.at(now + 1000).mode, "notify", "not looked at before the poll interval");
+  // Another reader of the same source (the keeper's settings, a run of another table) polls.
+  assert.equal(source.at(now + 61_000).mode, "log-only");
+  assert.equal(context.at(now + 1000).mode, "log-only", "the context's own poll is not due yet");
+  assert.equal(context.version, source.version);
 });
 
 test("a changed config.yaml that is empty or not valid keeps the settings in force, warning once", () => {

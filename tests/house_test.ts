@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
-import { underDeno } from "./_helpers.ts";
+import { runScript, underDeno } from "./_helpers.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -104,5 +104,38 @@ test(
       [],
       "import the other subsystem's mod.ts, or move the helper to the core",
     );
+  },
+);
+
+/** The most `.ts` files the root holds: each private module there is one a reader must place. */
+const ROOT_FILES = 26;
+
+test(
+  `the root holds at most ${ROOT_FILES} .ts files: a new one joins the module whose job it is`,
+  { skip: !underDeno && "reads the sources" },
+  () => {
+    const files = fs.readdirSync(root).filter((f) => f.endsWith(".ts")).sort();
+    assert.ok(files.length <= ROOT_FILES, `${files.length} files: ${files.join(", ")}`);
+  },
+);
+
+/** The most modules one tier-crossing `preToolCall` may run code in. */
+const HOOK_MODULES = 8;
+
+test(
+  `a tier-crossing preToolCall runs code in at most ${HOOK_MODULES} core modules, none of them the keeper`,
+  { skip: !underDeno && "traces the sources with V8's precise coverage" },
+  async () => {
+    // A process of its own: the coverage counts then cover nothing but the traced call.
+    const script = path.join(root, "scripts", "trace_hook.ts");
+    const { code, stdout, stderr } = await runScript(script, ["--json"], { timeoutMs: 120_000 });
+    assert.equal(code, 0, stderr);
+    const modules = (JSON.parse(stdout.trim().split("\n").at(-1)!) as { module: string }[])
+      .map((m) => m.module.split(path.sep).join("/"));
+    const list = modules.join(", ");
+    assert.ok(modules.length > 0, "the trace found nothing");
+    assert.ok(modules.length <= HOOK_MODULES, `${modules.length} modules: ${list}`);
+    assert.ok(!modules.includes("agent_checkpoint.ts"), `the hook calls back up: ${list}`);
+    assert.deepEqual(modules.filter((m) => roomOf(m) !== undefined), [], "a subsystem ran");
   },
 );
