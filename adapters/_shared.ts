@@ -6,8 +6,7 @@
  * @module
  */
 import type { AgentCheckpoint, Run, RunInit } from "../mod.ts";
-import { say } from "../log.ts";
-import { failOpen } from "../_fail_open.ts";
+import { failOpen, say } from "../log.ts";
 
 /** Where the prologue goes in the model call it is due for. */
 export type Placement = "user" | "system" | "tool-result";

@@ -42,7 +42,7 @@ import {
   thrownStatus,
   toolCallSignal,
 } from "./_shared.ts";
-import { failOpen, failOpenAsync } from "../_fail_open.ts";
+import { failOpen, failOpenAsync } from "../log.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
 

@@ -18,7 +18,7 @@ import {
 import { findBlock, findBlocks } from "../_record.ts";
 import { parseRecord, renderBlock } from "../_record.ts";
 import { resetSwept, tempName } from "../_file_ops.ts";
-import { fixture, scriptCommand, sleep, tempHome, waitFor } from "./_helpers.ts";
+import { fixture, scriptCommand, sleep, tempHome } from "./_helpers.ts";
 
 /** A block as the library writes it: text, then the data line. */
 const BLOCK = (text: string) =>

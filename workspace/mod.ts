@@ -46,7 +46,7 @@ import {
 import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts";
 import { LockTimeout } from "./_lock.ts";
 import { readdirIfThere, realpathIfThere } from "../_file_ops.ts";
-import { failOpen } from "../_fail_open.ts";
+import { failOpen } from "../log.ts";
 
 export type { SnapshotInfo, SnapshotKind, WorkspaceSettings };
 export { isDestructiveCommand };
