@@ -29,6 +29,7 @@ import {
   unknownCalls,
 } from "./_ledger.ts";
 import { failOpen } from "./_fail_open.ts";
+import { nothingAt } from "./_file_ops.ts";
 
 const fileExists = (file: string) => failOpen(() => existsSync(file), () => false);
 
@@ -120,6 +121,7 @@ function earlierAttempt(
   file: string,
   log: (message: string) => void,
 ): Earlier | undefined {
+  if (nothingAt(file)) return undefined; // a fresh run's case: no file, nothing to resume
   const found = readCheckpoint(file);
   if (found.dropped) {
     log(
