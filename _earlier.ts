@@ -28,6 +28,7 @@ import {
   type RunView,
   unknownCalls,
 } from "./_ledger.ts";
+import { nothingAt } from "./_file_ops.ts";
 
 const fileExists = (file: string) => failOpen(() => existsSync(file), () => false);
 
@@ -119,6 +120,7 @@ function earlierAttempt(
   file: string,
   log: (message: string) => void,
 ): Earlier | undefined {
+  if (nothingAt(file)) return undefined; // a fresh run's case: no file, nothing to resume
   const found = readCheckpoint(file);
   if (found.dropped) {
     log(

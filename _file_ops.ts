@@ -385,6 +385,30 @@ export function* unlinkQuietly(file: string): Steps<void> {
   } catch { /* gone already */ }
 }
 
+/**
+ * Whether nothing is at a path (not even a dangling link), asked without an
+ * exception: a run's start looks for files that are usually not there (an
+ * earlier attempt's checkpoint, `state.db`), and a thrown ENOENT costs an
+ * error object and its stack each time. False when the answer is anything
+ * else (an error other than ENOENT included): the caller reads the path as before.
+ *
+ * @example
+ * ```ts
+ * import { nothingAt } from "./_file_ops.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(nothingAt("/nonexistent/file"), true);
+ * assert.equal(nothingAt("/"), false);
+ * ```
+ */
+export function nothingAt(file: string): boolean {
+  try {
+    return fs.lstatSync(file, { throwIfNoEntry: false }) === undefined;
+  } catch {
+    return false;
+  }
+}
+
 /** Stat a path without following a link; undefined when nothing is there. */
 export function* lstatIfThere(file: string): Steps<fs.Stats | undefined> {
   try {

@@ -13,6 +13,7 @@ import type { Log } from "./log.ts";
 import type { EndStatus } from "./_record.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
+import { TierPlans } from "./tier.ts";
 import { type CheckpointWriter, encodeRunInfo, type RunInfo } from "./_writer.ts";
 
 /** What a run calls of the working-tree snapshots (S19). @internal */
@@ -102,6 +103,8 @@ export class RunContext {
   version: number;
   /** False once the watchdog runs (or cannot): contact is then a field read. */
   watchdogDue = true;
+  /** The runs' tier plans, shared by the runs whose caps are the same. */
+  readonly plans: TierPlans = new TierPlans();
   readonly #source: SettingsSource;
   /** The settings in force as of the last {@linkcode RunContext.at}, and until when they hold. */
   #reading: SettingsReading;

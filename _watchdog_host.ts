@@ -12,6 +12,7 @@
  *
  * @module
  */
+import process from "node:process";
 import { type MessagePort, Worker } from "node:worker_threads";
 import type { Env } from "./config.ts";
 import { deniedRead, errorText, failOpen, failOpenAsync, type Log } from "./log.ts";
@@ -57,18 +58,47 @@ export type FromWorker =
   | { type: "stats"; stats: WatchdogStats };
 
 /**
- * The watchdog module. `node:worker_threads` starts only `file:` and `data:`
- * URLs, so a library imported by https URL (Deno) starts a `data:` module
- * that imports the watchdog from where the library came from.
+ * The watchdog module: `watchdog.ts` under Deno from sources, `watchdog.js`
+ * in the npm build.
  */
-function workerUrl(): URL {
-  const url = new URL(
+function watchdogModule(): URL {
+  return new URL(
     import.meta.url.endsWith(".ts") ? "./watchdog.ts" : "./watchdog.js",
     import.meta.url,
   );
-  if (url.protocol === "file:") return url;
+}
+
+/**
+ * Whether the host's Node options would stop a worker started from a file. A
+ * worker inherits them, and Node refuses `--input-type` (`node
+ * --input-type=module -e …`, a module piped to stdin, or the same in
+ * `NODE_OPTIONS`) for any input but a string. Only Node reads the options:
+ * under Deno, `NODE_OPTIONS` could ask for a permission.
+ */
+function hostWantsStringInput(): boolean {
+  if (process.versions.deno !== undefined) return false;
+  const given = (arg: string) => arg === "--input-type" || arg.startsWith("--input-type=");
+  return failOpen(
+    () => process.execArgv.some(given) || /--input-type\b/.test(process.env.NODE_OPTIONS ?? ""),
+    () => false,
+  );
+}
+
+/**
+ * Where the worker starts. `node:worker_threads` starts only `file:` and
+ * `data:` URLs, so a library imported by https URL (Deno) starts a `data:`
+ * module that imports the watchdog from where the library came from. So does
+ * a Node host whose options want string input: Node runs a `data:` module as
+ * a string, where `--input-type` applies, and every other option the host
+ * gave (V8 flags, `--import`, loaders, conditions) still reaches the worker
+ * as it is. An `execArgv` without `--input-type` could not do that: Node
+ * refuses V8 and process-wide flags there (`--expose-gc`,
+ * `--max-old-space-size`), and gives no list of which flags those are.
+ */
+function workerUrl(module: URL): URL {
+  if (module.protocol === "file:" && !hostWantsStringInput()) return module;
   return new URL(
-    `data:text/javascript,${encodeURIComponent(`import ${JSON.stringify(url.href)};`)}`,
+    `data:text/javascript,${encodeURIComponent(`import ${JSON.stringify(module.href)};`)}`,
   );
 }
 
@@ -197,9 +227,9 @@ export class WatchdogHost {
       if (options.watchdogStatsEveryMs) {
         data.statsEveryMs = options.watchdogStatsEveryMs;
       }
-      const url = workerUrl();
+      const module = watchdogModule();
       // Under Deno, a worker whose module cannot be read fails in a way no listener catches.
-      const denied = deniedRead(url);
+      const denied = deniedRead(module);
       if (denied !== undefined) {
         this.#failed = true;
         log("error", `the watchdog cannot start: ${denied}`);
@@ -208,7 +238,7 @@ export class WatchdogHost {
       // The fleet store: the watchdog's batches go through the store's own thread.
       const storePort = this.#parts.storePort();
       if (storePort) data.storePort = storePort;
-      const worker = new Worker(url, {
+      const worker = new Worker(workerUrl(module), {
         workerData: data,
         transferList: storePort ? [storePort] : [],
       });

@@ -23,6 +23,7 @@ import {
   type SettingsOptions,
 } from "./config.ts";
 import { errorText, nonEmptyText as text, show } from "./_show.ts";
+import { nothingAt } from "./_file_ops.ts";
 
 /** The host's description of a run. */
 export interface RunInit {
@@ -125,6 +126,7 @@ const stateDbGoal = (
       problems.push(`cannot read goals from ${file}: ${SQLITE_FIX}`);
       return none;
     }
+    if (nothingAt(file)) return none;
     row = selectOne(
       driver,
       file,

@@ -22,7 +22,7 @@ import { budgetValue, type ModelPrice, type Settings } from "./settings.ts";
 import type { RunContext, WorkspaceHooks } from "./_run_context.ts";
 import { nowMs } from "./_run_table.ts";
 import { renderTemplate } from "./template.ts";
-import { capValues, fireTier, tierFor, type TierPlan, tierPlan } from "./tier.ts";
+import { fireTier, tierFor, type TierPlan } from "./tier.ts";
 import {
   MAX_NOTES,
   type PersistEvent,
@@ -164,20 +164,22 @@ export class Run {
   #prologue = 0;
   #resumePending: boolean;
   readonly #resumeNote: string | undefined;
+  // The maps below are made on first use: most runs never need some of them, and four empty
+  // maps cost every run about 750 bytes of heap.
   /** Sequence numbers of the tool calls in flight, by call id. */
-  readonly #calls = new Map<string, number>();
+  #calls: Map<string, number> | undefined;
   #deadline: AbortController | undefined;
   #deadlineTimer: LongTimer | undefined;
   #ended = false;
   readonly #workspace: string;
   /** The price in force for the run's model, by model name, for one settings version. */
-  #prices = new Map<string, ModelPrice | undefined>();
+  #prices: Map<string, ModelPrice | undefined> | undefined;
   #pricesVersion = -1;
   #costUnknownLogged = false;
   /** Main-thread timers of the tool calls with a deadline, by sequence number. */
-  readonly #toolTimers = new Map<number, ToolTimer>();
+  #toolTimers: Map<number, ToolTimer> | undefined;
   /** The signals handed out by {@linkcode Run.toolSignal}, by call id. */
-  readonly #toolSignals = new Map<string, AbortController>();
+  #toolSignals: Map<string, AbortController> | undefined;
 
   /** @internal */
   constructor(ctx: RunContext | undefined, start: RunStart) {
@@ -209,7 +211,7 @@ export class Run {
   #planFor(ctx: RunContext, settings: Settings): TierPlan {
     const version = ctx.version;
     if (this.#plan === undefined || version !== this.#planVersion) {
-      this.#plan = tierPlan(capValues(this.caps), settings);
+      this.#plan = ctx.plans.get(this.caps, settings, version);
       this.#planVersion = version;
     }
     return this.#plan;
@@ -486,14 +488,15 @@ export class Run {
   ): number {
     const name = typeof model === "string" && model !== "" ? model : this.#info.model ?? "";
     const version = ctx.version;
+    const prices = this.#prices ??= new Map();
     if (version !== this.#pricesVersion) {
-      this.#prices.clear();
+      prices.clear();
       this.#pricesVersion = version;
     }
-    let price = this.#prices.get(name);
-    if (price === undefined && !this.#prices.has(name)) {
+    let price = prices.get(name);
+    if (price === undefined && !prices.has(name)) {
       price = name === "" ? undefined : priceOf(settings.prices, name);
-      this.#prices.set(name, price);
+      prices.set(name, price);
     }
     if (price) return (input * price.input + output * price.output) / 1e6;
     if (!this.#costUnknownLogged && this.caps.usd) {
@@ -552,11 +555,10 @@ export class Run {
       const deadlineAt = timeout === undefined ? 0 : now + timeout * 1000;
       const seq = ctx.shared.toolStart(slot, ctx.toolId(tool), now, callId, deadlineAt);
       if (callId !== undefined) {
-        this.#calls.set(callId, seq);
+        const calls = this.#calls ??= new Map();
+        calls.set(callId, seq);
         // Calls whose end never came: past the ring, their starts are gone from the record too.
-        if (this.#calls.size > MAX_OPEN_CALLS) {
-          this.#calls.delete(this.#calls.keys().next().value as string);
-        }
+        if (calls.size > MAX_OPEN_CALLS) calls.delete(calls.keys().next().value as string);
       }
       if (timeout !== undefined) this.#armToolTimer(ctx, seq, String(tool), callId, now, timeout);
       if (!settings.enabled) return;
@@ -607,13 +609,13 @@ export class Run {
       const callId = outcome?.callId === undefined ? undefined : String(outcome.callId);
       let seq = -1;
       if (callId !== undefined) {
-        seq = this.#calls.get(callId) ?? -1;
-        this.#calls.delete(callId);
+        seq = this.#calls?.get(callId) ?? -1;
+        this.#calls?.delete(callId);
       } else seq = ctx.shared.oldestInFlight(slot, toolId);
       const ok = outcome?.error !== undefined ? false : outcome?.ok;
-      if (seq >= 0) this.#toolTimers.get(seq)?.timer.clear();
-      this.#toolTimers.delete(seq);
-      if (callId !== undefined) this.#toolSignals.delete(callId);
+      if (seq >= 0) this.#toolTimers?.get(seq)?.timer.clear();
+      this.#toolTimers?.delete(seq);
+      if (callId !== undefined) this.#toolSignals?.delete(callId);
       if (ok === false && outcome?.error !== undefined) {
         this.#toolError(ctx, seq < 0 ? ctx.shared.toolCount(slot) : seq, outcome.error);
       }
@@ -837,18 +839,19 @@ export class Run {
     const timer = longTimeout(() => this.#fireToolTimeout(seq), timeoutSeconds * 1000, {
       unref: true,
     });
-    this.#toolTimers.set(seq, { timer, tool, callId, startedAt, timeoutSeconds });
-    if (this.#toolTimers.size > MAX_OPEN_CALLS) {
-      const [oldest, kept] = this.#toolTimers.entries().next().value!;
+    const timers = this.#toolTimers ??= new Map();
+    timers.set(seq, { timer, tool, callId, startedAt, timeoutSeconds });
+    if (timers.size > MAX_OPEN_CALLS) {
+      const [oldest, kept] = timers.entries().next().value!;
       kept.timer.clear();
-      this.#toolTimers.delete(oldest);
+      timers.delete(oldest);
     }
   }
 
   /** A tool call's deadline passed: write its record unless the watchdog did, then abort its signal. */
   #fireToolTimeout(seq: number): void {
-    const kept = this.#toolTimers.get(seq);
-    this.#toolTimers.delete(seq);
+    const kept = this.#toolTimers?.get(seq);
+    this.#toolTimers?.delete(seq);
     if (!kept) return;
     this.#guard("tool timeout", undefined, (ctx) => {
       if (ctx.shared.toolDeadline(this.#info.slot, seq) === 0) return; // it ended
@@ -873,7 +876,7 @@ export class Run {
   }
 
   #abortTool(callId: string): void {
-    this.#toolSignals.get(callId)?.abort(
+    this.#toolSignals?.get(callId)?.abort(
       new DOMException(`The tool call ${callId} ran past its deadline`, "TimeoutError"),
     );
   }
@@ -913,17 +916,16 @@ export class Run {
   toolSignal(callId: string): AbortSignal {
     return this.#safe("toolSignal", NEVER, () => {
       const id = String(callId);
-      const known = this.#toolSignals.get(id);
+      const known = this.#toolSignals?.get(id);
       if (known) return known.signal;
       const ctx = this.#live();
       if (!ctx) return NEVER;
       const controller = new AbortController();
-      this.#toolSignals.set(id, controller);
-      if (this.#toolSignals.size > MAX_OPEN_CALLS) {
-        this.#toolSignals.delete(this.#toolSignals.keys().next().value as string);
-      }
+      const signals = this.#toolSignals ??= new Map();
+      signals.set(id, controller);
+      if (signals.size > MAX_OPEN_CALLS) signals.delete(signals.keys().next().value as string);
       // Asked for after its deadline passed: the call has timed out already.
-      const seq = this.#calls.get(id);
+      const seq = this.#calls?.get(id);
       if (
         seq !== undefined && ctx.shared.toolDeadline(this.#info.slot, seq) > 0 &&
         ctx.shared.timedOut(this.#info.slot, seq)
@@ -997,9 +999,9 @@ export class Run {
     this.#ended = true;
     return this.#safe("end", undefined, () => {
       this.#deadlineTimer?.clear();
-      for (const kept of this.#toolTimers.values()) kept.timer.clear();
-      this.#toolTimers.clear();
-      this.#toolSignals.clear();
+      for (const kept of this.#toolTimers?.values() ?? []) kept.timer.clear();
+      this.#toolTimers?.clear();
+      this.#toolSignals?.clear();
       const ctx = this.#live();
       if (!ctx) return;
       let status = outcome?.status ?? "done";

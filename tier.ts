@@ -97,6 +97,57 @@ export function tierPlan(caps: Caps, settings: Settings): TierPlan {
   };
 }
 
+/** Distinct caps whose plans one {@linkcode TierPlans} keeps; past it, it starts afresh. */
+const PLANS_KEPT = 1024;
+
+/**
+ * Tier plans shared by the runs whose caps have the same values, settled once
+ * per settings version: most runs of a host have the caps of a few others, and
+ * a plan per run cost each run an object of its own on either thread.
+ *
+ * @example
+ * ```ts
+ * import { TierPlans } from "./tier.ts";
+ * import { defaultSettings } from "./settings.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const plans = new TierPlans();
+ * const settings = defaultSettings("/tmp/cp");
+ * const caps = { turns: { value: 50, source: "host" } };
+ * const plan = plans.get(caps, settings, 1);
+ * assert.equal(plan.turnCap, 50);
+ * assert.equal(plans.get({ turns: { value: 50, source: "caps.turns" } }, settings, 1), plan);
+ * assert.notEqual(plans.get(caps, settings, 2), plan); // new settings: a new plan
+ * ```
+ */
+export class TierPlans {
+  #version = NaN;
+  readonly #byCaps = new Map<string, TierPlan>();
+
+  /**
+   * The plan for `caps` under `settings`, whose version is `version`.
+   *
+   * @param caps A run's caps.
+   * @param settings The settings in force.
+   * @param version Their version: another one settles the plans again.
+   * @returns The plan, shared with every run whose caps have these values.
+   */
+  get(caps: RunCaps, settings: Settings, version: number): TierPlan {
+    if (version !== this.#version) {
+      this.#byCaps.clear();
+      this.#version = version;
+    }
+    const key = `${caps.turns?.value}|${caps.time?.value}|${caps.tokens?.value}|${caps.usd?.value}`;
+    let plan = this.#byCaps.get(key);
+    if (plan === undefined) {
+      if (this.#byCaps.size >= PLANS_KEPT) this.#byCaps.clear();
+      plan = tierPlan(capValues(caps), settings);
+      this.#byCaps.set(key, plan);
+    }
+    return plan;
+  }
+}
+
 /** Whether a plan has a cap on any axis. */
 export const hasCap = (plan: TierPlan): boolean =>
   plan.turnCap !== undefined || plan.timeCap !== undefined || plan.tokenCap !== undefined ||

@@ -21,16 +21,8 @@ import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
 import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./_writer.ts";
 import type { TimedOutCall } from "./_record.ts";
-import {
-  capValues,
-  hasCap,
-  PAST_CAP_SECONDS,
-  tierFor,
-  type TierPlan,
-  tierPlan,
-  timeCrossing,
-} from "./tier.ts";
-// Types only: the worker never loads the main thread's side of the watchdog.
+import { hasCap, PAST_CAP_SECONDS, tierFor, TierPlans, timeCrossing } from "./tier.ts";
+// Types only: the worker never loads the main thread\'s side of the watchdog.
 import type { FromWorker, WatchdogData } from "./_watchdog_host.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
@@ -38,30 +30,87 @@ import { openRunStore, thisHost } from "./store/mod.ts";
 /** Progress intervals between two tidyings of the run ledger. */
 const MAINTAIN_EVERY = 10;
 
-/** What the worker keeps of a run it has seen. */
-interface Watched {
-  gen: number;
-  seq: number;
-  info: RunInfo;
-  /** No longer watched (S9 interval 0, S11 time cap + 180 s). */
-  dropped: boolean;
+// The state of a slot the worker has seen, as bits.
+const KNOWN = 1; // it has seen the slot's run
+const DROPPED = 2; // no longer watched (S9 interval 0, S11 time cap + 180 s)
+const STALLED = 4; // its stall state at its last look
+const STOP_LOGGED = 8; // "stops watching" was logged
+
+/**
+ * What the worker keeps of the run in each slot, in typed arrays indexed by
+ * slot: no object per run, and no parsed description (the description is read
+ * from shared memory when a look weighs the run). Objects kept for each of
+ * 20,000 runs survived the worker's young-generation collections and grew its
+ * heap by about 2 KiB a run.
+ */
+class WatchedSlots {
+  /** The generation and description sequence number of the run last seen in the slot. */
+  gen = new Int32Array(0);
+  seq = new Int32Array(0);
+  flags = new Uint8Array(0);
   /** When it next needs a look, ms; -Infinity when new or changed. */
-  nextAt: number;
-  /** Its deadline and stall state at its last look: a change calls for a new one. */
-  deadlineAt: number;
-  stalled: boolean;
+  nextAt = new Float64Array(0);
+  /** Its deadline at its last look: a change calls for a new one. */
+  deadlineAt = new Float64Array(0);
   /** Tool calls with a deadline started by its last look: a new one calls for a look. */
-  timedCalls: number;
-  /** Whether "stops watching" was logged. */
-  stopLogged: boolean;
-  plan?: TierPlan;
-  planVersion?: number;
+  timedCalls = new Int32Array(0);
+  /** Slots whose run the worker knows. */
+  count = 0;
+
+  /** Cover `slots` slots, growing by half at least. */
+  cover(slots: number): void {
+    if (slots <= this.gen.length) return;
+    const length = Math.max(slots, Math.ceil(this.gen.length * 1.5));
+    const grown = <T extends Int32Array | Uint8Array | Float64Array>(
+      old: T,
+      make: (n: number) => T,
+    ) => {
+      const next = make(length);
+      next.set(old);
+      return next;
+    };
+    this.gen = grown(this.gen, (n) => new Int32Array(n));
+    this.seq = grown(this.seq, (n) => new Int32Array(n));
+    this.flags = grown(this.flags, (n) => new Uint8Array(n));
+    this.nextAt = grown(this.nextAt, (n) => new Float64Array(n));
+    this.deadlineAt = grown(this.deadlineAt, (n) => new Float64Array(n));
+    this.timedCalls = grown(this.timedCalls, (n) => new Int32Array(n));
+  }
+
+  has(slot: number, flag: number): boolean {
+    return (this.flags[slot]! & flag) !== 0;
+  }
+
+  set(slot: number, flag: number, on: boolean): void {
+    this.flags[slot] = on ? this.flags[slot]! | flag : this.flags[slot]! & ~flag;
+  }
+
+  /** The slot's run is gone. */
+  forget(slot: number): void {
+    if (this.has(slot, KNOWN)) this.count--;
+    this.flags[slot] = 0;
+  }
+
+  /**
+   * A new run in the slot, or a new description of its run (`same`): looked at
+   * anew, keeping whether its run was dropped and its stop logged.
+   */
+  renew(slot: number, gen: number, seq: number, same: boolean): void {
+    if (!this.has(slot, KNOWN)) this.count++;
+    this.flags[slot] = KNOWN | (same ? this.flags[slot]! & (DROPPED | STOP_LOGGED) : 0);
+    this.gen[slot] = gen;
+    this.seq[slot] = seq;
+    this.nextAt[slot] = -Infinity;
+    this.deadlineAt[slot] = 0;
+    this.timedCalls[slot] = -1;
+  }
 }
 
 /** The watchdog's loop, over the data its `AgentCheckpoint` started it with. */
 function watchdog(port: MessagePort, data: WatchdogData): void {
   const shared = new RunTable(data.buffers);
-  const watched = new Map<number, Watched>();
+  const watched = new WatchedSlots();
+  const plans = new TierPlans();
   const post = (message: FromWorker) => port.postMessage(message);
   const log: Log = data.hostLogger
     ? (level, message, runId) =>
@@ -101,8 +150,8 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
   /** The writes one look found due: one goes out at once, a burst concurrently. */
   let due: PendingWrite[] = [];
 
-  function act(run: Watched, settings: Settings, event: PersistEvent, now: number): void {
-    due.push({ info: run.info, settings, event, source: "watchdog", now });
+  function act(info: RunInfo, settings: Settings, event: PersistEvent, now: number): void {
+    due.push({ info, settings, event, source: "watchdog", now });
   }
 
   async function flush(): Promise<void> {
@@ -132,8 +181,8 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
    * per call, whichever thread sees it first); returns the next deadline of
    * a call still in flight, or Infinity.
    */
-  function toolTimeouts(run: Watched, settings: Settings, now: number): number {
-    const slot = run.info.slot;
+  function toolTimeouts(info: RunInfo, settings: Settings, now: number): number {
+    const slot = info.slot;
     const { from, to } = shared.recentTools(slot);
     let next = Infinity;
     let calls: ReturnType<typeof shared.tools> | undefined;
@@ -155,32 +204,27 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
         startedAt: call.startedAt,
       };
       if (call.callId !== undefined) timedOut.callId = call.callId;
-      act(run, settings, { kind: "tool_timeout", call: timedOut }, now);
+      act(info, settings, { kind: "tool_timeout", call: timedOut }, now);
     }
     return next;
   }
 
   /** Look at one run; returns when it next needs looking at, or undefined to stop watching. */
-  function watch(run: Watched, settings: Settings, now: number): number | undefined {
-    const info = run.info;
+  function watch(info: RunInfo, settings: Settings, now: number): number | undefined {
     const slot = info.slot;
     const start = shared.start(slot);
     const elapsed = (now - start) / 1000;
-    if (run.plan === undefined || run.planVersion !== source.version) {
-      run.plan = tierPlan(capValues(info.caps), settings);
-      run.planVersion = source.version;
-    }
-    const plan = run.plan;
+    const plan = plans.get(info.caps, settings, source.version);
     const capped = hasCap(plan);
     const deadline = shared.deadlineAt(slot);
     if (deadline > 0 && now >= deadline && shared.claimDeadline(slot)) {
-      act(run, settings, { kind: "deadline", atSeconds: (deadline - start) / 1000 }, now);
+      act(info, settings, { kind: "deadline", atSeconds: (deadline - start) / 1000 }, now);
     }
-    const toolDue = toolTimeouts(run, settings, now);
+    const toolDue = toolTimeouts(info, settings, now);
     // A run no longer watched for its budget is still watched for its tool calls' deadlines.
     const stop = (why: string): number | undefined => {
-      if (!run.stopLogged) log("info", why, info.runId);
-      run.stopLogged = true;
+      if (!watched.has(slot, STOP_LOGGED)) log("info", why, info.runId);
+      watched.set(slot, STOP_LOGGED, true);
       return toolDue === Infinity ? undefined : toolDue;
     };
     if (
@@ -200,7 +244,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
         shared.usd(slot),
       );
       if (tier !== 0 && shared.claimTier(slot, tier)) {
-        act(run, settings, { kind: "tier", tier }, now);
+        act(info, settings, { kind: "tier", tier }, now);
       }
       for (const t of [1, 2] as const) {
         const at = timeCrossing(plan, t);
@@ -215,7 +259,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       const interval = settings.uncapped_interval_seconds;
       const multiple = Math.floor(elapsed / interval + 1e-9);
       if (multiple >= 1 && shared.claimMultiple(slot, multiple)) {
-        act(run, settings, { kind: "uncapped", multiple, intervalSeconds: interval }, now);
+        act(info, settings, { kind: "uncapped", multiple, intervalSeconds: interval }, now);
       }
       next = Math.min(next, start + (multiple + 1) * interval * 1000);
     }
@@ -225,7 +269,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       if (now >= deadline) {
         if (shared.claimStall(slot)) {
           act(
-            run,
+            info,
             settings,
             { kind: "stall", silentSeconds: (now - shared.activity(slot)) / 1000 },
             now,
@@ -236,39 +280,48 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     return next;
   }
 
-  /** The run in a slot as the main thread last described it, or undefined. */
-  function runIn(slot: number): Watched | undefined {
+  /**
+   * The run in a slot as the main thread last described it, parsed from shared
+   * memory; undefined when the slot is free, its description is being written
+   * (the main thread holds it for a copy's time: read again a few times) or
+   * is still its previous run's.
+   */
+  function describe(slot: number): { info: RunInfo; seq: number } | undefined {
+    for (let tries = 0; tries < 100; tries++) {
+      if (!shared.live(slot)) return undefined;
+      const gen = shared.gen(slot);
+      const read = shared.readInfo(slot);
+      if (!read) continue;
+      let info: RunInfo;
+      try {
+        info = JSON.parse(read.text) as RunInfo;
+      } catch {
+        return undefined; // no description yet, or one too large to publish (logged by the main thread)
+      }
+      // A slot just claimed still holds its previous run's description.
+      return info.gen === gen ? { info, seq: read.seq } : undefined;
+    }
+    return undefined;
+  }
+
+  /**
+   * Take in a slot's run when it is new or its description changed, and say
+   * whether the worker knows a run there: its description, parsed for a
+   * change, or undefined when it is unchanged (the look reads it when it
+   * weighs the run), with false for a slot without a run it knows.
+   */
+  function takeIn(slot: number): RunInfo | undefined | false {
     if (!shared.live(slot)) {
-      watched.delete(slot);
-      return undefined;
+      watched.forget(slot);
+      return false;
     }
     const gen = shared.gen(slot);
-    const known = watched.get(slot);
-    if (known?.gen === gen && known.seq === shared.infoSeq(slot)) return known;
-    const read = shared.readInfo(slot);
-    if (!read) return known?.gen === gen ? known : undefined;
-    let info: RunInfo;
-    try {
-      info = JSON.parse(read.text) as RunInfo;
-    } catch {
-      return undefined; // no description yet, or one too large to publish (logged by the main thread)
-    }
-    // A slot just claimed still holds its previous run's description.
-    if (info.gen !== gen) return undefined;
-    const same = known?.gen === gen;
-    const run: Watched = {
-      gen,
-      seq: read.seq,
-      info,
-      dropped: same && known.dropped,
-      nextAt: -Infinity,
-      deadlineAt: 0,
-      stalled: false,
-      timedCalls: -1,
-      stopLogged: same && known.stopLogged,
-    };
-    watched.set(slot, run);
-    return run;
+    const known = watched.has(slot, KNOWN) && watched.gen[slot] === gen;
+    if (known && watched.seq[slot] === shared.infoSeq(slot)) return undefined;
+    const read = describe(slot);
+    if (!read) return known ? undefined : false;
+    watched.renew(slot, gen, read.seq, known);
+    return read.info;
   }
 
   /** The run ledger (S20): opened on first use while the setting is on. */
@@ -308,7 +361,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     nextProgress = now + interval;
     const writer = openLedger(settings, now);
     if (!writer) return Infinity;
-    const live = writer.collect(shared, (slot) => runIn(slot)?.info, now);
+    const live = writer.collect(shared, (slot) => describe(slot)?.info, now);
     await writer.flush(now, settings.progress_interval_seconds, live > 0);
     // Now and then, the store's log goes into the database (main-thread writes never do that).
     if (++progressTicks % MAINTAIN_EVERY === 0) {
@@ -340,27 +393,32 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     if (!settings.enabled || !settings.watchdog || !settings.mid_run_persist) return next;
     const slots = shared.slots;
     shared.refresh(); // after reading the count: the views cover every slot counted
+    watched.cover(slots);
     for (let slot = 0; slot < slots; slot++) {
       try {
-        const run = runIn(slot);
-        if (!run) continue;
+        const changed = takeIn(slot);
+        if (changed === false) continue;
         const timedCalls = shared.timedCalls(slot);
-        if (run.dropped && run.timedCalls === timedCalls) continue;
+        if (watched.has(slot, DROPPED) && watched.timedCalls[slot] === timedCalls) continue;
+        const nextAt = watched.nextAt[slot]!;
         if (
-          !full && run.nextAt > now && run.deadlineAt === shared.deadlineAt(slot) &&
-          run.stalled === shared.stalled(slot) && run.timedCalls === timedCalls
+          !full && nextAt > now && watched.deadlineAt[slot] === shared.deadlineAt(slot) &&
+          watched.has(slot, STALLED) === shared.stalled(slot) &&
+          watched.timedCalls[slot] === timedCalls
         ) {
-          next = Math.min(next, run.nextAt);
+          next = Math.min(next, nextAt);
           continue;
         }
-        run.deadlineAt = shared.deadlineAt(slot);
-        run.timedCalls = timedCalls;
-        run.dropped = false;
-        const due = watch(run, settings, now);
-        run.stalled = shared.stalled(slot);
-        if (due === undefined) run.dropped = true;
+        const info = changed ?? describe(slot)?.info;
+        if (info === undefined) continue;
+        watched.deadlineAt[slot] = shared.deadlineAt(slot);
+        watched.timedCalls[slot] = timedCalls;
+        watched.set(slot, DROPPED, false);
+        const due = watch(info, settings, now);
+        watched.set(slot, STALLED, shared.stalled(slot));
+        if (due === undefined) watched.set(slot, DROPPED, true);
         else {
-          run.nextAt = due;
+          watched.nextAt[slot] = due;
           next = Math.min(next, due);
         }
       } catch (error) {
@@ -414,7 +472,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
         type: "stats",
         stats: {
           heapUsed: process.memoryUsage().heapUsed,
-          watched: watched.size,
+          watched: watched.count,
           ledgerCommits: ledger?.progress.commits ?? 0,
           ledgerBacklog: ledger?.progress.backlog ?? 0,
         },

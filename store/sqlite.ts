@@ -41,6 +41,8 @@ import {
  */
 export const SCHEMA_VERSION = 2;
 
+/** The page cache of a connection to the run ledger, KiB. */
+const CACHE_KIB = 64;
 /** How long opening waits for another process that is bringing the schema up to date, ms. */
 const MIGRATE_WAIT_MS = 2000;
 
@@ -562,6 +564,10 @@ export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
   try {
     const busy = Math.max(0, Math.floor(options.busyMs ?? (mode === "quick" ? 20 : 250)));
     db.exec(`PRAGMA busy_timeout = ${busy}`);
+    // SQLite's default page cache (2 MB a connection) fills as the ledger grows, in the main
+    // thread's connection and the watchdog's: a run's rows are written and read by key, a few
+    // pages each, which the operating system's file cache holds as well.
+    db.exec(`PRAGMA cache_size = -${CACHE_KIB}`);
     if (mode !== "read") {
       const journal = db.get("PRAGMA journal_mode = WAL");
       if (String(journal?.journal_mode ?? "").toLowerCase() !== "wal") {

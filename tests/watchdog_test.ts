@@ -2,6 +2,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import process from "node:process";
+import { Buffer } from "node:buffer";
+import { spawn } from "node:child_process";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import {
   type AgentCheckpoint,
   createAgentCheckpoint,
@@ -16,6 +19,7 @@ import {
   runScript,
   sleep,
   tempHome,
+  underDeno,
   waitFor,
   watchdogLooks,
   watchdogReloaded,
@@ -312,6 +316,80 @@ test("a host that never ends its runs exits when its own work is done", async ()
   assert.equal(result.stdout, "done\n");
   assert.equal(result.code, 0, result.stderr);
 });
+
+/**
+ * Run `node argv` to its end (the compiled tests' runtime); resolves with its exit code and
+ * output. Killed after `timeoutMs`.
+ */
+function runNode(
+  argv: string[],
+  env: Record<string, string>,
+  timeoutMs: number,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, argv, {
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => stdout += d);
+    child.stderr.on("data", (d) => stderr += d);
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.on("error", reject);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+test(
+  "a host run by node --input-type=module -e has a watchdog: it writes while the host is blocked",
+  { skip: underDeno && "the compiled library under Node's own -e" },
+  async () => {
+    const mod = pathToFileURL(fileURLToPath(new URL("../mod.js", import.meta.url))).href;
+    // The host blocks its thread (no event loop) until the run's file is there, at most 60 s:
+    // only the watchdog can write it. It prints the file, or the log's errors (the watchdog's
+    // death among them) and exits 1.
+    const host = (home: string) => `
+      const { createAgentCheckpoint } = await import(${JSON.stringify(mod)});
+      const fs = await import("node:fs");
+      const errors = [];
+      const ac = createAgentCheckpoint({
+        home: ${JSON.stringify(home)},
+        env: {},
+        settings: { uncapped_interval_seconds: 0.2, watchdog_poll_seconds: 0.05 },
+        logger: (r) => { if (r.level === "error") errors.push(r.message); },
+      });
+      const run = ac.startRun({ sessionId: "eval-host" });
+      run.activity(); // starts the watchdog
+      const cell = new Int32Array(new SharedArrayBuffer(4));
+      const end = Date.now() + 60_000;
+      while (!fs.existsSync(run.checkpointFile) && Date.now() < end) Atomics.wait(cell, 0, 0, 20);
+      if (fs.existsSync(run.checkpointFile)) {
+        process.stdout.write(fs.readFileSync(run.checkpointFile, "utf8"));
+      } else {
+        await new Promise((resolve) => setTimeout(resolve, 100)); // the worker's error lands
+        process.stderr.write("no file within 60 s; errors: " + JSON.stringify(errors) + "\\n");
+        process.exitCode = 1;
+      }
+      await ac.close();`;
+    // The option on the command line, and the same in NODE_OPTIONS.
+    for (
+      const [argv, env] of [
+        [["--input-type=module", "-e"], {}],
+        [["-e"], { NODE_OPTIONS: "--input-type=module" }],
+      ] as const
+    ) {
+      const home = tempHome();
+      const result = await runNode([...argv, host(home)], env, 120_000);
+      const what = `${argv.join(" ")} ${JSON.stringify(env)}`;
+      assert.equal(result.code, 0, `${what}: ${result.stderr}`);
+      assert.equal(parseRecord(Buffer.from(result.stdout))?.source, "watchdog", what);
+    }
+  },
+);
 
 test("20,000 live runs all get their checkpoint while the main thread is blocked", async () => {
   const home = tempHome();
