@@ -9,7 +9,7 @@
  * @module
  */
 import type { Log } from "./log.ts";
-import type { RunContext } from "./_run_context.ts";
+import type { RunContext } from "./run.ts";
 import { RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import { capValues, hasCap, PAST_CAP_SECONDS, tierPlan } from "./tier.ts";

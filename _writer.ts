@@ -21,7 +21,7 @@ import type * as fs from "node:fs";
 import * as path from "node:path";
 import { isMainThread } from "node:worker_threads";
 import { Buffer } from "node:buffer";
-import { errorText, type Log } from "./log.ts";
+import { errorText, failOpen, type Log } from "./log.ts";
 import {
   type CheckpointRecord,
   commentBody,
@@ -333,21 +333,6 @@ const BATCH_CONCURRENCY = 16;
 const COMMENT_ONCE: Partial<Record<RecordKind, number>> = { uncapped: 1 };
 
 /**
- * The writer's one guard, where its work can fail (a record that cannot be
- * made, a file that cannot be written) and where it calls code not its own:
- * what `body` returns, else what `failed` makes of what it threw. It is
- * log.ts's `failOpen` again, kept here because the writer runs inside a hook:
- * a hook's write then runs no module but the writer's.
- */
-function guarded<T>(body: () => T, failed: (error: unknown) => T): T {
-  try {
-    return body();
-  } catch (error) {
-    return failed(error);
-  }
-}
-
-/**
  * Writes checkpoint files for the runs of one `AgentCheckpoint`, on one
  * thread. Never throws: a failure is a log line and an undefined result.
  */
@@ -381,7 +366,7 @@ export class CheckpointWriter {
    */
   commit(prepared: Prepared): string | undefined {
     const info = prepared.item.info;
-    const written = guarded((): true | undefined => {
+    const written = failOpen((): true | undefined => {
       persistBlock(info.checkpointFile, prepared.block, this.#lock(prepared));
       return true;
     }, (error) => this.#failed(info, error));
@@ -440,7 +425,7 @@ export class CheckpointWriter {
       this.#sinks.log("info", `${what} due ${where}`, info.runId);
       return undefined;
     }
-    return guarded((): Prepared => {
+    return failOpen((): Prepared => {
       const record = buildRecord(info, this.#shared, settings, event, source, now);
       return { item, record, block: renderBlock(record) };
     }, (error) => this.#failed(info, error));
@@ -515,7 +500,7 @@ const isThenable = (value: unknown): value is PromiseLike<unknown> =>
  * promise rejects with, goes to `failed`, never back to the write.
  */
 function callOut(call: () => unknown, failed: (error: unknown, threw: boolean) => void): void {
-  guarded(() => {
+  failOpen(() => {
     const result = call();
     if (isThenable(result)) Promise.resolve(result).catch((error) => failed(error, false));
   }, (error) => failed(error, true));

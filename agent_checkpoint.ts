@@ -12,8 +12,7 @@ import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } fro
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, errorText, failOpen, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName } from "./persist.ts";
-import { Run, type RunStart } from "./run.ts";
-import { RunContext, type WorkspaceHooks } from "./_run_context.ts";
+import { Run, RunContext, type RunStart, type WorkspaceHooks } from "./run.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";

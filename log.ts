@@ -11,10 +11,10 @@
  * keeper's close) and where the library runs on its own (a timer, the
  * process's exit, the watchdog's start, loop and stop), an error becomes what
  * the caller makes of it (most often a log line, else a value to go on with),
- * never a throw into the host. The one exception is the checkpoint writer,
- * which runs inside a hook: it keeps a copy of the same guard (`_writer.ts`)
- * for its own failures and for the host's listener and comment sink, so that
- * a hook's write runs no module but the writer's own.
+ * never a throw into the host. The checkpoint writer guards with it too:
+ * its own failures (a record that cannot be made, a file that cannot be
+ * written) and its calls to code not its own (the host's listener and comment
+ * sink, the run store).
  *
  * @module
  */

@@ -13,7 +13,7 @@ import {
 } from "../config.ts";
 import { createAgentCheckpoint } from "../mod.ts";
 import { SHOW_LIMIT } from "../_show.ts";
-import { RunContext } from "../_run_context.ts";
+import { RunContext } from "../run.ts";
 import { nowMs, RunTable } from "../_run_table.ts";
 import { CheckpointWriter } from "../_writer.ts";
 import { spawn } from "node:child_process";
