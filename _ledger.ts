@@ -36,6 +36,11 @@ import type {
 export interface LedgerStore {
   write(batch: WriteBatch): Promise<void>;
   writeSync?(batch: WriteBatch): void;
+  /**
+   * One commit of records made as they are written, each dropped before the
+   * next is made (the embedded store): the worker's batch never lives whole.
+   */
+  writeEachSync?(records: Iterable<RunRecord>, heartbeat?: Heartbeat): void;
   startAttemptSync?(
     record: RunRecord,
     options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
@@ -148,9 +153,27 @@ export class LedgerProgress {
   readonly #store: LedgerStore;
   readonly #log: Log;
   readonly #host: HostId;
-  /** The fingerprint each slot's record was last taken at, by slot, with its generation. */
-  readonly #stamps = new Map<number, { gen: number; stamp: number }>();
-  /** Records not yet written, by run and attempt. */
+  /**
+   * The fingerprint each slot's record was last taken at, with its
+   * generation, by slot; `#known` says which slots have one. Typed arrays, not
+   * a map of objects: one entry per live run stays for the run's life, and at
+   * 20,000 runs the map's entries were ~1 MiB of the worker's old space.
+   */
+  #gens = new Int32Array(0);
+  #marks = new Int32Array(0);
+  #known = new Uint8Array(0);
+  /**
+   * The changed slots of the last collect, not yet made into records: slot
+   * and fingerprint, in pairs. Their records are made while they are written
+   * (see {@linkcode LedgerProgress.flush}); a batch of 20,000 records made
+   * whole outlived the worker's young collections and grew its heap ~2×.
+   */
+  #due = new Int32Array(0);
+  #dueCount = 0;
+  #source:
+    | { shared: RunTable; infoOf: (slot: number) => RunInfo | undefined; now: number }
+    | undefined;
+  /** Records not yet written, by run and attempt: after a failed write, or for a store that takes whole batches. */
   #backlog = new Map<string, RunRecord>();
   #dropped = 0;
   #failures = 0;
@@ -168,13 +191,13 @@ export class LedgerProgress {
 
   /** Records waiting for the store. */
   get backlog(): number {
-    return this.#backlog.size;
+    return this.#backlog.size + this.#dueCount;
   }
 
   /**
-   * Take in the changed runs' records; `infoOf` gives a live slot's
-   * description, and is asked only for a slot whose fingerprint changed.
-   * Returns how many runs are live.
+   * Take in the changed runs; `infoOf` gives a live slot's description, and
+   * is asked only for a slot whose fingerprint changed, when its record is
+   * made. Returns how many runs are live.
    */
   collect(
     shared: RunTable,
@@ -184,24 +207,66 @@ export class LedgerProgress {
     let live = 0;
     const slots = shared.slots;
     shared.refresh(); // after reading the count: the views cover every slot counted
+    // Slots still due from an earlier collect (no flush came between) become records first,
+    // before the arrays may grow.
+    if (this.#dueCount > 0) this.#materialize();
+    this.#fit(slots);
+    const known = this.#known, gens = this.#gens, marks = this.#marks;
     for (let slot = 0; slot < slots; slot++) {
       if (!shared.live(slot)) {
-        this.#stamps.delete(slot);
+        known[slot] = 0;
         continue;
       }
       live++;
       const stamp = shared.changeStamp(slot);
-      const known = this.#stamps.get(slot);
-      if (known && known.gen === shared.gen(slot) && known.stamp === stamp) continue;
+      if (known[slot] === 1 && gens[slot] === shared.gen(slot) && marks[slot] === stamp) continue;
+      this.#due[this.#dueCount++] = slot;
+      this.#due[this.#dueCount++] = stamp;
+    }
+    this.#source = { shared, infoOf, now };
+    return live;
+  }
+
+  /** Room for `slots` slots in the per-slot arrays. */
+  #fit(slots: number): void {
+    if (this.#known.length >= slots) return;
+    const size = Math.max(slots, this.#known.length * 2, 64);
+    const grow = <T extends Int32Array | Uint8Array>(old: T, make: (n: number) => T): T => {
+      const next = make(size);
+      next.set(old);
+      return next;
+    };
+    this.#known = grow(this.#known, (n) => new Uint8Array(n));
+    this.#gens = grow(this.#gens, (n) => new Int32Array(n));
+    this.#marks = grow(this.#marks, (n) => new Int32Array(n));
+    this.#due = new Int32Array(2 * size); // empty whenever it grows: collect made it so
+  }
+
+  /** The due slots' records, one at a time, each as it is made. */
+  *#made(): Generator<RunRecord> {
+    const source = this.#source;
+    const count = this.#dueCount;
+    if (!source) return;
+    const { shared, infoOf, now } = source;
+    const due = this.#due;
+    for (let i = 0; i < count; i += 2) {
+      const slot = due[i]!, stamp = due[i + 1]!;
       const info = infoOf(slot);
       if (!info) continue;
       const record = recordOf(info, shared, this.#host, now);
       // Made from a slot that was let go meanwhile: the run ended, and its end is written.
       if (!shared.live(slot) || shared.gen(slot) !== info.gen) continue;
-      this.#stamps.set(slot, { gen: info.gen, stamp });
-      this.#keep(record);
+      this.#known[slot] = 1;
+      this.#gens[slot] = info.gen;
+      this.#marks[slot] = stamp;
+      yield record;
     }
-    return live;
+  }
+
+  /** The due slots made into records that wait in the backlog. */
+  #materialize(): void {
+    for (const record of this.#made()) this.#keep(record);
+    this.#dueCount = 0;
   }
 
   #keep(record: RunRecord): void {
@@ -220,50 +285,83 @@ export class LedgerProgress {
    * failing store's wait has not passed. Never rejects.
    */
   async flush(now: number, intervalSeconds: number, beat: boolean): Promise<void> {
-    if (this.#writing || now < this.#retryAt) return;
-    if (this.#backlog.size === 0 && !beat) return;
+    if (this.#writing || now < this.#retryAt) {
+      // Kept as records, as they were when taken in, for the write that comes.
+      if (this.#dueCount > 0) this.#materialize();
+      return;
+    }
+    if (this.#backlog.size === 0 && this.#dueCount === 0 && !beat) return;
+    const heartbeat = beat ? { host: this.#host, at: Math.round(now), intervalSeconds } : undefined;
+    // The usual case, in order: nothing left over, and a store that takes records as they
+    // are made. Each record is made, written and dropped, so it dies young.
+    const each = this.#store.writeEachSync;
+    if (each && this.#backlog.size === 0) {
+      this.#writing = true;
+      try {
+        each.call(this.#store, this.#made(), heartbeat);
+        this.#dueCount = 0;
+        this.#written();
+      } catch (error) {
+        // Rolled back, and the records made for it are gone: made again, they wait in memory
+        // as a whole batch's would.
+        this.#materialize();
+        this.#failed(error, now);
+      } finally {
+        this.#writing = false;
+      }
+      return;
+    }
+    if (this.#dueCount > 0) this.#materialize();
     const batch = this.#backlog;
     this.#backlog = new Map();
     this.#writing = true;
     try {
       const records = [...batch.values()];
       const write: WriteBatch = { records };
-      if (beat) write.heartbeat = { host: this.#host, at: Math.round(now), intervalSeconds };
+      if (heartbeat) write.heartbeat = heartbeat;
       await this.#store.write(write);
-      this.commits++;
-      if (this.#failures > 0 || this.#dropped > 0) {
-        this.#log(
-          "info",
-          `the run ledger takes records again${
-            this.#dropped > 0
-              ? `; ${this.#dropped} record update(s) were dropped meanwhile (at most ${MAX_BACKLOG} wait in memory)`
-              : ""
-          }`,
-        );
-      }
-      this.#failures = 0;
-      this.#dropped = 0;
+      this.#written();
     } catch (error) {
       // Back in, behind anything newer taken meanwhile.
       const newer = this.#backlog;
       this.#backlog = new Map();
       for (const [k, record] of batch) if (!newer.has(k)) this.#keep(record);
       for (const record of newer.values()) this.#keep(record);
-      this.#failures++;
-      const wait = Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(16, this.#failures - 1));
-      this.#retryAt = now + wait;
-      if (this.#failures === 1 || Number.isInteger(Math.log2(this.#failures))) {
-        this.#log(
-          "warn",
-          `the run ledger could not be written (${
-            errorText(error)
-          }); ${this.#backlog.size} record(s) wait in memory, next try in ${
-            formatDuration(wait / 1000)
-          }`,
-        );
-      }
+      this.#failed(error, now);
     } finally {
       this.#writing = false;
+    }
+  }
+
+  #written(): void {
+    this.commits++;
+    if (this.#failures > 0 || this.#dropped > 0) {
+      this.#log(
+        "info",
+        `the run ledger takes records again${
+          this.#dropped > 0
+            ? `; ${this.#dropped} record update(s) were dropped meanwhile (at most ${MAX_BACKLOG} wait in memory)`
+            : ""
+        }`,
+      );
+    }
+    this.#failures = 0;
+    this.#dropped = 0;
+  }
+
+  #failed(error: unknown, now: number): void {
+    this.#failures++;
+    const wait = Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(16, this.#failures - 1));
+    this.#retryAt = now + wait;
+    if (this.#failures === 1 || Number.isInteger(Math.log2(this.#failures))) {
+      this.#log(
+        "warn",
+        `the run ledger could not be written (${
+          errorText(error)
+        }); ${this.#backlog.size} record(s) wait in memory, next try in ${
+          formatDuration(wait / 1000)
+        }`,
+      );
     }
   }
 }

@@ -223,6 +223,21 @@ function supervisorSeconds(env: Env, startedAtMs: number, problems: string[]): n
   return seconds;
 }
 
+/** A budget and its source, when `value` is one. */
+function budgetFrom(value: unknown, source: string): { value: number; source: string } | undefined {
+  const n = budgetValue(value);
+  return n === undefined ? undefined : { value: n, source };
+}
+
+/** `TERMINAL_TIMEOUT` plus 30 s, when it is a number of seconds; a problem line when it is not. */
+function terminalTimeout(env: Env, problems: string[]): number | undefined {
+  const raw = envText(env, "TERMINAL_TIMEOUT");
+  if (raw === undefined) return undefined;
+  const n = budgetValue(raw);
+  if (n === undefined) problems.push(`TERMINAL_TIMEOUT=${show(raw)} is not a number of seconds`);
+  return n === undefined ? undefined : n + 30;
+}
+
 function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
   const { env, settings, config } = ctx;
   const driver = ctx.sqlite === undefined ? sqliteDriver() : ctx.sqlite ?? undefined;
@@ -238,59 +253,30 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
   else if (init.dialect === "chat") dialect = "chat";
   else dialect = storedGoal().active ? "goal" : "chat";
 
-  type Candidate = [source: string, value: () => unknown];
-  const first = (candidates: Candidate[]) => {
-    for (const [source, value] of candidates) {
-      const n = budgetValue(value());
-      if (n !== undefined) return { value: n, source };
-    }
-    return undefined;
-  };
-  const host: Candidate[] = [["host", () => field(init.caps, "timeSeconds")]];
-  const hostTurns: Candidate[] = [["host", () => field(init.caps, "turns")]];
-  const capTime: Candidate = ["caps.time_seconds", () => settings.caps.time_seconds];
-  const capTurns: Candidate = ["caps.turns", () => settings.caps.turns];
-  const agentTurns: Candidate = ["agent.max_turns", () => dig(config.doc, "agent", "max_turns")];
-
-  let time: Candidate[];
-  let turns: Candidate[];
-  if (dialect === "kanban") {
-    time = [
-      ...host,
-      ["kanban db", () => taskId && kanbanRuntime(env, taskId, problems, driver)],
-      ["TERMINAL_TIMEOUT", () => {
-        const raw = envText(env, "TERMINAL_TIMEOUT");
-        if (raw === undefined) return undefined;
-        const n = budgetValue(raw);
-        if (n === undefined) {
-          problems.push(`TERMINAL_TIMEOUT=${show(raw)} is not a number of seconds`);
-        }
-        return n === undefined ? undefined : n + 30;
-      }],
-      capTime,
-    ];
-    turns = [...hostTurns, agentTurns, capTurns];
-  } else if (dialect === "goal") {
-    time = [...host, capTime];
-    turns = [
-      ...hostTurns,
-      ["goal", () => field(init.goal, "maxTurns")],
-      ["goal", () => storedGoal().maxTurns],
-      agentTurns,
-      capTurns,
-    ];
-  } else {
-    time = [
-      ...host,
-      capTime,
-      ["agent.run_budget_seconds", () => dig(config.doc, "agent", "run_budget_seconds")],
-    ];
-    turns = [...hostTurns, capTurns];
-  }
-
+  // Each axis takes its first source with a budget, in order, each read only when the ones
+  // before it had none (a read may be a database's, or add a problem line). Written out with
+  // `??=` rather than lists of closures: those were ~5 KB of garbage per start.
   const found: RunCaps = {};
-  let t = first(time);
-  const n = first(turns);
+  let t = budgetFrom(field(init.caps, "timeSeconds"), "host");
+  if (dialect === "kanban") {
+    t ??= budgetFrom(taskId && kanbanRuntime(env, taskId, problems, driver), "kanban db");
+    t ??= budgetFrom(terminalTimeout(env, problems), "TERMINAL_TIMEOUT");
+    t ??= budgetFrom(settings.caps.time_seconds, "caps.time_seconds");
+  } else if (dialect === "goal") {
+    t ??= budgetFrom(settings.caps.time_seconds, "caps.time_seconds");
+  } else {
+    t ??= budgetFrom(settings.caps.time_seconds, "caps.time_seconds");
+    t ??= budgetFrom(dig(config.doc, "agent", "run_budget_seconds"), "agent.run_budget_seconds");
+  }
+  let n = budgetFrom(field(init.caps, "turns"), "host");
+  if (dialect === "kanban") {
+    n ??= budgetFrom(dig(config.doc, "agent", "max_turns"), "agent.max_turns");
+  } else if (dialect === "goal") {
+    n ??= budgetFrom(field(init.goal, "maxTurns"), "goal");
+    n ??= budgetFrom(storedGoal().maxTurns, "goal");
+    n ??= budgetFrom(dig(config.doc, "agent", "max_turns"), "agent.max_turns");
+  }
+  n ??= budgetFrom(settings.caps.turns, "caps.turns");
   // The supervisor's deadline is a hard limit: it caps the time axis whenever
   // it comes before the budget the other sources give (the host's included).
   const deadline = supervisorSeconds(env, ctx.startedAtMs ?? Date.now(), problems);
@@ -300,14 +286,10 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
   if (t) found.time = t;
   if (n) found.turns = n;
   // Tokens and dollars: the host's caps, then the plugin's, in every dialect.
-  const tokens = first([["host", () => field(init.caps, "tokens")], [
-    "caps.tokens",
-    () => settings.caps.tokens,
-  ]]);
-  const usd = first([["host", () => field(init.caps, "usd")], [
-    "caps.usd",
-    () => settings.caps.usd,
-  ]]);
+  const tokens = budgetFrom(field(init.caps, "tokens"), "host") ??
+    budgetFrom(settings.caps.tokens, "caps.tokens");
+  const usd = budgetFrom(field(init.caps, "usd"), "host") ??
+    budgetFrom(settings.caps.usd, "caps.usd");
   if (tokens) found.tokens = tokens;
   if (usd) found.usd = usd;
 
@@ -335,14 +317,12 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
         : `time cap ${t.value}s not counted: below min_budget_floor_seconds ${settings.min_budget_floor_seconds}`,
     );
   }
-  for (const [axis, cap, unit] of [["tokens", tokens, ""], ["usd", usd, " USD"]] as const) {
-    if (!cap) continue;
-    if (axis === "tokens" ? counted.tokens !== undefined : counted.usd !== undefined) {
-      caps[axis] = cap;
-    } else {dropped.push(
-        `${axis} cap ${cap.value}${unit} not counted: ${axis} is not in enabled_axes`,
-      );}
+  if (tokens && counted.tokens !== undefined) caps.tokens = tokens;
+  else if (tokens) {
+    dropped.push(`tokens cap ${tokens.value} not counted: tokens is not in enabled_axes`);
   }
+  if (usd && counted.usd !== undefined) caps.usd = usd;
+  else if (usd) dropped.push(`usd cap ${usd.value} USD not counted: usd is not in enabled_axes`);
   const out: DiscoveredCaps = {
     dialect,
     runId: taskId ?? supervisorRunId ?? sessionId,
