@@ -4,7 +4,8 @@
  *
  * - import time: `node -e 0` against `node --input-type=module -e 'await
  *   import(".../npm/esm/mod.js")'`, interleaved, medians, and the RSS each
- *   holds (read from `/proc/<pid>/status` by this parent);
+ *   holds (read from `/proc/<pid>/status` by this parent); beside them the
+ *   same import of an empty module, the floor of any ES module host;
  * - RSS per live run: a Node process that starts N runs and keeps their
  *   handles, against the same process with 1 run, read from `/proc`.
  *
@@ -53,16 +54,23 @@ const hold = `process.stdout.write("ready\\n"); process.stdin.once("data", () =>
 
 async function importCost(): Promise<void> {
   const bare: number[] = [];
+  const esm: number[] = [];
   const lib: number[] = [];
+  // The peer of an ES module host: the same import of an empty module, which starts Node's
+  // ES module loader as the library's import does (bare `node -e 0` never starts it).
+  const empty = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "ac-bench-empty-")), "empty.mjs");
+  fs.writeFileSync(empty, "");
+  const importOf = (
+    file: string,
+  ) => ["--input-type=module", "-e", `await import(${JSON.stringify(file)})`];
   for (let i = 0; i < pairs; i++) {
     const a = () => node(["-e", "0"]).then((r) => bare.push(r.ms));
-    const b = () =>
-      node(["--input-type=module", "-e", `await import(${JSON.stringify(MOD)})`]).then((r) =>
-        lib.push(r.ms)
-      );
-    if (i % 2) await a().then(b);
-    else await b().then(a);
+    const e = () => node(importOf(empty)).then((r) => esm.push(r.ms));
+    const b = () => node(importOf(MOD)).then((r) => lib.push(r.ms));
+    if (i % 2) await a().then(e).then(b);
+    else await b().then(e).then(a);
   }
+  fs.rmSync(path.dirname(empty), { recursive: true, force: true });
   const bareRss: number[] = [];
   const libRss: number[] = [];
   for (let i = 0; i < 5; i++) {
@@ -75,11 +83,13 @@ async function importCost(): Promise<void> {
       ])).rss,
     );
   }
-  const b = median(bare), l = median(lib);
+  const b = median(bare), e = median(esm), l = median(lib);
   console.log(
     `import: node -e 0 ${fmtMs(b)}, importing mod.js ${fmtMs(l)}: +${fmtMs(l - b)} (${
       (l / b).toFixed(2)
-    }×), RSS +${fmtBytes(median(libRss) - median(bareRss))} (medians of ${pairs} interleaved runs)`,
+    }×), RSS +${fmtBytes(median(libRss) - median(bareRss))}; importing an empty module ${
+      fmtMs(e)
+    }, so +${fmtMs(l - e)} over an ES module host (medians of ${pairs} interleaved runs)`,
   );
 }
 
