@@ -403,24 +403,33 @@ async function relay(): Promise<
   };
 }
 
+/**
+ * A fresh schema, a direct store on it, and a keeper whose fleet store reaches it through a
+ * relay the test can cut and mend, with a short progress interval and its log captured.
+ */
+async function behindRelay() {
+  const db = await freshSchema();
+  const direct = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+  const link = await relay();
+  const url = new URL(db.url);
+  url.port = String(link.port);
+  const { logger, records } = captureLog();
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: { AGENT_CHECKPOINT_STORE: url.href },
+    settings: { progress_interval_seconds: 0.2 },
+    logger,
+  });
+  return { db, direct, link, ac, records };
+}
+
 test(
   "the database away for a while: records wait in order, are written when it returns, said once each way",
   {
     skip: skipFleet,
   },
   async () => {
-    const db = await freshSchema();
-    const direct = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
-    const link = await relay();
-    const url = new URL(db.url);
-    url.port = String(link.port);
-    const { logger, records } = captureLog();
-    const ac = createAgentCheckpoint({
-      home: tempHome(),
-      env: { AGENT_CHECKPOINT_STORE: url.href },
-      settings: { progress_interval_seconds: 0.2 },
-      logger,
-    });
+    const { db, direct, link, ac, records } = await behindRelay();
     try {
       const runs = [0, 1, 2, 3, 4].map((i) =>
         ac.startRun({ sessionId: `away-${i}`, caps: { turns: 100 } })
@@ -478,18 +487,7 @@ test(
 test("the database back while close() waits: the runs' ends still reach it", {
   skip: skipFleet,
 }, async () => {
-  const db = await freshSchema();
-  const direct = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
-  const link = await relay();
-  const url = new URL(db.url);
-  url.port = String(link.port);
-  const { logger, records } = captureLog();
-  const ac = createAgentCheckpoint({
-    home: tempHome(),
-    env: { AGENT_CHECKPOINT_STORE: url.href },
-    settings: { progress_interval_seconds: 0.2 },
-    logger,
-  });
+  const { db, direct, link, ac, records } = await behindRelay();
   let closed: Promise<void> | undefined;
   try {
     const runs = [0, 1].map((i) => ac.startRun({ sessionId: `closing-${i}`, caps: { turns: 9 } }));
