@@ -16,7 +16,7 @@
 import process from "node:process";
 import { errorText, failOpen, type Log } from "./log.ts";
 import type { EndStatus, RunCaps, ToolCall } from "./_record.ts";
-import { nowMs, type RunTable } from "./_run_table.ts";
+import { grownTo, nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import { type CheckpointEvent, type RunInfo, usageTotals } from "./_writer.ts";
 import type { MessagePort } from "node:worker_threads";
@@ -231,14 +231,9 @@ export class LedgerProgress {
   #fit(slots: number): void {
     if (this.#known.length >= slots) return;
     const size = Math.max(slots, this.#known.length * 2, 64);
-    const grow = <T extends Int32Array | Uint8Array>(old: T, make: (n: number) => T): T => {
-      const next = make(size);
-      next.set(old);
-      return next;
-    };
-    this.#known = grow(this.#known, (n) => new Uint8Array(n));
-    this.#gens = grow(this.#gens, (n) => new Int32Array(n));
-    this.#marks = grow(this.#marks, (n) => new Int32Array(n));
+    this.#known = grownTo(this.#known, size);
+    this.#gens = grownTo(this.#gens, size);
+    this.#marks = grownTo(this.#marks, size);
     this.#due = new Int32Array(2 * size); // empty whenever it grows: collect made it so
   }
 

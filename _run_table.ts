@@ -116,6 +116,30 @@ function text(bytes: Uint8Array, from: number, to: number): string {
   return decoder.decode(bytes.slice(from, to));
 }
 
+/** A typed array by slot, as the per-slot state beside the table keeps it. @internal */
+export type SlotArray = Int32Array | Uint8Array | Float64Array;
+
+/**
+ * `old` grown to `length` entries, its entries kept and the rest zero: the
+ * per-slot arrays a thread keeps beside the table follow its slot count.
+ * @internal
+ *
+ * @example
+ * ```ts
+ * import { grownTo } from "./_run_table.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const grown = grownTo(Int32Array.of(7, 8), 4);
+ * assert.ok(grown instanceof Int32Array);
+ * assert.deepEqual([...grown], [7, 8, 0, 0]);
+ * ```
+ */
+export function grownTo<T extends SlotArray>(old: T, length: number): T {
+  const next = new (old.constructor as new (length: number) => T)(length);
+  next.set(old);
+  return next;
+}
+
 /**
  * Milliseconds on a clock both threads share. `performance.now()` is monotonic
  * within a thread; adding the thread's time origin puts threads on one scale.

@@ -18,7 +18,7 @@ import { type MessagePort, parentPort, workerData } from "node:worker_threads";
 import { SettingsSource } from "./config.ts";
 import { createLog, errorText, failOpen, failOpenAsync, type Log } from "./log.ts";
 import type { Settings } from "./settings.ts";
-import { nowMs, RunTable } from "./_run_table.ts";
+import { grownTo, nowMs, RunTable } from "./_run_table.ts";
 import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./_writer.ts";
 import type { TimedOutCall } from "./_record.ts";
 import { hasCap, PAST_CAP_SECONDS, tierFor, TierPlans, timeCrossing } from "./tier.ts";
@@ -61,20 +61,12 @@ class WatchedSlots {
   cover(slots: number): void {
     if (slots <= this.gen.length) return;
     const length = Math.max(slots, Math.ceil(this.gen.length * 1.5));
-    const grown = <T extends Int32Array | Uint8Array | Float64Array>(
-      old: T,
-      make: (n: number) => T,
-    ) => {
-      const next = make(length);
-      next.set(old);
-      return next;
-    };
-    this.gen = grown(this.gen, (n) => new Int32Array(n));
-    this.seq = grown(this.seq, (n) => new Int32Array(n));
-    this.flags = grown(this.flags, (n) => new Uint8Array(n));
-    this.nextAt = grown(this.nextAt, (n) => new Float64Array(n));
-    this.deadlineAt = grown(this.deadlineAt, (n) => new Float64Array(n));
-    this.timedCalls = grown(this.timedCalls, (n) => new Int32Array(n));
+    this.gen = grownTo(this.gen, length);
+    this.seq = grownTo(this.seq, length);
+    this.flags = grownTo(this.flags, length);
+    this.nextAt = grownTo(this.nextAt, length);
+    this.deadlineAt = grownTo(this.deadlineAt, length);
+    this.timedCalls = grownTo(this.timedCalls, length);
   }
 
   has(slot: number, flag: number): boolean {
