@@ -114,7 +114,7 @@ export function recordOf(
     tier: shared.tierClaimed(slot, 2) ? 2 : shared.tierClaimed(slot, 1) ? 1 : 0,
     inFlight,
     recent,
-    notes: info.notes,
+    notes: [...info.notes],
     checkpointFile: info.checkpointFile,
     host,
     status: "live",

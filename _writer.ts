@@ -65,7 +65,8 @@ export interface RunInfo {
   taskId?: string;
   caps: RunCaps;
   checkpointFile: string;
-  notes: string[];
+  /** The host's notes, oldest first: {@linkcode NO_NOTES} until the first, a new array at each. */
+  notes: readonly string[];
   /** 1 for a fresh run, else the earlier attempt's number + 1. */
   attempt?: number;
   /** One-line summaries of the earlier attempts, oldest first. */
@@ -87,6 +88,9 @@ const LONG_ID = 256;
 export const MAX_NOTES = 10;
 
 const encoder = new TextEncoder();
+
+/** The notes of a run that has none: one frozen array that every such run shares. @internal */
+export const NO_NOTES: readonly string[] = Object.freeze([]);
 
 /**
  * A run's description as the worker reads it from shared memory. When it does
@@ -266,7 +270,7 @@ export function buildRecord(
     persistedAt: new Date().toISOString(),
     message: messageOf(info, shared, settings, event, turnsUsed, elapsedSeconds, tools),
     tools,
-    notes: info.notes,
+    notes: [...info.notes],
   };
   if (event.kind === "uncapped") {
     record.multiple = event.multiple;

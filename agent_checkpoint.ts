@@ -21,6 +21,7 @@ import {
   CheckpointWriter,
   type HostSinks,
   hostSinks,
+  NO_NOTES,
   type RunInfo,
 } from "./_writer.ts";
 import { type HostId, LedgerFeed, type LedgerStore } from "./_ledger.ts";
@@ -98,9 +99,8 @@ const inertRun = (runId: string) =>
       dialect: "chat",
       caps: {},
       checkpointFile: "",
-      notes: [],
+      notes: NO_NOTES,
     },
-    dialect: "chat",
     attempt: 1,
   });
 
@@ -137,6 +137,8 @@ export class AgentCheckpoint {
   readonly #context: RunContext;
   /** The run ledger's main-thread writes. */
   readonly #ledger: LedgerFeed;
+  /** A contact is queued to start the watchdog: runs started before it runs need no other. */
+  #contactQueued = false;
   /** What a run's start reads and writes of the run ledger. */
   readonly #resumeParts: ResumeParts;
 
@@ -316,7 +318,7 @@ export class AgentCheckpoint {
         dialect: found.dialect,
         caps: found.caps,
         checkpointFile: path.join(settings.checkpoint_dir, checkpointFileName(runId)),
-        notes: [],
+        notes: NO_NOTES,
         attempt: 1,
       };
       if (found.taskId !== undefined) info.taskId = found.taskId;
@@ -332,12 +334,18 @@ export class AgentCheckpoint {
       }
       // The worker keeps the run's ledger record up to date from now on. Started once startRun
       // has returned: starting a thread takes tens of milliseconds, the host's, not the run's.
-      if (claimed && settings.enabled && settings.ledger && this.#ledger.store) {
-        queueMicrotask(() => this.#context.contact(this.#source.at(nowMs())));
+      if (
+        claimed && settings.enabled && settings.ledger && this.#ledger.store &&
+        this.#context.watchdogDue && !this.#contactQueued
+      ) {
+        this.#contactQueued = true;
+        queueMicrotask(() => {
+          this.#contactQueued = false;
+          this.#context.contact(this.#source.at(nowMs()));
+        });
       }
       const start: RunStart = {
         info,
-        dialect: found.dialect,
         attempt: info.attempt ?? 1,
         workspace: workspaceOf(init?.workspace),
       };

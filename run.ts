@@ -78,7 +78,6 @@ export interface PreviousAttempt {
 /** What a run starts with besides its context. @internal */
 export interface RunStart {
   info: RunInfo;
-  dialect: "chat" | "kanban" | "goal";
   attempt: number;
   /** The run's working tree. */
   workspace?: string;
@@ -146,62 +145,78 @@ interface ToolTimer {
   timeoutSeconds: number;
 }
 
+/** What a run needs only once it asks for a deadline, times a tool call or is priced. */
+class RunExtras {
+  deadline: AbortController | undefined = undefined;
+  deadlineTimer: LongTimer | undefined = undefined;
+  /** Main-thread timers of the tool calls with a deadline, by sequence number. */
+  toolTimers: Map<number, ToolTimer> | undefined = undefined;
+  /** The signals handed out by {@linkcode Run.toolSignal}, by call id. */
+  toolSignals: Map<string, AbortController> | undefined = undefined;
+  /** The price in force for the run's model, by model name, for one settings version. */
+  prices: Map<string, ModelPrice | undefined> | undefined = undefined;
+  pricesVersion = -1;
+  costUnknownLogged = false;
+}
+
 /**
  * A run: one conversation run or task. Created by
  * {@linkcode AgentCheckpoint.startRun}; the host calls its hooks.
  */
 export class Run {
-  /** The kanban task id in the kanban dialect, else the session id. */
-  readonly runId: string;
-  /** `chat`, `kanban` or `goal` (S4). */
-  readonly dialect: "chat" | "kanban" | "goal";
-  /** The caps that count, per axis, with their sources (S4). */
-  readonly caps: RunCaps;
-  /** The checkpoint file of this run (S8). */
-  readonly checkpointFile: string;
-  /** 1 for a fresh run; a resumed run is the earlier attempt's number + 1. */
-  readonly attempt: number;
   /** The earlier attempt of a resumed run, as its checkpoint recorded it; else undefined. */
   readonly previous: PreviousAttempt | undefined;
+  /** 1 for a fresh run; a resumed run is the earlier attempt's number + 1. */
+  readonly attempt: number;
 
+  // A run's own fields, kept few: every live run holds them (the run id, caps and file are read
+  // from its description), and what only some runs need waits in #extras until one does.
   readonly #context: RunContext | undefined;
   readonly #info: RunInfo;
   #plan: TierPlan | undefined;
   #planVersion = -1;
   #prologue = 0;
-  #resumePending: boolean;
-  readonly #resumeNote: string | undefined;
-  // The maps below are made on first use: most runs never need some of them, and four empty
-  // maps cost every run about 750 bytes of heap.
-  /** Sequence numbers of the tool calls in flight, by call id. */
+  /** The resumed run's note until its resume text has gone out; `false` once it has, or for a fresh run. */
+  #resume: { note: string | undefined } | false;
+  /** Sequence numbers of the tool calls in flight, by call id, made on first use. */
   #calls: Map<string, number> | undefined;
-  #deadline: AbortController | undefined;
-  #deadlineTimer: LongTimer | undefined;
   #ended = false;
   readonly #workspace: string;
-  /** The price in force for the run's model, by model name, for one settings version. */
-  #prices: Map<string, ModelPrice | undefined> | undefined;
-  #pricesVersion = -1;
-  #costUnknownLogged = false;
-  /** Main-thread timers of the tool calls with a deadline, by sequence number. */
-  #toolTimers: Map<number, ToolTimer> | undefined;
-  /** The signals handed out by {@linkcode Run.toolSignal}, by call id. */
-  #toolSignals: Map<string, AbortController> | undefined;
+  #extras: RunExtras | undefined;
 
   /** @internal */
   constructor(ctx: RunContext | undefined, start: RunStart) {
-    const info = start.info;
     this.#context = ctx;
-    this.#info = info;
-    this.runId = info.runId;
-    this.dialect = start.dialect;
-    this.caps = info.caps;
-    this.checkpointFile = info.checkpointFile;
+    this.#info = start.info;
     this.attempt = start.attempt;
     this.previous = start.previous;
-    this.#resumePending = start.previous !== undefined;
-    this.#resumeNote = start.resumeNote;
+    this.#resume = start.previous !== undefined && { note: start.resumeNote };
     this.#workspace = start.workspace ?? "";
+  }
+
+  /** The kanban task id in the kanban dialect, else the session id. */
+  get runId(): string {
+    return this.#info.runId;
+  }
+
+  /** `chat`, `kanban` or `goal` (S4). */
+  get dialect(): "chat" | "kanban" | "goal" {
+    return this.#info.dialect as "chat" | "kanban" | "goal";
+  }
+
+  /** The caps that count, per axis, with their sources (S4). */
+  get caps(): RunCaps {
+    return this.#info.caps;
+  }
+
+  /** The checkpoint file of this run (S8). */
+  get checkpointFile(): string {
+    return this.#info.checkpointFile;
+  }
+
+  /** What only some runs need, made when one first does. */
+  get #more(): RunExtras {
+    return this.#extras ??= new RunExtras();
   }
 
   /** @internal The run's slot in shared memory. */
@@ -325,9 +340,7 @@ export class Run {
         ctx.shared.tokens(slot),
         ctx.shared.usd(slot),
       );
-      const resume = this.#resumePending
-        ? this.#resumeText(ctx, settings, used, elapsed)
-        : undefined;
+      const resume = this.#resume ? this.#resumeText(ctx, settings, used, elapsed) : undefined;
       if (tier === 0) return resume;
       this.#midRun(ctx, settings, tier, now, "pre_llm_call");
       const latch = fireTier(this.#prologue, tier);
@@ -356,7 +369,8 @@ export class Run {
     used: number,
     elapsed: number,
   ): string | undefined {
-    this.#resumePending = false;
+    const note = this.#resume && this.#resume.note;
+    this.#resume = false;
     const previous = this.previous;
     if (!previous) return undefined;
     if (settings.mode === "log-only") {
@@ -368,7 +382,7 @@ export class Run {
       previous: previous.summary,
       attempt: this.attempt,
     });
-    if (this.#resumeNote !== undefined) text += ` ${this.#resumeNote}`;
+    if (note !== undefined) text += ` ${note}`;
     if (this.dialect === "kanban") {
       text += ` The task's comments hold the earlier attempts' checkpoints too.`;
     }
@@ -495,10 +509,11 @@ export class Run {
   ): number {
     const name = typeof model === "string" && model !== "" ? model : this.#info.model ?? "";
     const version = ctx.version;
-    const prices = this.#prices ??= new Map();
-    if (version !== this.#pricesVersion) {
+    const more = this.#more;
+    const prices = more.prices ??= new Map();
+    if (version !== more.pricesVersion) {
       prices.clear();
-      this.#pricesVersion = version;
+      more.pricesVersion = version;
     }
     let price = prices.get(name);
     if (price === undefined && !prices.has(name)) {
@@ -506,8 +521,8 @@ export class Run {
       prices.set(name, price);
     }
     if (price) return (input * price.input + output * price.output) / 1e6;
-    if (!this.#costUnknownLogged && this.caps.usd) {
-      this.#costUnknownLogged = true;
+    if (!more.costUnknownLogged && this.caps.usd) {
+      more.costUnknownLogged = true;
       ctx.log(
         "warn",
         `the usd axis is off for this run: a model call came with no cost, and ${
@@ -620,9 +635,10 @@ export class Run {
         this.#calls?.delete(callId);
       } else seq = ctx.shared.oldestInFlight(slot, toolId);
       const ok = outcome?.error !== undefined ? false : outcome?.ok;
-      if (seq >= 0) this.#toolTimers?.get(seq)?.timer.clear();
-      this.#toolTimers?.delete(seq);
-      if (callId !== undefined) this.#toolSignals?.delete(callId);
+      const extras = this.#extras;
+      if (seq >= 0) extras?.toolTimers?.get(seq)?.timer.clear();
+      extras?.toolTimers?.delete(seq);
+      if (callId !== undefined) extras?.toolSignals?.delete(callId);
       if (ok === false && outcome?.error !== undefined) {
         this.#toolError(ctx, seq < 0 ? ctx.shared.toolCount(slot) : seq, outcome.error);
       }
@@ -691,9 +707,10 @@ export class Run {
     this.#hook("note", undefined, (ctx, settings) => {
       let line = String(text);
       if (line.length > MAX_NOTE) line = Array.from(line).slice(0, MAX_NOTE).join("");
-      const notes = this.#info.notes;
-      notes.push(line);
+      // A new array each time: a run without notes shares the frozen NO_NOTES.
+      const notes = [...this.#info.notes, line];
       if (notes.length > MAX_NOTES) notes.splice(0, notes.length - MAX_NOTES);
+      this.#info.notes = notes;
       ctx.publish(this.#info);
       ctx.contact(settings);
     }, true);
@@ -793,11 +810,13 @@ export class Run {
    * ```
    */
   get deadline(): AbortSignal {
-    if (this.#deadline) return this.#deadline.signal;
+    const made = this.#extras?.deadline;
+    if (made) return made.signal;
     this.#guard("deadline", undefined, (ctx) => {
       const cap = this.caps.time?.value;
       if (cap === undefined) return;
-      this.#deadline = new AbortController();
+      const more = this.#more;
+      more.deadline = new AbortController();
       const settings = ctx.at(nowMs());
       const grace = Number(
         (settings as unknown as Record<string, unknown>).deadline_grace_seconds ?? 0,
@@ -806,15 +825,15 @@ export class Run {
       ctx.shared.armDeadline(this.#info.slot, at);
       const wait = at - nowMs();
       if (wait <= 0) this.#fireDeadline();
-      else this.#deadlineTimer = longTimeout(() => this.#fireDeadline(), wait, { unref: true });
+      else more.deadlineTimer = longTimeout(() => this.#fireDeadline(), wait, { unref: true });
     });
     // Made above unless the run has no time cap or ended (or making it failed, which is logged).
-    return (this.#deadline as AbortController | undefined)?.signal ?? NEVER;
+    return this.#extras?.deadline?.signal ?? NEVER;
   }
 
   /** Write the deadline checkpoint unless the watchdog did, then abort. */
   #fireDeadline(): void {
-    const controller = this.#deadline;
+    const controller = this.#extras?.deadline;
     if (!controller || controller.signal.aborted) return;
     this.#guard("deadline", undefined, (ctx) => {
       if (ctx.shared.claimDeadline(this.#info.slot)) {
@@ -846,7 +865,7 @@ export class Run {
     const timer = longTimeout(() => this.#fireToolTimeout(seq), timeoutSeconds * 1000, {
       unref: true,
     });
-    const timers = this.#toolTimers ??= new Map();
+    const timers = this.#more.toolTimers ??= new Map();
     timers.set(seq, { timer, tool, callId, startedAt, timeoutSeconds });
     if (timers.size > MAX_OPEN_CALLS) {
       const [oldest, kept] = timers.entries().next().value!;
@@ -857,8 +876,9 @@ export class Run {
 
   /** A tool call's deadline passed: write its record unless the watchdog did, then abort its signal. */
   #fireToolTimeout(seq: number): void {
-    const kept = this.#toolTimers?.get(seq);
-    this.#toolTimers?.delete(seq);
+    const timers = this.#extras?.toolTimers;
+    const kept = timers?.get(seq);
+    timers?.delete(seq);
     if (!kept) return;
     this.#guard("tool timeout", undefined, (ctx) => {
       if (ctx.shared.toolDeadline(this.#info.slot, seq) === 0) return; // it ended
@@ -883,7 +903,7 @@ export class Run {
   }
 
   #abortTool(callId: string): void {
-    this.#toolSignals?.get(callId)?.abort(
+    this.#extras?.toolSignals?.get(callId)?.abort(
       new DOMException(`The tool call ${callId} ran past its deadline`, "TimeoutError"),
     );
   }
@@ -923,12 +943,12 @@ export class Run {
   toolSignal(callId: string): AbortSignal {
     return this.#safe("toolSignal", NEVER, () => {
       const id = String(callId);
-      const known = this.#toolSignals?.get(id);
+      const known = this.#extras?.toolSignals?.get(id);
       if (known) return known.signal;
       const ctx = this.#live();
       if (!ctx) return NEVER;
       const controller = new AbortController();
-      const signals = this.#toolSignals ??= new Map();
+      const signals = this.#more.toolSignals ??= new Map();
       signals.set(id, controller);
       if (signals.size > MAX_OPEN_CALLS) signals.delete(signals.keys().next().value as string);
       // Asked for after its deadline passed: the call has timed out already.
@@ -1005,10 +1025,11 @@ export class Run {
     if (this.#ended) return Promise.resolve();
     this.#ended = true;
     return this.#safe("end", undefined, () => {
-      this.#deadlineTimer?.clear();
-      for (const kept of this.#toolTimers?.values() ?? []) kept.timer.clear();
-      this.#toolTimers?.clear();
-      this.#toolSignals?.clear();
+      const extras = this.#extras;
+      extras?.deadlineTimer?.clear();
+      for (const kept of extras?.toolTimers?.values() ?? []) kept.timer.clear();
+      extras?.toolTimers?.clear();
+      extras?.toolSignals?.clear();
       const ctx = this.#live();
       if (!ctx) return;
       let status = outcome?.status ?? "done";

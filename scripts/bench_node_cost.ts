@@ -10,7 +10,7 @@
  *   handles, against the same process with 1 run, read from `/proc`.
  *
  * Run: `deno task bench --only node_cost`, or `deno run -A scripts/bench_node_cost.ts
- * [--quick] [--runs 1000,20000] [--pairs 15] [--mod
+ * [--quick] [--runs 1000,20000] [--pairs 41] [--mod
  * <another build's esm/mod.js>]`.
  *
  * @module
@@ -28,7 +28,7 @@ const MOD = path.resolve(
   flag(args, "--mod") ?? fileURLToPath(new URL("../npm/esm/mod.js", import.meta.url)),
 );
 const quick = args.includes("--quick");
-const pairs = Number(flag(args, "--pairs", quick ? "7" : "15"));
+const pairs = Number(flag(args, "--pairs", quick ? "9" : "41"));
 const sizes = (flag(args, "--runs", "1000,20000") ?? "").split(",").map(Number);
 
 /** Run `node argv`; at the child's first stdout line, read its VmRSS (KiB → bytes). */
