@@ -112,7 +112,7 @@ function workerUrl(module: URL): URL {
  * generation as a main thread and doubles it once 2 MiB of objects have
  * survived; the watchdog, which allocates a few objects per run it writes,
  * crossed that at about a thousand runs and then held 4 MiB more of resident
- * memory for good. 3 MB gives it 1 MiB semi-spaces, V8.s smallest: the watchdog's
+ * memory for good. 3 MB gives it 1 MiB semi-spaces, V8's smallest: the watchdog's
  * objects are short-lived, so more scavenges cost it next to nothing. Node
  * applies it; Deno's workers ignore it.
  */
