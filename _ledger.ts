@@ -67,6 +67,9 @@ export type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
 export const MAX_BACKLOG = 50_000;
 /** The longest wait between two tries of a failing store, ms. */
 const MAX_BACKOFF_MS = 60_000;
+/** The wait before the next try of a store that failed `failures` times in a row: 1 s, doubling. */
+const backoffMs = (failures: number) =>
+  Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(16, failures - 1));
 /** Ended runs a process prunes at start. */
 export const PRUNE_AT_START = 500;
 
@@ -346,7 +349,7 @@ export class LedgerProgress {
 
   #failed(error: unknown, now: number): void {
     this.#failures++;
-    const wait = Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(16, this.#failures - 1));
+    const wait = backoffMs(this.#failures);
     this.#retryAt = now + wait;
     if (this.#failures === 1 || Number.isInteger(Math.log2(this.#failures))) {
       this.#log(
@@ -534,7 +537,7 @@ export class LedgerFeed {
       );
     }
     if (this.#timer === undefined && !this.#closed) {
-      const wait = Math.min(60_000, 1000 * 2 ** Math.min(6, this.#failures - 1));
+      const wait = backoffMs(this.#failures);
       this.#timer = setTimeout(() => {
         this.#timer = undefined;
         if (this.#pending.length > 0) this.write([], "records kept in memory");

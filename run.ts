@@ -25,7 +25,7 @@ import {
 } from "./_record.ts";
 import { budgetValue, type ModelPrice, type Settings } from "./settings.ts";
 import type { SettingsReading, SettingsSource } from "./config.ts";
-import { nowMs, type RunTable } from "./_run_table.ts";
+import { MAX_NAME_BYTES, nowMs, type RunTable } from "./_run_table.ts";
 import { renderTemplate } from "./template.ts";
 import { fireTier, tierFor, type TierPlan, TierPlans } from "./tier.ts";
 import {
@@ -1217,7 +1217,9 @@ export class RunContext {
       this.#namesFull = true;
       this.log(
         "warn",
-        "the tool-name table is full (16 MiB of distinct names); new tool names show as (unknown)",
+        `the tool-name table is full (${
+          MAX_NAME_BYTES / 1024 / 1024
+        } MiB of distinct names); new tool names show as (unknown)`,
       );
     }
     return id;
