@@ -21,7 +21,7 @@ import type * as fs from "node:fs";
 import * as path from "node:path";
 import { isMainThread } from "node:worker_threads";
 import { Buffer } from "node:buffer";
-import { errorText, failOpen, type Log } from "./log.ts";
+import { errorText, failOpen, isThenable, type Log } from "./log.ts";
 import {
   type CheckpointRecord,
   commentBody,
@@ -495,9 +495,6 @@ export interface HostSinks extends WriterSinks {
    */
   fileWritten: ((event: CheckpointEvent) => void) | undefined;
 }
-
-const isThenable = (value: unknown): value is PromiseLike<unknown> =>
-  !!value && typeof (value as PromiseLike<unknown>).then === "function";
 
 /**
  * Where code not the writer's own is called: what `call` throws, or its

@@ -337,6 +337,25 @@ export function createLog(home: string, host?: HostLogger): Log {
 }
 
 /**
+ * Whether `value` is a thenable (a promise, of any realm, or anything with a
+ * `then` method): what a host's or a framework's callback may return.
+ * @internal
+ *
+ * @example
+ * ```ts
+ * import { isThenable } from "./log.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.ok(isThenable(Promise.resolve(1)));
+ * assert.ok(isThenable({ then() {} }));
+ * assert.ok(!isThenable(undefined) && !isThenable("then") && !isThenable({}));
+ * ```
+ */
+export const isThenable = (value: unknown): value is PromiseLike<unknown> =>
+  ((typeof value === "object" && value !== null) || typeof value === "function") &&
+  typeof (value as PromiseLike<unknown>).then === "function";
+
+/**
  * What `body` returns; if it throws, what `fallback` makes of the error.
  * @internal
  *

@@ -154,27 +154,83 @@ export function errorLine(error: unknown, form: "named" | "message" = "named"): 
   return `${text.slice(0, form === "named" ? 299 : 300)}…`;
 }
 
-/** Log a fault inside an adapter's own hook code: a log line, never a throw into the framework. */
+/**
+ * Log a fault inside an adapter's own hook code: a log line, never a throw
+ * into the framework. A fault that cannot even be logged (a thrown value whose
+ * text throws) is dropped: the log is the last line of defence.
+ *
+ * @example
+ * ```ts
+ * import { logFault } from "./_shared.ts";
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const lines: string[] = [];
+ * const ac = createAgentCheckpoint({
+ *   home: mkdtempSync(join(tmpdir(), "ac-")),
+ *   env: {},
+ *   settings: { watchdog: false, ledger: false },
+ *   logger: ({ message }) => void lines.push(message),
+ * });
+ * const run = ac.startRun({ sessionId: "fault" });
+ * logFault(run, "my hook", new Error("boom"));
+ * logFault(run, "my hook", { toString: () => { throw new Error("no text"); } }); // dropped
+ * assert.deepEqual(lines.filter((l) => l.includes("my hook")), ["my hook failed: boom"]);
+ * await ac.close();
+ * ```
+ */
 export function logFault(run: Run, hook: string, error: unknown): void {
-  run.log("error", `${hook} failed: ${error instanceof Error ? error.message : String(error)}`);
+  failOpen(
+    () =>
+      run.log("error", `${hook} failed: ${error instanceof Error ? error.message : String(error)}`),
+    () => {},
+  );
 }
 
 /**
  * An adapter's one guard around its own work inside the framework's call:
  * what `body` returns, or, when it throws, the fault logged
  * ({@linkcode logFault}) and what `fallback` returns (the framework's value as
- * given). A fault that cannot even be logged (a thrown value whose text
- * throws) is dropped: the log is the last line of defence.
+ * given).
  *
  * @param run The run a fault is logged to.
  * @param hook Where, for the log line.
  * @param body The adapter's work.
  * @param fallback What to go on with after a fault.
  * @returns `body`'s value, else `fallback`'s.
+ *
+ * @example
+ * ```ts
+ * import { guarded } from "./_shared.ts";
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const lines: string[] = [];
+ * const ac = createAgentCheckpoint({
+ *   home: mkdtempSync(join(tmpdir(), "ac-")),
+ *   env: {},
+ *   settings: { watchdog: false, ledger: false },
+ *   logger: ({ message }) => void lines.push(message),
+ * });
+ * const run = ac.startRun({ sessionId: "guarded" });
+ * assert.equal(guarded(run, "merge", () => 1, () => 0), 1);
+ * const broken = () => {
+ *   throw new Error("boom");
+ * };
+ * assert.equal(guarded(run, "merge", broken, () => 0), 0);
+ * assert.ok(lines.includes("merge failed: boom"));
+ * await ac.close();
+ * ```
  */
 export function guarded<T>(run: Run, hook: string, body: () => T, fallback: () => T): T {
   return failOpen(body, (error) => {
-    failOpen(() => logFault(run, hook, error), () => {});
+    logFault(run, hook, error);
     return fallback();
   });
 }

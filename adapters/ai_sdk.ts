@@ -42,7 +42,7 @@ import {
   thrownStatus,
   toolCallSignal,
 } from "./_shared.ts";
-import { failOpen, failOpenAsync } from "../log.ts";
+import { failOpen, failOpenAsync, isThenable } from "../log.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
 
@@ -242,9 +242,6 @@ const isObject = (value: unknown): value is Record<string | symbol, Any> =>
 const isAsyncIterable = (value: unknown): value is AsyncIterable<unknown> =>
   isObject(value) && typeof value[Symbol.asyncIterator] === "function";
 
-const isPromiseLike = (value: unknown): value is PromiseLike<unknown> =>
-  isObject(value) && typeof value.then === "function";
-
 const asArray = <T>(value: T | T[] | undefined): T[] =>
   value === undefined ? [] : Array.isArray(value) ? value : [value];
 
@@ -279,10 +276,9 @@ class Wiring {
     this.#deadline = deadline;
   }
 
-  /** A fault inside the adapter: a log line, never an error for the host. */
+  /** A fault inside the adapter: a log line, never an error for the host ({@linkcode logFault}). */
   #fault(where: string, error: unknown): void {
-    // Logging is the last line of defence.
-    failOpen(() => logFault(this.#run, `ai-sdk adapter: ${where}`, error), () => {});
+    logFault(this.#run, `ai-sdk adapter: ${where}`, error);
   }
 
   /** The adapters' one guard ({@linkcode guarded}) around the adapter's own work. */
@@ -561,7 +557,7 @@ class Wiring {
         throw error;
       }
       if (isAsyncIterable(result)) return this.#streamingTool(result, report);
-      if (isPromiseLike(result)) {
+      if (isThenable(result)) {
         return Promise.resolve(result).then(
           (value) => {
             report(true);
