@@ -8,9 +8,12 @@
  *
  * The table grows in chunks as runs start: its buffers are growable
  * `SharedArrayBuffer`s, which the worker sees grow. A slot is one run's
- * record, laid out contiguously: Float64 fields, Int32 fields, the ids of its
- * recent tool calls, and its description (JSON) when it is short; a longer one
- * goes to the run's block of a third buffer, which grows only when one does.
+ * record: Float64 fields, Int32 fields, the ids of its recent tool calls, and
+ * its description (JSON) when it is short; a longer one goes to the run's
+ * block of a third buffer, which grows only when one does. Each chunk of
+ * slots keeps each of the four parts together (every slot's Float64 fields,
+ * then every slot's Int32 fields, and so on), so memory a run never writes is
+ * never touched: a host that passes no call ids never pays for their bytes.
  *
  * Int32 fields go through `Atomics`. Timestamps are Float64 and written with
  * plain stores: `Atomics` has no Float64 form, aligned 8-byte stores do not
@@ -26,7 +29,7 @@ import { fireTier } from "./tier.ts";
 export const TOOL_RING = 8;
 /** Runs added to the table at a time. */
 export const SLOT_CHUNK = 256;
-/** The most runs one table holds: the bound memory sets (about 1.2 KiB each, 3.3 KiB with a long description). */
+/** The most runs one table holds: the bound memory sets (about 1.2 KiB each, 0.9 KiB of it touched without call ids; 3.3 KiB with a long description). */
 export const MAX_SLOTS = 65_536;
 
 // Float64 fields of a slot.
@@ -56,7 +59,8 @@ const RING_I = 11; // TOOL_RING × [tool id, status]
 const FILE_LOCK = RING_I + TOOL_RING * 2; // 1 while a thread writes the run's file
 const TIMED_OUT = FILE_LOCK + 1; // a bit per ring entry whose timeout record is claimed
 const TIMED_CALLS = TIMED_OUT + 1; // tool calls started with a deadline so far
-const I32_PER_SLOT = TIMED_CALLS + 1; // an even count keeps slots 8-byte aligned
+const CALL_IDS = TIMED_CALLS + 1; // a bit per ring entry whose call id is in the table
+const I32_PER_SLOT = CALL_IDS + 2; // one spare: an even count keeps the parts after it 8-byte aligned
 
 /** Bytes of a tool call's id in the ring: a length byte, then up to 47 bytes of UTF-8. */
 const CALL_ID_BYTES = 48;
@@ -75,6 +79,13 @@ const I32_BYTES = I32_PER_SLOT * 4;
 const IDS_BYTES = TOOL_RING * CALL_ID_BYTES;
 /** Bytes of one run's slot. */
 export const SLOT_BYTES = F64_BYTES + I32_BYTES + IDS_BYTES + INFO_INLINE_BYTES;
+// Where each part of a chunk's slots starts, from the chunk's start.
+const I32_PART = SLOT_CHUNK * F64_BYTES;
+const IDS_PART = I32_PART + SLOT_CHUNK * I32_BYTES;
+const INFO_PART = IDS_PART + SLOT_CHUNK * IDS_BYTES;
+const CHUNK_BYTES = SLOT_CHUNK * SLOT_BYTES;
+/** The bytes of the runs buffer that hold `slots` slots: whole chunks. */
+const runsBytes = (slots: number) => HEADER_BYTES + Math.ceil(slots / SLOT_CHUNK) * CHUNK_BYTES;
 
 const STATUS = ["", "in flight", "ok", "failed", "done"] as const;
 const IN_FLIGHT = 1;
@@ -89,6 +100,8 @@ const LOOKS = 5; // the watchdog's completed looks at the table, its writes flus
 const SETTINGS_SEEN = 6; // the version of the settings the watchdog last looked with
 const WAKES_SERVED = 7; // the wake counter as the watchdog's last completed look began
 const HEADER_BYTES = 64;
+/** Where a slot's chunk starts in the runs buffer. */
+const chunkAt = (slot: number) => HEADER_BYTES + Math.floor(slot / SLOT_CHUNK) * CHUNK_BYTES;
 
 /** Bytes the tool-name table starts with, and grows by. */
 const NAME_CHUNK = 64 * 1024;
@@ -179,7 +192,7 @@ export class RunTable {
     this.#maxSlots = Math.max(1, Math.min(MAX_SLOTS, Math.floor(maxSlots)));
     this.buffers = buffers ?? {
       runs: new SharedArrayBuffer(HEADER_BYTES, {
-        maxByteLength: HEADER_BYTES + this.#maxSlots * SLOT_BYTES,
+        maxByteLength: runsBytes(this.#maxSlots),
       }),
       names: new SharedArrayBuffer(NAME_CHUNK, { maxByteLength: MAX_NAME_BYTES }),
       infos: new SharedArrayBuffer(0, { maxByteLength: this.#maxSlots * INFO_BYTES }),
@@ -226,7 +239,7 @@ export class RunTable {
     const next = Math.min(this.#maxSlots, slots + SLOT_CHUNK);
     if (next === slots) return false;
     try {
-      this.buffers.runs.grow(HEADER_BYTES + next * SLOT_BYTES);
+      this.buffers.runs.grow(runsBytes(next));
     } catch {
       return false;
     }
@@ -235,18 +248,18 @@ export class RunTable {
     return true;
   }
 
-  // Where a slot's fields are, in each view's units.
+  // Where a slot's fields are, in each view's units: its chunk, the part, its place in it.
   #fAt(slot: number): number {
-    return (HEADER_BYTES + slot * SLOT_BYTES) / 8;
+    return (chunkAt(slot) + (slot % SLOT_CHUNK) * F64_BYTES) / 8;
   }
   #iAt(slot: number): number {
-    return (HEADER_BYTES + slot * SLOT_BYTES + F64_BYTES) / 4;
+    return (chunkAt(slot) + I32_PART + (slot % SLOT_CHUNK) * I32_BYTES) / 4;
   }
   #idAt(slot: number, k: number): number {
-    return HEADER_BYTES + slot * SLOT_BYTES + F64_BYTES + I32_BYTES + k * CALL_ID_BYTES;
+    return chunkAt(slot) + IDS_PART + (slot % SLOT_CHUNK) * IDS_BYTES + k * CALL_ID_BYTES;
   }
   #infoAt(slot: number): number {
-    return HEADER_BYTES + slot * SLOT_BYTES + F64_BYTES + I32_BYTES + IDS_BYTES;
+    return chunkAt(slot) + INFO_PART + (slot % SLOT_CHUNK) * INFO_INLINE_BYTES;
   }
 
   /** Ask the watchdog to look again now; the wake counter after this wake. */
@@ -450,8 +463,6 @@ export class RunTable {
     this.#f.fill(0, f, f + F64_PER_SLOT);
     this.#f[f + START] = now;
     this.#f[f + ACTIVITY] = now;
-    const ids = this.#idAt(slot, 0);
-    this.#b.fill(0, ids, ids + IDS_BYTES);
     Atomics.store(this.#i, i + LIVE, 1);
     return Atomics.load(this.#i, i + GEN);
   }
@@ -709,14 +720,16 @@ export class RunTable {
     this.#f[this.#fAt(slot) + TOOL_DEADLINE + k] = deadlineAt;
     Atomics.and(this.#i, i + TIMED_OUT, ~(1 << k));
     if (deadlineAt > 0) Atomics.add(this.#i, i + TIMED_CALLS, 1);
-    const id = this.#idAt(slot, k);
-    if (callId === undefined) this.#b[id] = 0;
-    else {
+    // The id's bytes are written only when there is one: the bit says whether they are its.
+    Atomics.and(this.#i, i + CALL_IDS, ~(1 << k));
+    if (callId !== undefined) {
+      const id = this.#idAt(slot, k);
       const { written } = encoder.encodeInto(
         callId,
         this.#b.subarray(id + 1, id + CALL_ID_BYTES),
       );
       this.#b[id] = written ?? 0;
+      Atomics.or(this.#i, i + CALL_IDS, 1 << k);
     }
     Atomics.store(this.#i, i + RING_I + k * 2, toolId);
     Atomics.store(this.#i, i + RING_I + k * 2 + 1, IN_FLIGHT);
@@ -814,9 +827,11 @@ export class RunTable {
         status,
         startedAt: Math.max(0, (this.#f[f]! - start) / 1000),
       };
-      const id = this.#idAt(slot, k);
-      const idLength = this.#b[id]!;
-      if (idLength > 0) call.callId = text(this.#b, id + 1, id + 1 + idLength);
+      if (Atomics.load(this.#i, i + CALL_IDS) & (1 << k)) {
+        const id = this.#idAt(slot, k);
+        const idLength = this.#b[id]!;
+        if (idLength > 0) call.callId = text(this.#b, id + 1, id + 1 + idLength);
+      }
       if (status !== "in flight") call.durationMs = this.#f[f + 1]!;
       if (this.timedOut(slot, n)) call.timedOut = true;
       out.push(call);

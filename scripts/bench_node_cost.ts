@@ -7,10 +7,14 @@
  *   holds (read from `/proc/<pid>/status` by this parent); beside them the
  *   same import of an empty module, the floor of any ES module host;
  * - RSS per live run: a Node process that starts N runs and keeps their
- *   handles, against the same process with 1 run, read from `/proc`.
+ *   handles, against the same process with 1 run, read from `/proc` 1.5 s
+ *   after the starts and again once the process has settled. Starting runs
+ *   fills V8's young generation and grows it; a process that then waits on
+ *   its runs (as hosts do, for their models) has V8 trim it within seconds,
+ *   and the settled reading is what the live runs themselves hold.
  *
  * Run: `deno task bench --only node_cost`, or `deno run -A scripts/bench_node_cost.ts
- * [--quick] [--runs 1000,20000] [--pairs 41] [--mod
+ * [--quick] [--runs 1000,20000] [--pairs 41] [--rounds 5] [--mod
  * <another build's esm/mod.js>]`.
  *
  * @module
@@ -30,6 +34,7 @@ const MOD = path.resolve(
 const quick = args.includes("--quick");
 const pairs = Number(flag(args, "--pairs", quick ? "9" : "41"));
 const sizes = (flag(args, "--runs", "1000,20000") ?? "").split(",").map(Number);
+const rounds = Number(flag(args, "--rounds", quick ? "1" : "5"));
 
 /** Run `node argv`; at the child's first stdout line, read its VmRSS (KiB → bytes). */
 function node(argv: string[]): Promise<{ ms: number; rss: number }> {
@@ -93,7 +98,31 @@ async function importCost(): Promise<void> {
   );
 }
 
-async function perRun(n: number): Promise<number> {
+/**
+ * How long each process sits idle with its runs, and the part of that whose
+ * median is the settled reading: V8 trims an idle process's heaps after 8 s
+ * of quiet, later (up to about 25 s here) when there is much to trim.
+ */
+const IDLE_MS = 60_000;
+const SETTLED_MS = 20_000;
+
+/** VmRSS of a process, bytes; NaN once it is gone. */
+const rssOf = (pid: number) => {
+  try {
+    return Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]) *
+      1024;
+  } catch {
+    return NaN;
+  }
+};
+
+/**
+ * A Node process that starts `n` runs and keeps their handles: its VmRSS just
+ * after (`burst`), and once it has sat idle long enough for V8 to trim its
+ * heaps (`settled`: the median of the last SETTLED_MS of IDLE_MS, read from
+ * here every half second).
+ */
+function perRun(n: number): Promise<{ burst: number; settled: number }> {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-bench-rss-"));
   const code = `
     const { createAgentCheckpoint } = await import(${JSON.stringify(MOD)});
@@ -110,11 +139,34 @@ async function perRun(n: number): Promise<number> {
     // collected gives its slot back.
     process.stdout.write("ready\\n");
     process.stdin.once("data", () => process.exit(runs.length === ${n} ? 0 : 1));`;
-  try {
-    return (await node(["--expose-gc", "--input-type=module", "-e", code])).rss;
-  } finally {
-    fs.rmSync(home, { recursive: true, force: true });
-  }
+  const child = spawn("node", ["--expose-gc", "--input-type=module", "-e", code], {
+    stdio: ["pipe", "pipe", "inherit"],
+    cwd: os.tmpdir(),
+  });
+  return new Promise<{ burst: number; settled: number }>((resolve, reject) => {
+    let burst = NaN;
+    const tail: number[] = [];
+    let timer: ReturnType<typeof setInterval> | undefined;
+    child.stdout.once("data", () => {
+      const ready = performance.now();
+      burst = rssOf(child.pid!);
+      timer = setInterval(() => {
+        const idle = performance.now() - ready;
+        if (idle >= IDLE_MS - SETTLED_MS) tail.push(rssOf(child.pid!));
+        if (idle >= IDLE_MS) {
+          clearInterval(timer);
+          child.stdin.end("\n");
+        }
+      }, 500);
+    });
+    child.on("error", reject);
+    child.on("exit", (code) => {
+      clearInterval(timer);
+      fs.rmSync(home, { recursive: true, force: true });
+      if (code !== 0) reject(new Error(`node exited with ${code}`));
+      else resolve({ burst, settled: median(tail) });
+    });
+  });
 }
 
 if (!fs.existsSync(MOD)) {
@@ -123,11 +175,17 @@ if (!fs.existsSync(MOD)) {
 }
 await importCost();
 for (const n of sizes) {
-  const per: number[] = [];
-  for (let r = 0; r < (quick ? 1 : 3); r++) per.push((await perRun(n) - await perRun(1)) / (n - 1));
+  // The rounds' processes run side by side: each mostly sits idle, waiting to settle.
+  const results = await Promise.all(
+    Array.from({ length: rounds }, () => Promise.all([perRun(n), perRun(1)])),
+  );
+  const per = (key: "burst" | "settled") => {
+    const each = results.map(([many, one]) => (many[key] - one[key]) / (n - 1));
+    return `${fmtBytes(median(each))} (${each.map(fmtBytes).join(", ")})`;
+  };
   console.log(
-    `RSS per live run at ${n.toLocaleString()}: ${fmtBytes(median(per))} (${
-      per.map(fmtBytes).join(", ")
-    }; the process's VmRSS minus the same with 1 run)`,
+    `RSS per live run at ${n.toLocaleString()}: ${per("settled")} once the process has sat idle ${
+      IDLE_MS / 1000
+    } s; ${per("burst")} 1.5 s after the starts (the process's VmRSS minus the same with 1 run)`,
   );
 }

@@ -44,3 +44,31 @@ test("each slot's long description is its own", () => {
   }
   for (let slot = 0; slot < 4; slot++) assert.equal(table.readInfo(slot)?.text, texts[slot]);
 });
+
+test("each slot's fields, call ids and description are its own, in every chunk, and a call without an id shows none", () => {
+  const table = new RunTable(undefined, 600);
+  while (table.slots < 600) assert.ok(table.grow());
+  const worker = new RunTable(table.buffers);
+  const tool = table.internName("search");
+  const slots = [0, 255, 256, 511, 599]; // both ends of each chunk, and a partial last chunk
+  for (const slot of slots) {
+    table.claim(slot, 1000 + slot);
+    assert.ok(table.writeInfo(slot, encoder.encode(description(100 + slot))));
+    table.toolStart(slot, tool, 1000 + slot, `call-${slot}`);
+    table.toolStart(slot, tool, 1001 + slot);
+  }
+  for (const slot of slots) {
+    assert.equal(worker.readInfo(slot)?.text, description(100 + slot));
+    assert.equal(worker.start(slot), 1000 + slot);
+    assert.deepEqual(worker.tools(slot).map((call) => call.callId), [`call-${slot}`, undefined]);
+  }
+  // A ring entry that held an id, reused by a call without one, and a slot given to a new run.
+  const slot = 256;
+  for (let k = 0; k < 8; k++) table.toolStart(slot, tool, 2000);
+  assert.ok(worker.tools(slot).every((call) => call.callId === undefined));
+  table.free(slot);
+  table.claim(slot, 3000);
+  table.toolStart(slot, tool, 3000);
+  assert.deepEqual(worker.tools(slot).map((call) => call.callId), [undefined]);
+  assert.equal(worker.tools(255)[0]?.callId, "call-255");
+});
