@@ -7,11 +7,12 @@
  *   holds (read from `/proc/<pid>/status` by this parent); beside them the
  *   same import of an empty module, the floor of any ES module host;
  * - RSS per live run: a Node process that starts N runs and keeps their
- *   handles, against the same process with 1 run, read from `/proc` 1.5 s
- *   after the starts and again once the process has settled. Starting runs
- *   fills V8's young generation and grows it; a process that then waits on
- *   its runs (as hosts do, for their models) has V8 trim it within seconds,
- *   and the settled reading is what the live runs themselves hold.
+ *   handles, against the same process with 1 run, read from `/proc`; and the
+ *   same pair after each process has first started and ended 1,000 runs. A
+ *   fresh process's first thousand runs also pay what any busy process pays
+ *   once (V8's young generation grown and filled, the optimizing compiler's
+ *   memory and code pages); after that warm-up the difference is what the
+ *   live runs hold.
  *
  * Run: `deno task bench --only node_cost`, or `deno run -A scripts/bench_node_cost.ts
  * [--quick] [--runs 1000,20000] [--pairs 41] [--rounds 5] [--mod
@@ -98,75 +99,34 @@ async function importCost(): Promise<void> {
   );
 }
 
-/**
- * How long each process sits idle with its runs, and the part of that whose
- * median is the settled reading: V8 trims an idle process's heaps after 8 s
- * of quiet, later (up to about 25 s here) when there is much to trim.
- */
-const IDLE_MS = 60_000;
-const SETTLED_MS = 20_000;
+/** Runs each process of the warmed pair starts and ends before it starts its live ones. */
+const WARM = 1000;
 
-/** VmRSS of a process, bytes; NaN once it is gone. */
-const rssOf = (pid: number) => {
-  try {
-    return Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]) *
-      1024;
-  } catch {
-    return NaN;
-  }
-};
-
-/**
- * A Node process that starts `n` runs and keeps their handles: its VmRSS just
- * after (`burst`), and once it has sat idle long enough for V8 to trim its
- * heaps (`settled`: the median of the last SETTLED_MS of IDLE_MS, read from
- * here every half second).
- */
-function perRun(n: number): Promise<{ burst: number; settled: number }> {
+/** VmRSS of a Node process that starts `n` runs (after `warm` started and ended) and keeps their handles. */
+async function perRun(n: number, warm = 0): Promise<number> {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-bench-rss-"));
   const code = `
     const { createAgentCheckpoint } = await import(${JSON.stringify(MOD)});
     const ac = createAgentCheckpoint({ home: ${JSON.stringify(home)}, env: {} });
-    const runs = [];
-    for (let i = 0; i < ${n}; i++) {
-      const run = ac.startRun({ sessionId: "s-" + i, caps: { turns: 50, seconds: 3600 } });
+    const start = (id) => {
+      const run = ac.startRun({ sessionId: id, caps: { turns: 50, seconds: 3600 } });
       run.preLlmCall(); run.preToolCall("search"); run.postToolCall("search", { ok: true });
-      runs.push(run);
-    }
+      return run;
+    };
+    for (let i = 0; i < ${warm}; i++) await start("w-" + i).end();
+    const runs = [];
+    for (let i = 0; i < ${n}; i++) runs.push(start("s-" + i));
     await new Promise((r) => setTimeout(r, 1500)); // the watchdog's looks at every run
     globalThis.gc();
     // The handles stay reachable until the parent has read the RSS: a run whose handle is
     // collected gives its slot back.
     process.stdout.write("ready\\n");
     process.stdin.once("data", () => process.exit(runs.length === ${n} ? 0 : 1));`;
-  const child = spawn("node", ["--expose-gc", "--input-type=module", "-e", code], {
-    stdio: ["pipe", "pipe", "inherit"],
-    cwd: os.tmpdir(),
-  });
-  return new Promise<{ burst: number; settled: number }>((resolve, reject) => {
-    let burst = NaN;
-    const tail: number[] = [];
-    let timer: ReturnType<typeof setInterval> | undefined;
-    child.stdout.once("data", () => {
-      const ready = performance.now();
-      burst = rssOf(child.pid!);
-      timer = setInterval(() => {
-        const idle = performance.now() - ready;
-        if (idle >= IDLE_MS - SETTLED_MS) tail.push(rssOf(child.pid!));
-        if (idle >= IDLE_MS) {
-          clearInterval(timer);
-          child.stdin.end("\n");
-        }
-      }, 500);
-    });
-    child.on("error", reject);
-    child.on("exit", (code) => {
-      clearInterval(timer);
-      fs.rmSync(home, { recursive: true, force: true });
-      if (code !== 0) reject(new Error(`node exited with ${code}`));
-      else resolve({ burst, settled: median(tail) });
-    });
-  });
+  try {
+    return (await node(["--expose-gc", "--input-type=module", "-e", code])).rss;
+  } finally {
+    fs.rmSync(home, { recursive: true, force: true });
+  }
 }
 
 if (!fs.existsSync(MOD)) {
@@ -175,17 +135,16 @@ if (!fs.existsSync(MOD)) {
 }
 await importCost();
 for (const n of sizes) {
-  // The rounds' processes run side by side: each mostly sits idle, waiting to settle.
-  const results = await Promise.all(
-    Array.from({ length: rounds }, () => Promise.all([perRun(n), perRun(1)])),
-  );
-  const per = (key: "burst" | "settled") => {
-    const each = results.map(([many, one]) => (many[key] - one[key]) / (n - 1));
-    return `${fmtBytes(median(each))} (${each.map(fmtBytes).join(", ")})`;
-  };
+  const fresh: number[] = [];
+  const warmed: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    fresh.push((await perRun(n) - await perRun(1)) / (n - 1));
+    warmed.push((await perRun(n, WARM) - await perRun(1, WARM)) / (n - 1));
+  }
+  const line = (per: number[]) => `${fmtBytes(median(per))} (${per.map(fmtBytes).join(", ")})`;
   console.log(
-    `RSS per live run at ${n.toLocaleString()}: ${per("settled")} once the process has sat idle ${
-      IDLE_MS / 1000
-    } s; ${per("burst")} 1.5 s after the starts (the process's VmRSS minus the same with 1 run)`,
+    `RSS per live run at ${n.toLocaleString()}: ${line(fresh)} from a fresh process; ${
+      line(warmed)
+    } after ${WARM.toLocaleString()} runs started and ended (the process's VmRSS minus the same with 1 run)`,
   );
 }
