@@ -27,8 +27,10 @@ import { fireTier } from "./tier.ts";
 
 /** Tool calls remembered per run. */
 export const TOOL_RING = 8;
+/** A chunk's slot count, as a shift: a slot's chunk and place in it are two bit operations. */
+const CHUNK_SHIFT = 8;
 /** Runs added to the table at a time. */
-export const SLOT_CHUNK = 256;
+export const SLOT_CHUNK = 1 << CHUNK_SHIFT;
 /** The most runs one table holds: the bound memory sets (about 1.2 KiB each, 0.9 KiB of it touched without call ids; 3.3 KiB with a long description). */
 export const MAX_SLOTS = 65_536;
 
@@ -101,7 +103,9 @@ const SETTINGS_SEEN = 6; // the version of the settings the watchdog last looked
 const WAKES_SERVED = 7; // the wake counter as the watchdog's last completed look began
 const HEADER_BYTES = 64;
 /** Where a slot's chunk starts in the runs buffer. */
-const chunkAt = (slot: number) => HEADER_BYTES + Math.floor(slot / SLOT_CHUNK) * CHUNK_BYTES;
+const chunkAt = (slot: number) => HEADER_BYTES + (slot >>> CHUNK_SHIFT) * CHUNK_BYTES;
+/** A slot's place in its chunk. */
+const inChunk = (slot: number) => slot & (SLOT_CHUNK - 1);
 
 /** Bytes the tool-name table starts with, and grows by. */
 const NAME_CHUNK = 64 * 1024;
@@ -250,16 +254,16 @@ export class RunTable {
 
   // Where a slot's fields are, in each view's units: its chunk, the part, its place in it.
   #fAt(slot: number): number {
-    return (chunkAt(slot) + (slot % SLOT_CHUNK) * F64_BYTES) / 8;
+    return (chunkAt(slot) + inChunk(slot) * F64_BYTES) / 8;
   }
   #iAt(slot: number): number {
-    return (chunkAt(slot) + I32_PART + (slot % SLOT_CHUNK) * I32_BYTES) / 4;
+    return (chunkAt(slot) + I32_PART + inChunk(slot) * I32_BYTES) / 4;
   }
   #idAt(slot: number, k: number): number {
-    return chunkAt(slot) + IDS_PART + (slot % SLOT_CHUNK) * IDS_BYTES + k * CALL_ID_BYTES;
+    return chunkAt(slot) + IDS_PART + inChunk(slot) * IDS_BYTES + k * CALL_ID_BYTES;
   }
   #infoAt(slot: number): number {
-    return chunkAt(slot) + INFO_PART + (slot % SLOT_CHUNK) * INFO_INLINE_BYTES;
+    return chunkAt(slot) + INFO_PART + inChunk(slot) * INFO_INLINE_BYTES;
   }
 
   /** Ask the watchdog to look again now; the wake counter after this wake. */
@@ -721,15 +725,18 @@ export class RunTable {
     Atomics.and(this.#i, i + TIMED_OUT, ~(1 << k));
     if (deadlineAt > 0) Atomics.add(this.#i, i + TIMED_CALLS, 1);
     // The id's bytes are written only when there is one: the bit says whether they are its.
-    Atomics.and(this.#i, i + CALL_IDS, ~(1 << k));
-    if (callId !== undefined) {
+    // One writer (this thread), so the bit is read before it is changed, and only changed then.
+    const withIds = Atomics.load(this.#i, i + CALL_IDS);
+    if (callId === undefined) {
+      if (withIds & (1 << k)) Atomics.and(this.#i, i + CALL_IDS, ~(1 << k));
+    } else {
       const id = this.#idAt(slot, k);
       const { written } = encoder.encodeInto(
         callId,
         this.#b.subarray(id + 1, id + CALL_ID_BYTES),
       );
       this.#b[id] = written ?? 0;
-      Atomics.or(this.#i, i + CALL_IDS, 1 << k);
+      if (!(withIds & (1 << k))) Atomics.or(this.#i, i + CALL_IDS, 1 << k);
     }
     Atomics.store(this.#i, i + RING_I + k * 2, toolId);
     Atomics.store(this.#i, i + RING_I + k * 2 + 1, IN_FLIGHT);
