@@ -103,11 +103,6 @@ function workerUrl(module: URL): URL {
 }
 
 /**
- * The overrides as the worker can take them: each key that survives a
- * structured clone, so one odd value (a bigint, a function) costs only its own
- * key, with a warning, never the others.
- */
-/**
  * The watchdog's young generation, in MB. V8 gives a worker the same young
  * generation as a main thread and doubles it once 2 MiB of objects have
  * survived; the watchdog, which allocates a few objects per run it writes,
@@ -118,6 +113,11 @@ function workerUrl(module: URL): URL {
  */
 const WATCHDOG_YOUNG_MB = 3;
 
+/**
+ * The overrides as the worker can take them: each key that survives a
+ * structured clone, so one odd value (a bigint, a function) costs only its own
+ * key, with a warning, never the others.
+ */
 function cloneableOverrides(
   value: Record<string, unknown> | undefined,
   warn: (message: string) => void,

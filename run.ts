@@ -369,7 +369,7 @@ export class Run {
     used: number,
     elapsed: number,
   ): string | undefined {
-    const note = this.#resume && this.#resume.note;
+    const note = this.#resume ? this.#resume.note : undefined;
     this.#resume = false;
     const previous = this.previous;
     if (!previous) return undefined;

@@ -402,7 +402,8 @@ const STUB = `// Joined into ${CORE} (scripts/build_npm.ts).`;
  * Join the core into one module. A Node host pays for each module of a graph
  * it imports (resolving, reading, compiling and linking it): importing the 23
  * files of mod.js's graph cost about 17 ms more than importing the same code
- * as two (37 against 20 ms over a bare `node -e 0`, medians of 61 starts). esbuild joins the modules mod.js's static graph reaches into
+ * as two (37 against 20 ms over a bare `node -e 0`, medians of 61 starts).
+ * esbuild joins the modules mod.js's static graph reaches into
  * `_core_code.js`, which mod.js imports; `_core.js` re-exports every core
  * module's names, each under an alias, and each core file is rewritten to
  * re-export its own names from there, so whatever imports a core file (a
