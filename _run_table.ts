@@ -62,7 +62,8 @@ const FILE_LOCK = RING_I + TOOL_RING * 2; // 1 while a thread writes the run's f
 const TIMED_OUT = FILE_LOCK + 1; // a bit per ring entry whose timeout record is claimed
 const TIMED_CALLS = TIMED_OUT + 1; // tool calls started with a deadline so far
 const CALL_IDS = TIMED_CALLS + 1; // a bit per ring entry whose call id is in the table
-const I32_PER_SLOT = CALL_IDS + 2; // one spare: an even count keeps the parts after it 8-byte aligned
+const SETTLED = CALL_IDS + 1; // a bit per ring entry whose claimed timeout record is written (or given up)
+const I32_PER_SLOT = SETTLED + 1; // an even count keeps the parts after it 8-byte aligned
 
 /** Bytes of a tool call's id in the ring: a length byte, then up to 47 bytes of UTF-8. */
 const CALL_ID_BYTES = 48;
@@ -554,6 +555,21 @@ export class RunTable {
     return (Atomics.load(this.#i, this.#iAt(slot) + TIMED_OUT) & bit) !== 0;
   }
 
+  /**
+   * Say that the timeout record of tool call `n`, claimed with
+   * {@linkcode RunTable.claimTimeout}, is written, or will not be: the thread
+   * that did not claim it aborts the call's signal only after this.
+   */
+  settleTimeout(slot: number, n: number): void {
+    Atomics.or(this.#i, this.#iAt(slot) + SETTLED, 1 << (n % TOOL_RING));
+  }
+
+  /** Whether tool call `n`'s claimed timeout record is written or given up. */
+  timeoutSettled(slot: number, n: number): boolean {
+    const bit = 1 << (n % TOOL_RING);
+    return (Atomics.load(this.#i, this.#iAt(slot) + SETTLED) & bit) !== 0;
+  }
+
   /** Tool calls started with a deadline so far: a new one calls for the watchdog's look. */
   timedCalls(slot: number): number {
     return Atomics.load(this.#i, this.#iAt(slot) + TIMED_CALLS);
@@ -723,6 +739,7 @@ export class RunTable {
     this.#f[f + 1] = -1;
     this.#f[this.#fAt(slot) + TOOL_DEADLINE + k] = deadlineAt;
     Atomics.and(this.#i, i + TIMED_OUT, ~(1 << k));
+    Atomics.and(this.#i, i + SETTLED, ~(1 << k));
     if (deadlineAt > 0) Atomics.add(this.#i, i + TIMED_CALLS, 1);
     // The id's bytes are written only when there is one: the bit says whether they are its.
     // One writer (this thread), so the bit is read before it is changed, and only changed then.

@@ -31,6 +31,7 @@ import { fireTier, tierFor, type TierPlan, TierPlans } from "./tier.ts";
 import {
   type CheckpointWriter,
   encodeRunInfo,
+  FILE_LOCK_WAIT_MS,
   MAX_NOTES,
   type PersistEvent,
   type RunInfo,
@@ -91,6 +92,12 @@ const MAX_NOTE = 2000;
 const END_WAIT_MS = 5000;
 /** Call ids remembered for calls still in flight. */
 const MAX_OPEN_CALLS = 64;
+/**
+ * How long a timed-out call's signal waits for the watchdog's `tool_timeout`
+ * record once the watchdog claimed it: its write may wait FILE_LOCK_WAIT_MS
+ * for the file's lock; thrice that leaves room for a busy machine.
+ */
+const TIMEOUT_SETTLE_MS = 3 * FILE_LOCK_WAIT_MS;
 const MAX_ERROR = 500;
 const fileExists = (file: string) => {
   try {
@@ -897,8 +904,36 @@ export class Run {
           if (kept.callId !== undefined) call.call.callId = kept.callId;
           ctx.writer.write(this.#info, settings, call, "host", now);
         }
+        ctx.shared.settleTimeout(this.#info.slot, seq);
       }
-      if (kept.callId !== undefined) this.#abortTool(kept.callId);
+      if (kept.callId !== undefined) this.#abortWhenSettled(seq, kept.callId);
+    });
+  }
+
+  /**
+   * Abort a timed-out call's signal once its `tool_timeout` record is written:
+   * the watchdog may have claimed the record and still be writing it. Waits at
+   * most TIMEOUT_SETTLE_MS (then says so in the log), and not at all for a call
+   * that ended meanwhile or a run that ended.
+   */
+  #abortWhenSettled(seq: number, callId: string, since = performance.now(), pause = 1): void {
+    this.#guard("tool timeout", undefined, (ctx) => {
+      const slot = this.#info.slot;
+      if (ctx.shared.toolDeadline(slot, seq) === 0) return; // it ended
+      if (!ctx.shared.timeoutSettled(slot, seq)) {
+        if (performance.now() - since < TIMEOUT_SETTLE_MS) {
+          const again = () => this.#abortWhenSettled(seq, callId, since, Math.min(pause * 2, 16));
+          longTimeout(again, pause, { unref: true });
+          return;
+        }
+        ctx.log(
+          "warn",
+          `the watchdog did not write the tool_timeout record of call ${callId} within ` +
+            `${TIMEOUT_SETTLE_MS / 1000}s; its signal aborts without it`,
+          this.runId,
+        );
+      }
+      this.#abortTool(callId);
     });
   }
 
@@ -956,7 +991,7 @@ export class Run {
       if (
         seq !== undefined && ctx.shared.toolDeadline(this.#info.slot, seq) > 0 &&
         ctx.shared.timedOut(this.#info.slot, seq)
-      ) this.#abortTool(id);
+      ) this.#abortWhenSettled(seq, id);
       return controller.signal;
     });
   }

@@ -141,12 +141,27 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
 
   /** The writes one look found due: one goes out at once, a burst concurrently. */
   let due: PendingWrite[] = [];
+  /** The tool calls (slot, sequence number) whose timeout record this look claimed. */
+  let claimed: number[] = [];
 
   function act(info: RunInfo, settings: Settings, event: PersistEvent, now: number): void {
     due.push({ info, settings, event, source: "watchdog", now });
   }
 
   async function flush(): Promise<void> {
+    const settling = claimed;
+    claimed = [];
+    try {
+      await writeDue();
+    } finally {
+      // Written or not, the main thread may now abort these calls' signals.
+      for (let k = 0; k < settling.length; k += 2) {
+        shared.settleTimeout(settling[k]!, settling[k + 1]!);
+      }
+    }
+  }
+
+  async function writeDue(): Promise<void> {
     let writes = due;
     due = [];
     if (writes.length === 0) return;
@@ -186,6 +201,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
         continue;
       }
       if (!shared.claimTimeout(slot, n)) continue;
+      claimed.push(slot, n);
       calls ??= shared.tools(slot);
       const call = calls.find((c) => c.seq === n);
       if (!call) continue;

@@ -533,6 +533,35 @@ test("a tool call past its deadline gets its tool_timeout record while the main 
   await ac.close();
 });
 
+test("a call's signal aborts only once the watchdog's tool_timeout record is in the file", async () => {
+  const ac = createAgentCheckpoint({ home: tempHome(), env: {} });
+  const run = ac.startRun({ sessionId: "claimed-by-watchdog" });
+  const table = ac.sharedRuns;
+  const slot = run.slot;
+  // The main thread holds the run's file: the watchdog can claim the record but not yet write it.
+  assert.ok(table.lockFile(slot, 0));
+  run.preToolCall("fetch_page", { callId: "c1", timeoutSeconds: 0.1 });
+  const seq = table.toolCount(slot) - 1;
+  const signal = run.toolSignal("c1");
+  assert.ok(
+    blockUntil(() => table.timedOut(slot, seq)),
+    "the watchdog claimed the call's timeout record",
+  );
+  const atAbort = new Promise<ReturnType<typeof record>>((resolve) =>
+    signal.addEventListener("abort", () => resolve(record(run.checkpointFile)), { once: true })
+  );
+  const alive = setInterval(() => {}, 50);
+  // Due after the call's own timer, which has lost the claim to the watchdog by then.
+  setTimeout(() => table.unlockFile(slot), 0);
+  const r = await atAbort; // what a handler of the abort read, at the abort
+  clearInterval(alive);
+  assert.equal(r?.kind, "tool_timeout", "the record was written before the signal aborted");
+  assert.equal(r?.source, "watchdog");
+  assert.equal(r?.timedOut?.callId, "c1");
+  run.postToolCall("fetch_page", { callId: "c1", error: signal.reason });
+  await ac.close();
+});
+
 test("a run the watchdog stopped watching for its budget still gets its tool_timeout record", async () => {
   const ac = createAgentCheckpoint({
     home: tempHome(),
