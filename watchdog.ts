@@ -141,7 +141,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
 
   /** The writes one look found due: one goes out at once, a burst concurrently. */
   let due: PendingWrite[] = [];
-  /** The tool calls (slot, sequence number) whose timeout record this look claimed. */
+  /** The tool calls (slot, its run's generation, sequence number) whose timeout record this look claimed. */
   let claimed: number[] = [];
 
   function act(info: RunInfo, settings: Settings, event: PersistEvent, now: number): void {
@@ -154,9 +154,13 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     try {
       await writeDue();
     } finally {
-      // Written or not, the main thread may now abort these calls' signals.
-      for (let k = 0; k < settling.length; k += 2) {
-        shared.settleTimeout(settling[k]!, settling[k + 1]!);
+      // Written or not, the main thread may now abort these calls' signals: those of calls
+      // still in flight in the same run (a slot or ring entry used anew has no claim to settle).
+      for (let k = 0; k < settling.length; k += 3) {
+        const [slot, gen, n] = [settling[k]!, settling[k + 1]!, settling[k + 2]!];
+        if (shared.gen(slot) === gen && shared.toolDeadline(slot, n) > 0) {
+          shared.settleTimeout(slot, n);
+        }
       }
     }
   }
@@ -201,7 +205,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
         continue;
       }
       if (!shared.claimTimeout(slot, n)) continue;
-      claimed.push(slot, n);
+      claimed.push(slot, info.gen, n);
       calls ??= shared.tools(slot);
       const call = calls.find((c) => c.seq === n);
       if (!call) continue;
