@@ -56,7 +56,7 @@ const LIVE = 6; // 1 while a run holds the slot
 const INFO_SEQ = 7; // seqlock of the run's description: odd while it is written
 const INFO_LEN = 8; // bytes of the description
 const COMMENTED = 9; // a bit per record kind whose first kanban comment went out
-const DEADLINE = 10; // 1 once the deadline checkpoint is claimed
+const DEADLINE = 10; // 1 once the deadline checkpoint is claimed, 2 once it is written (or given up)
 const RING_I = 11; // TOOL_RING × [tool id, status]
 const FILE_LOCK = RING_I + TOOL_RING * 2; // 1 while a thread writes the run's file
 const TIMED_OUT = FILE_LOCK + 1; // a bit per ring entry whose timeout record is claimed
@@ -647,6 +647,24 @@ export class RunTable {
   /** Claim the deadline checkpoint: true for exactly one caller, whichever thread. */
   claimDeadline(slot: number): boolean {
     return Atomics.compareExchange(this.#i, this.#iAt(slot) + DEADLINE, 0, 1) === 0;
+  }
+
+  /** Whether the deadline checkpoint was claimed, by either thread. */
+  deadlineClaimed(slot: number): boolean {
+    return Atomics.load(this.#i, this.#iAt(slot) + DEADLINE) !== 0;
+  }
+
+  /**
+   * Say that the claimed deadline checkpoint is written, or will not be: the
+   * thread that did not claim it aborts the run's deadline signal only after this.
+   */
+  settleDeadline(slot: number): void {
+    Atomics.compareExchange(this.#i, this.#iAt(slot) + DEADLINE, 1, 2);
+  }
+
+  /** Whether the claimed deadline checkpoint is written or given up. */
+  deadlineSettled(slot: number): boolean {
+    return Atomics.load(this.#i, this.#iAt(slot) + DEADLINE) === 2;
   }
 
   /**

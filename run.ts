@@ -93,11 +93,11 @@ const END_WAIT_MS = 5000;
 /** Call ids remembered for calls still in flight. */
 const MAX_OPEN_CALLS = 64;
 /**
- * How long a timed-out call's signal waits for the watchdog's `tool_timeout`
- * record once the watchdog claimed it: its write may wait FILE_LOCK_WAIT_MS
+ * How long a signal waits for the record the watchdog claimed (`tool_timeout`,
+ * `deadline`) before it aborts: the watchdog's write may wait FILE_LOCK_WAIT_MS
  * for the file's lock; thrice that leaves room for a busy machine.
  */
-const TIMEOUT_SETTLE_MS = 3 * FILE_LOCK_WAIT_MS;
+const SETTLE_MS = 3 * FILE_LOCK_WAIT_MS;
 const MAX_ERROR = 500;
 const fileExists = (file: string) => {
   try {
@@ -796,7 +796,9 @@ export class Run {
    * An `AbortSignal` that aborts at the time cap plus
    * `deadline_grace_seconds`, or never when the run has no time cap (S18).
    * Just before it aborts, a checkpoint of kind `deadline` is written (by the
-   * watchdog when the main thread is blocked). Its reason is a
+   * watchdog when the main thread is blocked; when the watchdog's write is
+   * held up, the signal waits for it at most 6 s, then aborts and logs a
+   * warning). Its reason is a
    * `TimeoutError` `DOMException`. Its timer never keeps the process alive.
    *
    * @example
@@ -838,23 +840,29 @@ export class Run {
     return this.#extras?.deadline?.signal ?? NEVER;
   }
 
-  /** Write the deadline checkpoint unless the watchdog did, then abort. */
+  /** Write the deadline checkpoint unless the watchdog did, then abort once it is written. */
   #fireDeadline(): void {
     const controller = this.#extras?.deadline;
     if (!controller || controller.signal.aborted) return;
+    const slot = this.#info.slot;
     this.#guard("deadline", undefined, (ctx) => {
-      if (ctx.shared.claimDeadline(this.#info.slot)) {
+      if (ctx.shared.claimDeadline(slot)) {
         const now = nowMs();
         const settings = ctx.at(now);
-        const atSeconds = (ctx.shared.deadlineAt(this.#info.slot) -
-          ctx.shared.start(this.#info.slot)) / 1000;
+        const atSeconds = (ctx.shared.deadlineAt(slot) - ctx.shared.start(slot)) / 1000;
         // mid_run_persist: false promises no file writes from timers.
         if (settings.enabled && settings.mid_run_persist) {
           ctx.writer.write(this.#info, settings, { kind: "deadline", atSeconds }, "host", now);
         }
+        ctx.shared.settleDeadline(slot);
       }
     });
-    controller.abort(new DOMException("The run's deadline passed", "TimeoutError"));
+    // A run that ended has nothing to wait for: its signal aborts now, as it always did.
+    this.#afterSettled(
+      "deadline",
+      () => this.#guard("deadline", true, (ctx) => ctx.shared.deadlineSettled(slot)),
+      () => controller.abort(new DOMException("The run's deadline passed", "TimeoutError")),
+    );
   }
 
   /** Keep a tool call's deadline on this thread too: the watchdog's twin, and the signal's clock. */
@@ -910,31 +918,51 @@ export class Run {
     });
   }
 
+  /** Abort a timed-out call's signal once its `tool_timeout` record is written; never once the call or run ended. */
+  #abortWhenSettled(seq: number, callId: string): void {
+    const slot = this.#info.slot;
+    this.#afterSettled(
+      `tool_timeout of call ${callId}`,
+      () =>
+        this.#guard("tool timeout", undefined, (ctx) =>
+          // undefined: the call ended, or the run did
+          ctx.shared.toolDeadline(slot, seq) === 0
+            ? undefined
+            : ctx.shared.timeoutSettled(slot, seq)),
+      () => this.#abortTool(callId),
+    );
+  }
+
   /**
-   * Abort a timed-out call's signal once its `tool_timeout` record is written:
-   * the watchdog may have claimed the record and still be writing it. Waits at
-   * most TIMEOUT_SETTLE_MS (then says so in the log), and not at all for a call
-   * that ended meanwhile or a run that ended.
+   * Call `abort` once the record behind a signal is in the file (`settled`):
+   * the watchdog may have claimed the record and still be writing it. Looks
+   * again on this thread's timers, which never keep the process alive; after
+   * SETTLE_MS it says so in the log and aborts anyway. `settled` answering
+   * undefined means there is nothing left to abort.
    */
-  #abortWhenSettled(seq: number, callId: string, since = performance.now(), pause = 1): void {
-    this.#guard("tool timeout", undefined, (ctx) => {
-      const slot = this.#info.slot;
-      if (ctx.shared.toolDeadline(slot, seq) === 0) return; // it ended
-      if (!ctx.shared.timeoutSettled(slot, seq)) {
-        if (performance.now() - since < TIMEOUT_SETTLE_MS) {
-          const again = () => this.#abortWhenSettled(seq, callId, since, Math.min(pause * 2, 16));
-          longTimeout(again, pause, { unref: true });
-          return;
-        }
-        ctx.log(
-          "warn",
-          `the watchdog did not write the tool_timeout record of call ${callId} within ` +
-            `${TIMEOUT_SETTLE_MS / 1000}s; its signal aborts without it`,
-          this.runId,
-        );
+  #afterSettled(
+    record: string,
+    settled: () => boolean | undefined,
+    abort: () => void,
+    since = performance.now(),
+    pause = 1,
+  ): void {
+    const ready = settled();
+    if (ready === undefined) return;
+    if (!ready) {
+      if (performance.now() - since < SETTLE_MS) {
+        const again = () =>
+          this.#afterSettled(record, settled, abort, since, Math.min(pause * 2, 16));
+        longTimeout(again, pause, { unref: true });
+        return;
       }
-      this.#abortTool(callId);
-    });
+      this.log(
+        "warn",
+        `the watchdog did not write the ${record} record within ${SETTLE_MS / 1000}s; ` +
+          "its signal aborts without it",
+      );
+    }
+    this.#safe("abort", undefined, abort);
   }
 
   #abortTool(callId: string): void {
@@ -948,7 +976,8 @@ export class Run {
    * call runs past its deadline (`preToolCall(tool, { callId, timeoutSeconds })`,
    * else the `tool_timeout_seconds` setting), right after the `tool_timeout`
    * checkpoint that names the call (written by the watchdog when the main
-   * thread is blocked). It never aborts for a call without a deadline, or
+   * thread is blocked; when the watchdog's write is held up, the signal waits
+   * for it at most 6 s, then aborts and logs a warning). It never aborts for a call without a deadline, or
    * once the call has ended. Its reason is a `TimeoutError` `DOMException`.
    * Its timer never keeps the process alive.
    *

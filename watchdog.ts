@@ -27,6 +27,9 @@ import type { FromWorker, WatchdogData } from "./_watchdog_host.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
 
+/** In the list of claimed records, the run's deadline checkpoint (not a tool call's number). */
+const DEADLINE_CLAIM = -1;
+
 /** Progress intervals between two tidyings of the run ledger. */
 const MAINTAIN_EVERY = 10;
 
@@ -141,7 +144,10 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
 
   /** The writes one look found due: one goes out at once, a burst concurrently. */
   let due: PendingWrite[] = [];
-  /** The tool calls (slot, its run's generation, sequence number) whose timeout record this look claimed. */
+  /**
+   * The records this look claimed whose signal the main thread aborts: (slot, its run's
+   * generation, a tool call's sequence number or DEADLINE_CLAIM) each.
+   */
   let claimed: number[] = [];
 
   function act(info: RunInfo, settings: Settings, event: PersistEvent, now: number): void {
@@ -158,9 +164,9 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       // still in flight in the same run (a slot or ring entry used anew has no claim to settle).
       for (let k = 0; k < settling.length; k += 3) {
         const [slot, gen, n] = [settling[k]!, settling[k + 1]!, settling[k + 2]!];
-        if (shared.gen(slot) === gen && shared.toolDeadline(slot, n) > 0) {
-          shared.settleTimeout(slot, n);
-        }
+        if (shared.gen(slot) !== gen) continue;
+        if (n === DEADLINE_CLAIM) shared.settleDeadline(slot);
+        else if (shared.toolDeadline(slot, n) > 0) shared.settleTimeout(slot, n);
       }
     }
   }
@@ -230,6 +236,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     const capped = hasCap(plan);
     const deadline = shared.deadlineAt(slot);
     if (deadline > 0 && now >= deadline && shared.claimDeadline(slot)) {
+      claimed.push(slot, info.gen, DEADLINE_CLAIM);
       act(info, settings, { kind: "deadline", atSeconds: (deadline - start) / 1000 }, now);
     }
     const toolDue = toolTimeouts(info, settings, now);

@@ -562,6 +562,35 @@ test("a call's signal aborts only once the watchdog's tool_timeout record is in 
   await ac.close();
 });
 
+test("a run's deadline signal aborts only once the watchdog's deadline record is in the file", async () => {
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: {},
+    settings: { deadline_grace_seconds: 1 },
+  });
+  const run = ac.startRun({ sessionId: "deadline-by-watchdog", caps: { timeSeconds: 0.3 } });
+  const table = ac.sharedRuns;
+  const slot = run.slot;
+  run.activity();
+  const signal = run.deadline; // at the time cap + 1 s
+  assert.ok(await waitFor(() => record(run.checkpointFile)?.kind === "tier"), "tier 2 is written");
+  // The main thread holds the run's file: the watchdog can claim the record but not yet write it.
+  assert.ok(table.lockFile(slot, 20_000));
+  assert.ok(blockUntil(() => table.deadlineClaimed(slot)), "the watchdog claimed the record");
+  const atAbort = new Promise<ReturnType<typeof record>>((resolve) =>
+    signal.addEventListener("abort", () => resolve(record(run.checkpointFile)), { once: true })
+  );
+  const alive = setInterval(() => {}, 50);
+  // Due after the signal's own timer, which has lost the claim to the watchdog by then.
+  setTimeout(() => table.unlockFile(slot), 0);
+  const r = await atAbort; // what a handler of the abort read, at the abort
+  clearInterval(alive);
+  assert.equal(r?.kind, "deadline", "the record was written before the signal aborted");
+  assert.equal(r?.source, "watchdog");
+  assert.equal((signal.reason as DOMException).name, "TimeoutError");
+  await ac.close();
+});
+
 test("a run the watchdog stopped watching for its budget still gets its tool_timeout record", async () => {
   const ac = createAgentCheckpoint({
     home: tempHome(),
