@@ -533,13 +533,37 @@ test("a tool call past its deadline gets its tool_timeout record while the main 
   await ac.close();
 });
 
+/**
+ * This thread holds a run's file lock and the watchdog has claimed the record behind `signal`:
+ * let the signal's own timer fire (it lost the claim), give the lock back, and return the record
+ * a handler of the abort reads at the abort.
+ */
+async function recordAtAbort(
+  table: AgentCheckpoint["sharedRuns"],
+  slot: number,
+  signal: AbortSignal,
+  file: string,
+): Promise<ReturnType<typeof record>> {
+  const atAbort = new Promise<ReturnType<typeof record>>((resolve) =>
+    signal.addEventListener("abort", () => resolve(record(file)), { once: true })
+  );
+  const alive = setInterval(() => {}, 50);
+  // Due after the signal's own timer, whose deadline passed while this thread was blocked.
+  setTimeout(() => table.unlockFile(slot), 0);
+  try {
+    return await atAbort;
+  } finally {
+    clearInterval(alive);
+  }
+}
+
 test("a call's signal aborts only once the watchdog's tool_timeout record is in the file", async () => {
   const ac = createAgentCheckpoint({ home: tempHome(), env: {} });
   const run = ac.startRun({ sessionId: "claimed-by-watchdog" });
   const table = ac.sharedRuns;
   const slot = run.slot;
   // The main thread holds the run's file: the watchdog can claim the record but not yet write it.
-  assert.ok(table.lockFile(slot, 0));
+  assert.ok(table.lockFile(slot, 20_000));
   run.preToolCall("fetch_page", { callId: "c1", timeoutSeconds: 0.1 });
   const seq = table.toolCount(slot) - 1;
   const signal = run.toolSignal("c1");
@@ -547,14 +571,7 @@ test("a call's signal aborts only once the watchdog's tool_timeout record is in 
     blockUntil(() => table.timedOut(slot, seq)),
     "the watchdog claimed the call's timeout record",
   );
-  const atAbort = new Promise<ReturnType<typeof record>>((resolve) =>
-    signal.addEventListener("abort", () => resolve(record(run.checkpointFile)), { once: true })
-  );
-  const alive = setInterval(() => {}, 50);
-  // Due after the call's own timer, which has lost the claim to the watchdog by then.
-  setTimeout(() => table.unlockFile(slot), 0);
-  const r = await atAbort; // what a handler of the abort read, at the abort
-  clearInterval(alive);
+  const r = await recordAtAbort(table, slot, signal, run.checkpointFile);
   assert.equal(r?.kind, "tool_timeout", "the record was written before the signal aborted");
   assert.equal(r?.source, "watchdog");
   assert.equal(r?.timedOut?.callId, "c1");
@@ -566,25 +583,20 @@ test("a run's deadline signal aborts only once the watchdog's deadline record is
   const ac = createAgentCheckpoint({
     home: tempHome(),
     env: {},
-    settings: { deadline_grace_seconds: 1 },
+    // Seconds between tier 2 and the deadline, so that this thread holds the file before either
+    // thread can claim the deadline record, even on a busy machine.
+    settings: { deadline_grace_seconds: 3 },
   });
   const run = ac.startRun({ sessionId: "deadline-by-watchdog", caps: { timeSeconds: 0.3 } });
   const table = ac.sharedRuns;
   const slot = run.slot;
   run.activity();
-  const signal = run.deadline; // at the time cap + 1 s
+  const signal = run.deadline; // at the time cap + 3 s
   assert.ok(await waitFor(() => record(run.checkpointFile)?.kind === "tier"), "tier 2 is written");
   // The main thread holds the run's file: the watchdog can claim the record but not yet write it.
   assert.ok(table.lockFile(slot, 20_000));
   assert.ok(blockUntil(() => table.deadlineClaimed(slot)), "the watchdog claimed the record");
-  const atAbort = new Promise<ReturnType<typeof record>>((resolve) =>
-    signal.addEventListener("abort", () => resolve(record(run.checkpointFile)), { once: true })
-  );
-  const alive = setInterval(() => {}, 50);
-  // Due after the signal's own timer, which has lost the claim to the watchdog by then.
-  setTimeout(() => table.unlockFile(slot), 0);
-  const r = await atAbort; // what a handler of the abort read, at the abort
-  clearInterval(alive);
+  const r = await recordAtAbort(table, slot, signal, run.checkpointFile);
   assert.equal(r?.kind, "deadline", "the record was written before the signal aborted");
   assert.equal(r?.source, "watchdog");
   assert.equal((signal.reason as DOMException).name, "TimeoutError");
