@@ -56,13 +56,14 @@ const LIVE = 6; // 1 while a run holds the slot
 const INFO_SEQ = 7; // seqlock of the run's description: odd while it is written
 const INFO_LEN = 8; // bytes of the description
 const COMMENTED = 9; // a bit per record kind whose first kanban comment went out
-const DEADLINE = 10; // 1 once the deadline checkpoint is claimed, 2 once it is written (or given up)
+const DEADLINE = 10; // 1 once the deadline checkpoint is claimed, 2 once written (or given up)
 const RING_I = 11; // TOOL_RING × [tool id, status]
 const FILE_LOCK = RING_I + TOOL_RING * 2; // 1 while a thread writes the run's file
 const TIMED_OUT = FILE_LOCK + 1; // a bit per ring entry whose timeout record is claimed
 const TIMED_CALLS = TIMED_OUT + 1; // tool calls started with a deadline so far
 const CALL_IDS = TIMED_CALLS + 1; // a bit per ring entry whose call id is in the table
-const SETTLED = CALL_IDS + 1; // a bit per ring entry whose claimed timeout record is written (or given up)
+// A bit per ring entry whose claimed timeout record is written (or given up).
+const SETTLED = CALL_IDS + 1;
 const I32_PER_SLOT = SETTLED + 1; // an even count keeps the parts after it 8-byte aligned
 
 /** Bytes of a tool call's id in the ring: a length byte, then up to 47 bytes of UTF-8. */

@@ -798,8 +798,8 @@ export class Run {
    * Just before it aborts, a checkpoint of kind `deadline` is written (by the
    * watchdog when the main thread is blocked; when the watchdog's write is
    * held up, the signal waits for it at most 6 s, then aborts and logs a
-   * warning). Its reason is a
-   * `TimeoutError` `DOMException`. Its timer never keeps the process alive.
+   * warning). Its reason is a `TimeoutError` `DOMException`. Its timer never
+   * keeps the process alive.
    *
    * @example
    * ```ts
@@ -918,7 +918,10 @@ export class Run {
     });
   }
 
-  /** Abort a timed-out call's signal once its `tool_timeout` record is written; never once the call or run ended. */
+  /**
+   * Abort a timed-out call's signal once its `tool_timeout` record is written;
+   * never once the call or run ended.
+   */
   #abortWhenSettled(seq: number, callId: string): void {
     const slot = this.#info.slot;
     this.#afterSettled(
@@ -977,9 +980,9 @@ export class Run {
    * else the `tool_timeout_seconds` setting), right after the `tool_timeout`
    * checkpoint that names the call (written by the watchdog when the main
    * thread is blocked; when the watchdog's write is held up, the signal waits
-   * for it at most 6 s, then aborts and logs a warning). It never aborts for a call without a deadline, or
-   * once the call has ended. Its reason is a `TimeoutError` `DOMException`.
-   * Its timer never keeps the process alive.
+   * for it at most 6 s, then aborts and logs a warning). It never aborts for a
+   * call without a deadline, or once the call has ended. Its reason is a
+   * `TimeoutError` `DOMException`. Its timer never keeps the process alive.
    *
    * @param callId The call id given to `preToolCall()`.
    * @returns The call's signal.
