@@ -120,6 +120,21 @@ export function explainText(e: Explanation, p: Paint): string {
     ["turn cap", cap(e.run.caps.turns, String)],
     ["time cap", cap(e.run.caps.time, formatDuration)],
   ];
+  if (e.run.turnsUsed) {
+    rows.push(["turns used", `${e.run.turnsUsed.value}  (${e.run.turnsUsed.source})`]);
+  }
+  if (e.run.dialect === "kanban") {
+    const b = e.run.board;
+    rows.push([
+      "kanban board",
+      b?.file ? `${b.file}  (${b.why})` : `none  (${b?.why ?? "no task id"})`,
+    ]);
+    const o = e.run.origin;
+    rows.push([
+      "time origin",
+      o ? `${new Date(o.atMs).toISOString()}  (${o.source})` : "when startRun is called",
+    ]);
+  }
   if (e.run.caps.tokens) rows.push(["token cap", cap(e.run.caps.tokens, String)]);
   if (e.run.caps.usd) rows.push(["cost cap", cap(e.run.caps.usd, (n) => `$${formatUsd(n)}`)]);
   if (e.supervisor) rows.push(["supervisor deadline", supervisorText(e.supervisor)]);

@@ -7,6 +7,7 @@ import { discoverCaps, type DiscoveredCaps, type RunInit } from "../mod.ts";
 import { type SqliteDb, sqliteDriver } from "../_sqlite.ts";
 import process from "node:process";
 import { fixture, runScript, tempHome, writeConfig } from "./_helpers.ts";
+import { hermesBoard, hermesGoal } from "./_hermes.ts";
 
 const driver = sqliteDriver();
 const openDb = (file: string): SqliteDb => {
@@ -14,15 +15,9 @@ const openDb = (file: string): SqliteDb => {
   return driver.open(file, { readOnly: false });
 };
 
-/** A kanban board with one task, in WAL mode. */
-function board(home: string, runtime: unknown, taskId = "t-1"): string {
-  const file = path.join(home, "kanban.db");
-  const db = openDb(file);
-  db.exec("PRAGMA journal_mode = WAL");
-  db.exec("CREATE TABLE tasks (id TEXT PRIMARY KEY, title TEXT, max_runtime_seconds)");
-  db.run("INSERT INTO tasks VALUES (?, ?, ?)", taskId, "a task", runtime);
-  db.close();
-  return file;
+/** A Hermes board at `<home>/kanban.db` with one task, its writer gone (WAL mode). */
+function board(home: string, runtime: number | string | null, taskId = "t-1"): string {
+  return hermesBoard(path.join(home, "kanban.db"), [{ id: taskId, maxRuntimeSeconds: runtime }]);
 }
 
 const hash = (file: string) => createHash("sha256").update(fs.readFileSync(file)).digest("hex");
@@ -92,21 +87,37 @@ for (
     ["NULL", null],
     ["zero", 0],
     ["negative", -30],
-    ["text", "soon"],
   ] as const
 ) {
-  test(`discoverCaps() falls back to TERMINAL_TIMEOUT + 30 when max_runtime_seconds is ${what}`, async () => {
+  test(`discoverCaps() gives no time cap from the board, nor TERMINAL_TIMEOUT, when max_runtime_seconds is ${what}`, async () => {
     const home = tempHome();
     const file = board(home, runtime);
     const before = hash(file);
-    const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+    const env = { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "180" };
+    const found = await discover({ sessionId: "s", taskId: "t-1" }, { home, env });
+    assert.equal(found.caps.time, undefined, "Hermes does not stop this task: no cap");
+    assert.deepEqual(found.problems, []);
+    // The plugin's own cap still applies.
+    const own = await discover({ sessionId: "s", taskId: "t-1" }, {
       home,
-      env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "600" },
+      env,
+      overrides: { caps: { time_seconds: 500 } },
     });
-    assert.deepEqual(found.caps.time, { value: 630, source: "TERMINAL_TIMEOUT" });
+    assert.deepEqual(own.caps.time, { value: 500, source: "caps.time_seconds" });
     assert.equal(hash(file), before);
   });
 }
+
+test("discoverCaps() falls back to TERMINAL_TIMEOUT + 30 when max_runtime_seconds is not a number", async () => {
+  const home = tempHome();
+  const file = board(home, "soon");
+  const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+    home,
+    env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "600" },
+  });
+  assert.deepEqual(found.caps.time, { value: 630, source: "TERMINAL_TIMEOUT" });
+  assert.match(found.problems.join("\n"), /max_runtime_seconds "soon", not a number of seconds/);
+});
 
 test("discoverCaps() falls back with a problem line when the board is missing", async () => {
   const home = tempHome();
@@ -174,12 +185,9 @@ test("discoverCaps() takes kanban turns from agent.max_turns, then caps.turns", 
   }
 });
 
-/** A state.db with a goal for session `s`. */
-function stateDb(home: string, goal: unknown): void {
-  const db = openDb(path.join(home, "state.db"));
-  db.exec("CREATE TABLE state_meta (key TEXT PRIMARY KEY, value TEXT)");
-  db.run("INSERT INTO state_meta VALUES (?, ?)", "goal:s", JSON.stringify(goal));
-  db.close();
+/** A state.db with a goal for session `s`, as Hermes stores one. */
+function stateDb(home: string, goal: Parameters<typeof hermesGoal>[2]): void {
+  hermesGoal(home, "s", goal);
 }
 
 test("discoverCaps() finds an active goal in state.db and takes its max_turns", async () => {
@@ -204,15 +212,20 @@ test("discoverCaps() treats a finished goal as no goal", async () => {
   assert.deepEqual(found.caps, {});
 });
 
-test("discoverCaps() takes a goal run's turns from the goal, agent.max_turns, then caps.turns", async () => {
+test("discoverCaps() takes a goal run's turns from the goal, 20, then caps.turns", async () => {
   const a = await discover({ sessionId: "s", dialect: "goal", goal: { maxTurns: 12 } }, {
     yaml: "agent: { max_turns: 80 }",
   });
   assert.deepEqual(a.caps.turns, { value: 12, source: "goal" });
-  const b = await discover({ sessionId: "s", dialect: "goal" }, {
+  // A goal without max_turns has 20, as Hermes counts, never agent.max_turns.
+  const b = await discover({ sessionId: "s", dialect: "goal", goal: {} }, {
     yaml: "agent: { max_turns: 80 }",
   });
-  assert.deepEqual(b.caps.turns, { value: 80, source: "agent.max_turns" });
+  assert.deepEqual(b.caps.turns, { value: 20, source: "goal default" });
+  const none = await discover({ sessionId: "s", dialect: "goal" }, {
+    yaml: "agent: { max_turns: 80 }",
+  });
+  assert.equal(none.caps.turns, undefined, "no goal known: not agent.max_turns either");
   const c = await discover({ sessionId: "s", dialect: "goal" }, {
     yaml: "agent_checkpoint: { caps: { turns: 15 } }",
   });
@@ -398,13 +411,13 @@ test("discoverCaps() reads a WAL board in use from another process without chang
   }
 });
 
-test("discoverCaps() does not wait on a locked board: a problem line and the fallback", async () => {
+test("discoverCaps() gives up on a board still locked after its retries: a problem line and the fallback", async () => {
   const home = tempHome();
-  const file = path.join(home, "kanban.db");
-  const setup = openDb(file);
-  setup.exec("CREATE TABLE tasks (id TEXT PRIMARY KEY, max_runtime_seconds)");
-  setup.run("INSERT INTO tasks VALUES (?, ?)", "t-1", 900);
-  setup.close();
+  // A rollback-journal board (Hermes's mode on network file systems): a writer's exclusive lock
+  // keeps its readers out.
+  const file = hermesBoard(path.join(home, "kanban.db"), [{ id: "t-1", maxRuntimeSeconds: 900 }], {
+    journal: "delete",
+  });
   const writer = openDb(file);
   writer.exec("BEGIN EXCLUSIVE");
   writer.run("UPDATE tasks SET max_runtime_seconds = 5");
@@ -414,12 +427,15 @@ test("discoverCaps() does not wait on a locked board: a problem line and the fal
       env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "60" },
     });
     assert.deepEqual(found.caps.time, { value: 90, source: "TERMINAL_TIMEOUT" });
-    assert.match(found.problems.join("\n"), /cannot read the kanban board .*locked/);
+    assert.match(
+      found.problems.join("\n"),
+      /cannot read the kanban board .*locked.*tried 4 times, 50 ms apart/,
+    );
   } finally {
     writer.exec("ROLLBACK");
     writer.close();
   }
-  // Every connection the library opens gives up on a lock at once.
+  // Every connection the library opens gives up on a lock at once (the retries are its own).
   const db = openDb(file);
   assert.equal(Object.values(db.get("PRAGMA busy_timeout")!)[0], 0);
   db.close();
