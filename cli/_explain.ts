@@ -19,12 +19,15 @@ const HELP = `Usage: ${NAME} explain [--home DIR] [--session ID] [--task ID] [--
 
 Shows, for a run started now in this environment: every setting and where it
 came from, every warning, the dialect, each cap and its source (a supervisor's
-deadline included), when each tier fires on each surface, the checkpoint file
+deadline included), for a kanban run the board file chosen and why and when its
+time axis starts, when each tier fires on each surface, the checkpoint file
 and whether its directory can be written, the SQLite driver, and the watchdog,
 uncapped and stall settings.
 
 Exits 1 when something would silently not work: an unwritable directory, a
-kanban board that cannot be read, or settings that fell back to defaults.
+kanban board that cannot be found or read, settings that fell back to
+defaults, or Hermes's plugins.enabled / plugins.disabled lists leaving the
+plugin off.
 
   --home DIR     the profile directory (default $HERMES_HOME, else ~/.hermes)
   --session ID   the session id to explain (default "explain")
