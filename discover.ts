@@ -556,8 +556,12 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
   const found: RunCaps = {};
   // A kanban task's row: its time cap, its goal cap and when Hermes started its run.
   const board = dialect === "kanban" && taskId ? kanbanBoard(ctx.home, env) : undefined;
-  const row = board && taskId ? kanbanTask(board, env, taskId, problems, driver) : undefined;
   let t = budgetFrom(field(init.caps, "timeSeconds"), "host");
+  // No board at all is a line only when a cap was to come from it: not for a host that gave one.
+  const quiet = t !== undefined && board?.file === undefined;
+  const row = board && taskId && !quiet
+    ? kanbanTask(board, env, taskId, problems, driver)
+    : undefined;
   if (dialect === "kanban") {
     // A row read with no cap (NULL, 0 or less) is a task Hermes does not stop: no time cap from
     // the board, and not TERMINAL_TIMEOUT either. The fallback is for a board not read.
