@@ -47,7 +47,7 @@ const cell = (value: unknown) =>
 /** A crossing shown at the whole second it falls in or before: 1800 s is 30m00s, 457.5 s is 7m38s. */
 const crossing = (seconds: number) => formatDuration(Math.ceil(seconds - 1e-6));
 
-function whenText(t: TierSchedule): { prologue: string; midRun: string } {
+function whenText(t: TierSchedule, base: number): { prologue: string; midRun: string } {
   if (!t.fires) return { prologue: "never", midRun: "never" };
   const time = t.atSeconds === undefined ? undefined : crossing(t.atSeconds);
   const spent = [
@@ -61,7 +61,7 @@ function whenText(t: TierSchedule): { prologue: string; midRun: string } {
     prologue: or(
       t.prologueModelCall === undefined
         ? undefined
-        : `model call ${t.prologueModelCall} (${t.prologueModelCall - 1} turns used)`,
+        : `model call ${t.prologueModelCall} (${t.prologueModelCall - 1 + base} turns used)`,
       time === undefined ? undefined : `the first model call after ${time}`,
       spent === "" ? undefined : `the first model call after ${spent}`,
     ),
@@ -161,7 +161,7 @@ export function explainText(e: Explanation, p: Paint): string {
     out.push(indent(table([
       ["tier", "prologue (preLlmCall returns the text)", "mid-run (the file is written)"],
       ...e.schedule.map((t) => {
-        const w = whenText(t);
+        const w = whenText(t, e.run.turnsUsed?.value ?? 0);
         return [String(t.tier), w.prologue, w.midRun];
       }),
     ], p.dim)));

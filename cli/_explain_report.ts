@@ -24,7 +24,7 @@ export interface TierSchedule {
   tier: 1 | 2;
   /** False when it never fires (tier 1 on tiny caps, or no axis). */
   fires: boolean;
-  /** Prologue: the model call (1-based) whose `preLlmCall()` returns the text. */
+  /** Prologue: the model call (1-based, in this process) whose `preLlmCall()` returns the text. */
   prologueModelCall?: number;
   /** Mid-run: the tool calls after this model call persist the file. */
   midRunAfterModelCall?: number;
@@ -134,17 +134,22 @@ function probeWritable(dir: string): { ok: boolean; error?: string } {
   }
 }
 
-function schedule(caps: DiscoveredCaps["caps"], settings: Settings): TierSchedule[] {
+function schedule(
+  caps: DiscoveredCaps["caps"],
+  settings: Settings,
+  base = 0,
+): TierSchedule[] {
   const plan = tierPlan(capValues(caps), settings);
   return ([1, 2] as const).map((tier) => {
     const out: TierSchedule = { tier, fires: false };
     if (plan.turnCap !== undefined) {
-      for (let used = 0; used <= plan.turnCap; used++) {
+      // A goal run starts with `base` turns used: its model calls here count from there.
+      for (let used = base; used <= Math.max(base, plan.turnCap); used++) {
         if (tierFor(plan, used, 0) >= tier) {
           // Tier 1 is not due on a turn where tier 2 already is: it is skipped there.
           if (tier === 2 || tierFor(plan, used, 0) === 1) {
-            out.prologueModelCall = used + 1;
-            out.midRunAfterModelCall = used;
+            out.prologueModelCall = used - base + 1;
+            out.midRunAfterModelCall = used - base;
             out.fires = true;
           }
           break;
@@ -335,7 +340,7 @@ export function explain(options: ExplainOptions = {}): Explanation {
     })),
     warnings: loaded.warnings,
     run,
-    schedule: capless ? [] : schedule(found.caps, settings),
+    schedule: capless ? [] : schedule(found.caps, settings, found.turnsUsed?.value),
     checkpointFile,
     writable,
     sqliteDriver: driver?.name ?? null,

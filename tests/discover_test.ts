@@ -747,6 +747,12 @@ test("a goal run counts goal turns from the stored turns_used: 12 turns, 3 used,
   const texts = Array.from({ length: 9 }, () => run.preLlmCall());
   assert.equal(texts.findIndex((t) => /Final budget checkpoint/.test(t ?? "")), 7);
   await ac.close();
+  // explain counts the same way: from the 3 turns already used.
+  const e = explain({ home, env: {}, sessionId: "s" });
+  assert.equal(e.schedule[1]?.prologueModelCall, 8);
+  const text = explainText(e, paint({ isTTY: false, env: {} }));
+  assert.match(row(text, "turns used"), /^turns used +3 {2}\(state\.db goal turns_used\)$/);
+  assert.match(text, /^ {2}2 +model call 8 \(10 turns used\)/m);
   // A goal with no max_turns (or 0) has 20, whatever agent.max_turns says.
   for (const maxTurns of [null, 0]) {
     hermesGoal(home, "g", { max_turns: maxTurns });
