@@ -663,8 +663,9 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
 }
 
 /**
- * Cap discovery, synchronously: one read-only SELECT at most per database.
- * Never throws: bad input or an internal failure gives a chat run with no
+ * Cap discovery, synchronously: a few read-only SELECTs on one open per
+ * database; a board that reads as locked is tried 3 more times, 50 ms apart
+ * (this thread waits at most 150 ms for it). Never throws: bad input or an internal failure gives a chat run with no
  * caps, and a problem line saying why.
  *
  * @example
