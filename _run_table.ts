@@ -490,6 +490,20 @@ export class RunTable {
     return Atomics.add(this.#i, this.#iAt(slot) + TURNS, 1);
   }
 
+  /**
+   * Raise the run's turns used to `n` when it is below: a stored goal's
+   * `turns_used` (where a goal run starts, and what the watchdog reads again).
+   * Never lowers them; either thread.
+   */
+  raiseTurns(slot: number, n: number): void {
+    const i = this.#iAt(slot) + TURNS;
+    const to = Math.min(Math.floor(n), 0x7fffffff);
+    for (;;) {
+      const old = Atomics.load(this.#i, i);
+      if (old >= to || Atomics.compareExchange(this.#i, i, old, to) === old) return;
+    }
+  }
+
   turns(slot: number): number {
     return Atomics.load(this.#i, this.#iAt(slot) + TURNS);
   }
@@ -587,6 +601,14 @@ export class RunTable {
     const f = this.#fAt(slot);
     this.#f[f + START] = this.#f[f + START]! - ms;
     this.#f[f + ACTIVITY] = this.#f[f + ACTIVITY]! - ms;
+  }
+
+  /**
+   * Start the run's clock at `ms` (on the shared clock), earlier than its
+   * claim: when Hermes started the task's run. Its activity stays.
+   */
+  setStart(slot: number, ms: number): void {
+    this.#f[this.#fAt(slot) + START] = ms;
   }
 
   start(slot: number): number {

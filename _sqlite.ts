@@ -276,6 +276,32 @@ export function selectOne(
   sql: string,
   ...params: unknown[]
 ): Record<string, unknown> | undefined {
+  return readWith(driver, file, (db) => db.get(sql, ...params));
+}
+
+/**
+ * Run `read` on a database the library does not own, opened as
+ * {@linkcode readMode} says (never waiting on a lock), and close it: for a
+ * few SELECTs on one open. Throws on any failure (the caller reports it).
+ *
+ * @example
+ * ```ts
+ * import { readWith, sqliteDriver } from "./_sqlite.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const driver = sqliteDriver()!;
+ * const file = join(mkdtempSync(join(tmpdir(), "ac-")), "k.db");
+ * const db = driver.open(file, { readOnly: false });
+ * db.exec("CREATE TABLE t (x); INSERT INTO t VALUES (42)");
+ * db.close();
+ * const columns = readWith(driver, file, (db) => db.all("SELECT name FROM pragma_table_info('t')"));
+ * assert.deepEqual(columns.map((c) => c.name), ["x"]);
+ * ```
+ */
+export function readWith<T>(driver: SqliteDriver, file: string, read: (db: SqliteDb) => T): T {
   const mode = readMode(file);
   const db = driver.open(file, {
     readOnly: true,
@@ -283,7 +309,7 @@ export function selectOne(
     readOnlyShm: mode === "wal",
   });
   try {
-    return db.get(sql, ...params);
+    return read(db);
   } finally {
     db.close();
   }

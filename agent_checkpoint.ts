@@ -325,6 +325,12 @@ export class AgentCheckpoint {
       const model = (init as { model?: unknown } | undefined)?.model;
       if (typeof model === "string" && model !== "") info.model = model.slice(0, 200);
       const table = own ? own.context.shared : this.#shared;
+      // Where the run's clock and turn count start when Hermes began them earlier.
+      if (found.origin) {
+        table.setStart(info.slot, now - Math.max(0, Date.now() - found.origin.atMs));
+      }
+      if (found.turnsUsed) table.raiseTurns(info.slot, found.turnsUsed.value);
+      if (found.goalSession !== undefined) info.goalSession = found.goalSession;
       const resumed = resume(info, table, settings, now, this.#resumeParts);
       this.#slots.take(info, claimed !== undefined);
       if (claimed) {

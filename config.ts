@@ -107,6 +107,36 @@ export function resolveHome(home: string | undefined, env: Env): string {
   return absolute(chosen);
 }
 
+/**
+ * The Hermes root, which holds what all profiles share (the kanban board):
+ * `~/.hermes` when the profile home is `~/.hermes` or lies under it;
+ * `<root>` when the home is `<root>/profiles/<name>`; else the home itself.
+ *
+ * @param home The profile home, absolute (see {@linkcode resolveHome}).
+ * @param env The environment, for `HOME`.
+ *
+ * @example
+ * ```ts
+ * import { hermesRoot } from "./config.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const env = { HOME: "/home/me" };
+ * assert.equal(hermesRoot("/home/me/.hermes/profiles/coder", env), "/home/me/.hermes");
+ * assert.equal(hermesRoot("/srv/hermes/profiles/coder", env), "/srv/hermes");
+ * assert.equal(hermesRoot("/srv/agent", env), "/srv/agent");
+ * ```
+ */
+export function hermesRoot(home: string, env: Env): string {
+  const dot = absolute(userHome(env), ".hermes");
+  const rel = path.relative(dot, home);
+  if (rel === "" || (!rel.startsWith("..") && !path.isAbsolute(rel))) return dot;
+  const parent = path.dirname(home);
+  if (path.basename(parent) === "profiles" && path.basename(home) !== "") {
+    return path.dirname(parent);
+  }
+  return home;
+}
+
 /** The parsed `config.yaml` and what went wrong reading it. */
 export interface ConfigFile {
   /** The document, when the file holds a mapping. */
@@ -306,7 +336,8 @@ export interface LoadedSettings {
 
 /**
  * Resolve settings from an already-read config file: its `agent_checkpoint`
- * section, then `plugins.entries.agent-checkpoint.settings`, then `overrides`.
+ * section, then `plugins.entries.agent-checkpoint.config` (Hermes's older place), then
+ * `plugins.entries.agent-checkpoint.settings`, then `overrides`.
  *
  * @example
  * ```ts
@@ -328,6 +359,11 @@ export function settingsFrom(
 ): LoadedSettings {
   const layers: SettingsLayer[] = [
     { source: "config.yaml agent_checkpoint", values: dig(config.doc, "agent_checkpoint") },
+    // Hermes's older place for a plugin's settings: `.settings` wins over it key by key.
+    {
+      source: "config.yaml plugins.entries.agent-checkpoint.config",
+      values: dig(config.doc, "plugins", "entries", "agent-checkpoint", "config"),
+    },
     {
       source: "config.yaml plugins.entries.agent-checkpoint.settings",
       values: dig(config.doc, "plugins", "entries", "agent-checkpoint", "settings"),
@@ -337,7 +373,10 @@ export function settingsFrom(
   // The fleet store's URL from the environment wins over the file (not over the host's code).
   const store = env[STORE_ENV];
   if (typeof store === "string" && store.trim() !== "") {
-    layers.splice(2, 0, { source: "env AGENT_CHECKPOINT_STORE", values: { store } });
+    layers.splice(layers.length - 1, 0, {
+      source: "env AGENT_CHECKPOINT_STORE",
+      values: { store },
+    });
   }
   const resolved = resolveSettings(defaultSettings(path.join(home, "agent-checkpoints")), layers);
   const warnings = [...config.warnings, ...resolved.warnings];

@@ -11,12 +11,21 @@ import * as path from "node:path";
 import { budgetValue, type Settings } from "./settings.ts";
 import { countedCaps } from "./tier.ts";
 import type { RunCaps } from "./_record.ts";
-import { selectOne, SQLITE_FIX, type SqliteDriver, sqliteDriver } from "./_sqlite.ts";
+import {
+  readWith,
+  selectOne,
+  SQLITE_FIX,
+  type SqliteDb,
+  type SqliteDriver,
+  sqliteDriver,
+} from "./_sqlite.ts";
 import {
   type ConfigFile,
   dig,
   type Env,
   envOf,
+  hermesRoot,
+  readBounded,
   readConfig,
   resolveHome,
   settingsFrom,
@@ -62,6 +71,28 @@ export interface DiscoveredCaps {
   dropped: string[];
   /** Sources that failed, one log line each. */
   problems: string[];
+  /** The kanban board read (or looked for), and why that file: kanban runs only. */
+  board?: BoardChoice;
+  /**
+   * When the run's time axis starts, ms since the epoch, and where that was
+   * read: the task's run on the kanban board. Undefined: when `startRun` is called.
+   */
+  origin?: { atMs: number; source: string };
+  /**
+   * Turns the run has used before it starts, and where that was read: a
+   * stored goal's `turns_used`. The run's turn count starts there and follows it.
+   */
+  turnsUsed?: { value: number; source: string };
+  /** The session whose stored goal (`state.db`) the run's turn count follows. */
+  goalSession?: string;
+}
+
+/** The kanban board a run reads, and why that file. */
+export interface BoardChoice {
+  /** The board file; undefined when none was found. */
+  file?: string;
+  /** Why this file, or why none. */
+  why: string;
 }
 
 /** What cap discovery reads besides the run itself. */
@@ -110,13 +141,29 @@ function idOf(value: unknown, what: string, problems: string[]): string | undefi
   return undefined;
 }
 
+/** A stored goal as cap discovery reads it. */
+interface StoredGoal {
+  /** Whether `state.db` holds a goal for the session. */
+  exists: boolean;
+  active: boolean;
+  maxTurns: unknown;
+  /** Its `turns_used`, when it is a whole number ≥ 0. */
+  turnsUsed?: number;
+}
+
+/** A whole number ≥ 0 from a stored value, else undefined. */
+const wholeCount = (value: unknown): number | undefined => {
+  const n = typeof value === "bigint" ? Number(value) : value;
+  return typeof n === "number" && Number.isInteger(n) && n >= 0 ? n : undefined;
+};
+
 const stateDbGoal = (
   home: string,
   sessionId: string,
   problems: string[],
   driver: SqliteDriver | undefined,
-): { active: boolean; maxTurns: unknown } => {
-  const none = { active: false, maxTurns: undefined };
+): StoredGoal => {
+  const none = { exists: false, active: false, maxTurns: undefined };
   const file = path.join(home, "state.db");
   let row: Record<string, unknown> | undefined;
   try {
@@ -141,39 +188,264 @@ const stateDbGoal = (
   if (!row) return none;
   try {
     const goal = JSON.parse(String(row.value));
-    return { active: dig(goal, "status") === "active", maxTurns: dig(goal, "max_turns") };
+    const out: StoredGoal = {
+      exists: true,
+      active: dig(goal, "status") === "active",
+      maxTurns: dig(goal, "max_turns"),
+    };
+    const used = wholeCount(dig(goal, "turns_used"));
+    if (used !== undefined) out.turnsUsed = used;
+    return out;
   } catch (error) {
     problems.push(`cannot read the goal from ${file} (${errorText(error)}); treating it as none`);
     return none;
   }
 };
 
-const kanbanRuntime = (
+/**
+ * The `turns_used` of the goal `state.db` in `home` stores for a session:
+ * one read by primary key. Undefined when there is none or it cannot be
+ * read; never throws. The watchdog reads it at each look of a goal run.
+ *
+ * @example
+ * ```ts
+ * import { storedGoalTurns } from "./discover.ts";
+ * import { sqliteDriver } from "./_sqlite.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const home = mkdtempSync(join(tmpdir(), "ac-"));
+ * const db = sqliteDriver()!.open(join(home, "state.db"), { readOnly: false });
+ * db.exec("CREATE TABLE state_meta (key TEXT PRIMARY KEY, value TEXT)");
+ * db.run("INSERT INTO state_meta VALUES (?, ?)", "goal:s1", JSON.stringify({ turns_used: 3 }));
+ * db.close();
+ * assert.equal(storedGoalTurns(home, "s1"), 3);
+ * assert.equal(storedGoalTurns(home, "other"), undefined);
+ * ```
+ */
+export function storedGoalTurns(
+  home: string,
+  sessionId: string,
+  driver: SqliteDriver | undefined = sqliteDriver(),
+): number | undefined {
+  try {
+    if (!driver) return undefined;
+    return stateDbGoal(home, sessionId, [], driver).turnsUsed;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A board slug as Hermes takes one: lowercase letters, digits, `-` and `_`, at most 64. */
+const BOARD_SLUG = /^[a-z0-9][a-z0-9\-_]{0,63}$/;
+
+const isFile = (file: string): boolean => {
+  try {
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+};
+
+/** `~` and `~/…` made the user's home, as Hermes's `expanduser` does. */
+const expandUser = (file: string, env: Env): string => {
+  if (file !== "~" && !file.startsWith("~/")) return file;
+  const home = envText(env, "HOME") ?? "";
+  return home === "" ? file : path.join(home, file.slice(1));
+};
+
+/**
+ * The kanban board a run in this environment reads, as Hermes picks it:
+ * `HERMES_KANBAN_DB` (a file, pinned); else the board `HERMES_KANBAN_BOARD`
+ * names (`<kroot>/kanban/boards/<slug>/kanban.db`, when that board exists);
+ * else the one named in `<kroot>/kanban/current`; else the default board,
+ * `<kroot>/kanban.db`. `<kroot>` is `HERMES_KANBAN_HOME`, else the Hermes
+ * root ({@linkcode hermesRoot}). The board named `default` is `<kroot>/kanban.db`.
+ * Never throws.
+ *
+ * @param home The profile home, absolute.
+ * @param env The environment.
+ * @returns The file (undefined when no board was found) and why.
+ *
+ * @example
+ * ```ts
+ * import { kanbanBoard } from "./discover.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.deepEqual(kanbanBoard("/h", { HERMES_KANBAN_DB: "/b/kanban.db" }), {
+ *   file: "/b/kanban.db",
+ *   why: "HERMES_KANBAN_DB",
+ * });
+ * assert.equal(kanbanBoard("/nonexistent", {}).file, undefined);
+ * ```
+ */
+export function kanbanBoard(home: string, env: Env): BoardChoice {
+  try {
+    const pinned = envText(env, "HERMES_KANBAN_DB")?.trim();
+    if (pinned) return { file: path.resolve(expandUser(pinned, env)), why: "HERMES_KANBAN_DB" };
+    const kanbanHome = envText(env, "HERMES_KANBAN_HOME")?.trim();
+    const kroot = kanbanHome ? path.resolve(expandUser(kanbanHome, env)) : hermesRoot(home, env);
+    const rootWhy = kanbanHome ? `HERMES_KANBAN_HOME ${kroot}` : `the Hermes root ${kroot}`;
+    const passed: string[] = [];
+    const bySlug = (raw: string, from: string): BoardChoice | undefined => {
+      const slug = raw.trim().toLowerCase();
+      if (slug === "") return undefined;
+      if (!BOARD_SLUG.test(slug)) {
+        passed.push(`${from} ${show(raw.trim())} is not a board name`);
+        return undefined;
+      }
+      if (slug === "default") {
+        return { file: path.join(kroot, "kanban.db"), why: `${from} names the default board` };
+      }
+      const dir = path.join(kroot, "kanban", "boards", slug);
+      if (!isFile(path.join(dir, "kanban.db")) && !isFile(path.join(dir, "board.json"))) {
+        passed.push(`${from} names board "${slug}", which does not exist`);
+        return undefined;
+      }
+      return { file: path.join(dir, "kanban.db"), why: `${from} names board "${slug}"` };
+    };
+    const then = (choice: BoardChoice): BoardChoice =>
+      passed.length === 0 ? choice : { ...choice, why: `${choice.why} (${passed.join("; ")})` };
+    const named = envText(env, "HERMES_KANBAN_BOARD");
+    const fromEnv = named === undefined ? undefined : bySlug(named, "HERMES_KANBAN_BOARD");
+    if (fromEnv) return then(fromEnv);
+    const currentFile = path.join(kroot, "kanban", "current");
+    const current = readBounded(currentFile, 4096);
+    if (current.ok) {
+      const chosen = bySlug(current.text.replace(/^\uFEFF/, ""), currentFile);
+      if (chosen) return then(chosen);
+    }
+    const file = path.join(kroot, "kanban.db");
+    if (!fs.existsSync(file)) {
+      passed.push(`HERMES_KANBAN_DB is unset and there is no ${file}`);
+      return { why: `no board found: ${passed.join("; ")}` };
+    }
+    return then({ file, why: `the default board in ${rootWhy}` });
+  } catch (error) {
+    return { why: `no board found (${errorText(error)})` };
+  }
+}
+
+/** What a kanban task's row says, read from its board. */
+interface TaskRow {
+  runtime: unknown;
+  goalMaxTurns: unknown;
+  origin?: { atMs: number; source: string };
+}
+
+/** Attempts at a board read that fails "locked" or "readonly": the first, and 3 more, as Hermes. */
+export const BOARD_READ_TRIES = 4;
+/** Milliseconds between two attempts at a board read. */
+export const BOARD_RETRY_MS = 50;
+
+const pause = new Int32Array(new SharedArrayBuffer(4));
+/** Wait `ms` on this thread: cap discovery runs inside `startRun`, which is synchronous. */
+function sleepSync(ms: number): void {
+  try {
+    Atomics.wait(pause, 0, 0, ms);
+  } catch {
+    const end = Date.now() + ms;
+    while (Date.now() < end) { /* a thread that may not wait */ }
+  }
+}
+
+/** A read that fails while a writer resets the write-ahead log, and works when tried again. */
+const transient = (error: unknown): boolean =>
+  /\b(locked|readonly|read-only|busy)\b/i.test(errorText(error));
+
+/** Epoch seconds as ms since the epoch, when the value is a time after 2001. */
+const epochMs = (value: unknown): number | undefined => {
+  const n = typeof value === "bigint" ? Number(value) : value;
+  return typeof n === "number" && Number.isFinite(n) && n > 1e9 ? n * 1000 : undefined;
+};
+
+/** The task's row: its cap, goal cap and run start; a string saying why when it cannot be read. */
+function taskRow(db: SqliteDb, taskId: string, runIdEnv: string | undefined): TaskRow | string {
+  const columns = (table: string) =>
+    new Set(db.all("SELECT name FROM pragma_table_info(?)", table).map((r) => String(r.name)));
+  const tasks = columns("tasks");
+  if (tasks.size === 0) return "no such table: tasks";
+  if (!tasks.has("max_runtime_seconds")) {
+    return "its tasks table has no max_runtime_seconds column: an old board";
+  }
+  const col = (name: string) => tasks.has(name) ? name : `NULL AS ${name}`;
+  const row = db.get(
+    `SELECT max_runtime_seconds, ${col("started_at")}, ${col("current_run_id")}, ${
+      col("goal_max_turns")
+    } FROM tasks WHERE id = ?`,
+    taskId,
+  );
+  if (!row) return `no task ${show(taskId)}`;
+  const out: TaskRow = { runtime: row.max_runtime_seconds, goalMaxTurns: row.goal_max_turns };
+  const fromEnv = runIdEnv !== undefined && /^\s*\d+\s*$/.test(runIdEnv)
+    ? Number(runIdEnv.trim())
+    : undefined;
+  const runId = fromEnv ?? wholeCount(row.current_run_id);
+  if (runId !== undefined && columns("task_runs").has("started_at")) {
+    const run = db.get(
+      "SELECT started_at FROM task_runs WHERE id = ? AND task_id = ?",
+      runId,
+      taskId,
+    );
+    const at = epochMs(run?.started_at);
+    if (at !== undefined) {
+      const via = fromEnv !== undefined ? "HERMES_KANBAN_RUN_ID" : "tasks.current_run_id";
+      out.origin = { atMs: at, source: `task_runs.started_at of run ${runId} (${via})` };
+    }
+  }
+  if (out.origin === undefined) {
+    const at = epochMs(row.started_at);
+    if (at !== undefined) out.origin = { atMs: at, source: "tasks.started_at" };
+  }
+  return out;
+}
+
+/**
+ * The kanban task's row from its board, tried again while it reads as
+ * locked; undefined, with a problem line saying why, when it cannot be read.
+ */
+function kanbanTask(
+  board: BoardChoice,
   env: Env,
   taskId: string,
   problems: string[],
   driver: SqliteDriver | undefined,
-): unknown => {
-  const file = envText(env, "HERMES_KANBAN_DB");
-  if (!file) return undefined;
+): TaskRow | undefined {
+  const file = board.file;
+  if (file === undefined) {
+    problems.push(`cannot read the kanban board: ${board.why}`);
+    return undefined;
+  }
   if (!driver) {
     problems.push(`cannot read the kanban board ${file}: ${SQLITE_FIX}`);
     return undefined;
   }
-  try {
-    const row = selectOne(
-      driver,
-      file,
-      "SELECT max_runtime_seconds FROM tasks WHERE id = ?",
-      taskId,
-    );
-    if (!row) problems.push(`kanban board ${file} has no task ${show(taskId)}`);
-    return row?.max_runtime_seconds ?? undefined;
-  } catch (error) {
-    problems.push(`cannot read the kanban board ${file} (${errorText(error)})`);
-    return undefined;
+  const runIdEnv = envText(env, "HERMES_KANBAN_RUN_ID");
+  for (let tries = 1;; tries++) {
+    try {
+      const row = readWith(driver, file, (db) => taskRow(db, taskId, runIdEnv));
+      if (typeof row === "string") {
+        problems.push(
+          row.startsWith("no task ")
+            ? `kanban board ${file} has no task ${show(taskId)}`
+            : `cannot read the kanban board ${file} (${row})`,
+        );
+        return undefined;
+      }
+      return row;
+    } catch (error) {
+      if (tries < BOARD_READ_TRIES && transient(error)) {
+        sleepSync(BOARD_RETRY_MS);
+        continue;
+      }
+      const after = tries > 1 ? `; tried ${tries} times, ${BOARD_RETRY_MS} ms apart` : "";
+      problems.push(`cannot read the kanban board ${file} (${errorText(error)}${after})`);
+      return undefined;
+    }
   }
-};
+}
 
 /**
  * The supervisor's deadline as its environment gives it
@@ -229,6 +501,31 @@ function budgetFrom(value: unknown, source: string): { value: number; source: st
   return n === undefined ? undefined : { value: n, source };
 }
 
+/** A goal's turn cap when it has none (or 0), as Hermes counts. */
+export const GOAL_TURNS = 20;
+
+/**
+ * A task row's `max_runtime_seconds`: its seconds when > 0; `"none"` when it
+ * is NULL, 0 or less (Hermes does not stop the task); undefined, with a
+ * problem line, when it is not a number.
+ */
+function boardSeconds(
+  value: unknown,
+  taskId: string,
+  problems: string[],
+): number | "none" | undefined {
+  const n = typeof value === "bigint" ? Number(value) : value;
+  if (n === null || n === undefined) return "none";
+  if (typeof n === "number" && Number.isFinite(n)) return n > 0 ? n : "none";
+  if (typeof n === "string" && n.trim() !== "" && Number.isFinite(Number(n))) {
+    return Number(n) > 0 ? Number(n) : "none";
+  }
+  problems.push(
+    `task ${show(taskId)} has max_runtime_seconds ${show(value)}, not a number of seconds`,
+  );
+  return undefined;
+}
+
 /** `TERMINAL_TIMEOUT` plus 30 s, when it is a number of seconds; a problem line when it is not. */
 function terminalTimeout(env: Env, problems: string[]): number | undefined {
   const raw = envText(env, "TERMINAL_TIMEOUT");
@@ -257,10 +554,22 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
   // before it had none (a read may be a database's, or add a problem line). Written out with
   // `??=` rather than lists of closures: those were ~5 KB of garbage per start.
   const found: RunCaps = {};
+  // A kanban task's row: its time cap, its goal cap and when Hermes started its run.
+  const board = dialect === "kanban" && taskId ? kanbanBoard(ctx.home, env) : undefined;
   let t = budgetFrom(field(init.caps, "timeSeconds"), "host");
+  // No board at all is a line only when a cap was to come from it: not for a host that gave one.
+  const quiet = t !== undefined && board?.file === undefined;
+  const row = board && taskId && !quiet
+    ? kanbanTask(board, env, taskId, problems, driver)
+    : undefined;
   if (dialect === "kanban") {
-    t ??= budgetFrom(taskId && kanbanRuntime(env, taskId, problems, driver), "kanban db");
-    t ??= budgetFrom(terminalTimeout(env, problems), "TERMINAL_TIMEOUT");
+    // A row read with no cap (NULL, 0 or less) is a task Hermes does not stop: no time cap from
+    // the board, and not TERMINAL_TIMEOUT either. The fallback is for a board not read.
+    const runtime = row === undefined ? undefined : boardSeconds(row.runtime, taskId!, problems);
+    if (runtime !== "none") {
+      t ??= budgetFrom(runtime, "kanban db");
+      t ??= budgetFrom(terminalTimeout(env, problems), "TERMINAL_TIMEOUT");
+    }
     t ??= budgetFrom(settings.caps.time_seconds, "caps.time_seconds");
   } else if (dialect === "goal") {
     t ??= budgetFrom(settings.caps.time_seconds, "caps.time_seconds");
@@ -269,12 +578,21 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
     t ??= budgetFrom(dig(config.doc, "agent", "run_budget_seconds"), "agent.run_budget_seconds");
   }
   let n = budgetFrom(field(init.caps, "turns"), "host");
-  if (dialect === "kanban") {
+  // A goal's turn cap when the run pursues one; its stored turns_used is where the run's
+  // turn count starts (and, through the watchdog, follows).
+  let goal: StoredGoal | undefined;
+  if (dialect === "kanban" && envText(env, "HERMES_KANBAN_GOAL_MODE")?.trim() === "1") {
+    n ??= budgetFrom(envText(env, "HERMES_KANBAN_GOAL_MAX_TURNS"), "HERMES_KANBAN_GOAL_MAX_TURNS");
+    n ??= budgetFrom(row?.goalMaxTurns, "tasks.goal_max_turns");
+    n ??= { value: GOAL_TURNS, source: "goal default" };
+    goal = storedGoal();
+  } else if (dialect === "kanban") {
     n ??= budgetFrom(dig(config.doc, "agent", "max_turns"), "agent.max_turns");
   } else if (dialect === "goal") {
+    goal = storedGoal();
     n ??= budgetFrom(field(init.goal, "maxTurns"), "goal");
-    n ??= budgetFrom(storedGoal().maxTurns, "goal");
-    n ??= budgetFrom(dig(config.doc, "agent", "max_turns"), "agent.max_turns");
+    n ??= budgetFrom(goal.maxTurns, "goal");
+    if (init.goal !== undefined || goal.exists) n ??= { value: GOAL_TURNS, source: "goal default" };
   }
   n ??= budgetFrom(settings.caps.turns, "caps.turns");
   // The supervisor's deadline is a hard limit: it caps the time axis whenever
@@ -332,12 +650,22 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
     problems,
   };
   if (taskId) out.taskId = taskId;
+  if (board) out.board = board;
+  const startMs = ctx.startedAtMs ?? Date.now();
+  if (row?.origin && row.origin.atMs <= startMs) out.origin = row.origin;
+  if (goal?.exists) {
+    out.goalSession = sessionId;
+    if (goal.turnsUsed !== undefined) {
+      out.turnsUsed = { value: goal.turnsUsed, source: "state.db goal turns_used" };
+    }
+  }
   return out;
 }
 
 /**
- * Cap discovery, synchronously: one read-only SELECT at most per database.
- * Never throws: bad input or an internal failure gives a chat run with no
+ * Cap discovery, synchronously: a few read-only SELECTs on one open per
+ * database; a board that reads as locked is tried 3 more times, 50 ms apart
+ * (this thread waits at most 150 ms for it). Never throws: bad input or an internal failure gives a chat run with no
  * caps, and a problem line saying why.
  *
  * @example

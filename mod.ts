@@ -82,7 +82,7 @@ export function createAgentCheckpoint(options: AgentCheckpointOptions = {}): Age
 
 export { type PreviousAttempt, Run, type UsageReport } from "./run.ts";
 export type { CheckpointEvent } from "./_writer.ts";
-export { discoverCaps, type DiscoveredCaps, type RunInit } from "./discover.ts";
+export { type BoardChoice, discoverCaps, type DiscoveredCaps, type RunInit } from "./discover.ts";
 export { type Env, type LoadedSettings, loadSettings, type SettingsOptions } from "./config.ts";
 export { type Caps, dueTier, type Tier } from "./tier.ts";
 export { formatDuration, formatUsd, renderTemplate, type TemplateValues } from "./template.ts";

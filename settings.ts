@@ -513,6 +513,7 @@ export type Axis = Settings["enabled_axes"][number];
 export type SettingSource =
   | "default"
   | "config.yaml agent_checkpoint"
+  | "config.yaml plugins.entries.agent-checkpoint.config"
   | "config.yaml plugins.entries.agent-checkpoint.settings"
   | "env AGENT_CHECKPOINT_STORE"
   | "override";

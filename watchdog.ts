@@ -26,6 +26,7 @@ import { hasCap, PAST_CAP_SECONDS, tierFor, TierPlans, timeCrossing } from "./ti
 import type { FromWorker, WatchdogData } from "./_watchdog_host.ts";
 import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
+import { storedGoalTurns } from "./discover.ts";
 
 /** In the list of claimed records, the run's deadline checkpoint (not a tool call's number). */
 const DEADLINE_CLAIM = -1;
@@ -230,6 +231,11 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
   /** Look at one run; returns when it next needs looking at, or undefined to stop watching. */
   function watch(info: RunInfo, settings: Settings, now: number): number | undefined {
     const slot = info.slot;
+    // A goal run's turns are its stored goal's: read again at each look (one read by key).
+    if (info.goalSession !== undefined) {
+      const used = storedGoalTurns(data.home, info.goalSession);
+      if (used !== undefined) shared.raiseTurns(slot, used);
+    }
     const start = shared.start(slot);
     const elapsed = (now - start) / 1000;
     const plan = plans.get(info.caps, settings, source.version);
@@ -281,6 +287,9 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
         act(info, settings, { kind: "uncapped", multiple, intervalSeconds: interval }, now);
       }
       next = Math.min(next, start + (multiple + 1) * interval * 1000);
+    }
+    if (info.goalSession !== undefined) {
+      next = Math.min(next, now + settings.watchdog_poll_seconds * 1000);
     }
     const window = settings.stall_window_seconds;
     if (window > 0) {

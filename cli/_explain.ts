@@ -19,12 +19,15 @@ const HELP = `Usage: ${NAME} explain [--home DIR] [--session ID] [--task ID] [--
 
 Shows, for a run started now in this environment: every setting and where it
 came from, every warning, the dialect, each cap and its source (a supervisor's
-deadline included), when each tier fires on each surface, the checkpoint file
+deadline included), for a kanban run the board file chosen and why and when its
+time axis starts, when each tier fires on each surface, the checkpoint file
 and whether its directory can be written, the SQLite driver, and the watchdog,
 uncapped and stall settings.
 
 Exits 1 when something would silently not work: an unwritable directory, a
-kanban board that cannot be read, or settings that fell back to defaults.
+kanban board that cannot be found or read, settings that fell back to
+defaults, or Hermes's plugins.enabled / plugins.disabled lists leaving the
+plugin off.
 
   --home DIR     the profile directory (default $HERMES_HOME, else ~/.hermes)
   --session ID   the session id to explain (default "explain")
@@ -44,7 +47,7 @@ const cell = (value: unknown) =>
 /** A crossing shown at the whole second it falls in or before: 1800 s is 30m00s, 457.5 s is 7m38s. */
 const crossing = (seconds: number) => formatDuration(Math.ceil(seconds - 1e-6));
 
-function whenText(t: TierSchedule): { prologue: string; midRun: string } {
+function whenText(t: TierSchedule, base: number): { prologue: string; midRun: string } {
   if (!t.fires) return { prologue: "never", midRun: "never" };
   const time = t.atSeconds === undefined ? undefined : crossing(t.atSeconds);
   const spent = [
@@ -58,7 +61,7 @@ function whenText(t: TierSchedule): { prologue: string; midRun: string } {
     prologue: or(
       t.prologueModelCall === undefined
         ? undefined
-        : `model call ${t.prologueModelCall} (${t.prologueModelCall - 1} turns used)`,
+        : `model call ${t.prologueModelCall} (${t.prologueModelCall - 1 + base} turns used)`,
       time === undefined ? undefined : `the first model call after ${time}`,
       spent === "" ? undefined : `the first model call after ${spent}`,
     ),
@@ -120,6 +123,21 @@ export function explainText(e: Explanation, p: Paint): string {
     ["turn cap", cap(e.run.caps.turns, String)],
     ["time cap", cap(e.run.caps.time, formatDuration)],
   ];
+  if (e.run.turnsUsed) {
+    rows.push(["turns used", `${e.run.turnsUsed.value}  (${e.run.turnsUsed.source})`]);
+  }
+  if (e.run.dialect === "kanban") {
+    const b = e.run.board;
+    rows.push([
+      "kanban board",
+      b?.file ? `${b.file}  (${b.why})` : `none  (${b?.why ?? "no task id"})`,
+    ]);
+    const o = e.run.origin;
+    rows.push([
+      "time origin",
+      o ? `${new Date(o.atMs).toISOString()}  (${o.source})` : "when startRun is called",
+    ]);
+  }
   if (e.run.caps.tokens) rows.push(["token cap", cap(e.run.caps.tokens, String)]);
   if (e.run.caps.usd) rows.push(["cost cap", cap(e.run.caps.usd, (n) => `$${formatUsd(n)}`)]);
   if (e.supervisor) rows.push(["supervisor deadline", supervisorText(e.supervisor)]);
@@ -143,7 +161,7 @@ export function explainText(e: Explanation, p: Paint): string {
     out.push(indent(table([
       ["tier", "prologue (preLlmCall returns the text)", "mid-run (the file is written)"],
       ...e.schedule.map((t) => {
-        const w = whenText(t);
+        const w = whenText(t, e.run.turnsUsed?.value ?? 0);
         return [String(t.tier), w.prologue, w.midRun];
       }),
     ], p.dim)));

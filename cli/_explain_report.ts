@@ -7,8 +7,9 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
-import { type Env, envOf, readConfig, resolveHome, settingsFrom } from "../config.ts";
+import { dig, type Env, envOf, readConfig, resolveHome, settingsFrom } from "../config.ts";
 import { discoverCapsSync, type DiscoveredCaps, supervisorDeadline } from "../discover.ts";
+import { show } from "../_show.ts";
 import { errorText } from "../log.ts";
 import { checkpointFileName, ensureDir } from "../persist.ts";
 import type { Settings, SettingSource } from "../settings.ts";
@@ -23,7 +24,7 @@ export interface TierSchedule {
   tier: 1 | 2;
   /** False when it never fires (tier 1 on tiny caps, or no axis). */
   fires: boolean;
-  /** Prologue: the model call (1-based) whose `preLlmCall()` returns the text. */
+  /** Prologue: the model call (1-based, in this process) whose `preLlmCall()` returns the text. */
   prologueModelCall?: number;
   /** Mid-run: the tool calls after this model call persist the file. */
   midRunAfterModelCall?: number;
@@ -64,6 +65,15 @@ export interface Explanation {
     dropped: string[];
     /** Whether neither axis has a cap. */
     capless: boolean;
+    /** For a kanban run: the board file chosen (none when not found), and why. */
+    board?: DiscoveredCaps["board"];
+    /**
+     * When the run's time axis starts, ms since the epoch, and where that was
+     * read (the task's run on the board); undefined: when `startRun` is called.
+     */
+    origin?: DiscoveredCaps["origin"];
+    /** Turns used before the run starts: a stored goal's `turns_used`. */
+    turnsUsed?: DiscoveredCaps["turnsUsed"];
   };
   /** When each tier fires (empty for a capless run). */
   schedule: TierSchedule[];
@@ -124,17 +134,22 @@ function probeWritable(dir: string): { ok: boolean; error?: string } {
   }
 }
 
-function schedule(caps: DiscoveredCaps["caps"], settings: Settings): TierSchedule[] {
+function schedule(
+  caps: DiscoveredCaps["caps"],
+  settings: Settings,
+  base = 0,
+): TierSchedule[] {
   const plan = tierPlan(capValues(caps), settings);
   return ([1, 2] as const).map((tier) => {
     const out: TierSchedule = { tier, fires: false };
     if (plan.turnCap !== undefined) {
-      for (let used = 0; used <= plan.turnCap; used++) {
+      // A goal run starts with `base` turns used: its model calls here count from there.
+      for (let used = base; used <= Math.max(base, plan.turnCap); used++) {
         if (tierFor(plan, used, 0) >= tier) {
           // Tier 1 is not due on a turn where tier 2 already is: it is skipped there.
           if (tier === 2 || tierFor(plan, used, 0) === 1) {
-            out.prologueModelCall = used + 1;
-            out.midRunAfterModelCall = used;
+            out.prologueModelCall = used - base + 1;
+            out.midRunAfterModelCall = used - base;
             out.fires = true;
           }
           break;
@@ -180,6 +195,36 @@ export interface SupervisorDeadline {
   at?: number;
   /** Seconds from now to the deadline (negative once it passed). */
   secondsLeft?: number;
+}
+
+/** The plugin's id in Hermes's `plugins` lists and entries. */
+const PLUGIN_ID = "agent-checkpoint";
+
+/**
+ * Why Hermes's plugin lists in `config.yaml` leave this plugin off, or
+ * undefined when they do not (or the file has no plugin lists for it).
+ * Plugins are opt-in: `plugins.enabled` must name it, and `plugins.disabled` wins.
+ */
+function pluginOff(doc: unknown): string | undefined {
+  const list = (value: unknown): string[] | undefined =>
+    Array.isArray(value)
+      ? value.map((v) => String(v))
+      : typeof value === "string"
+      ? [value]
+      : undefined;
+  const enabled = list(dig(doc, "plugins", "enabled"));
+  const disabled = list(dig(doc, "plugins", "disabled"));
+  if (disabled?.includes(PLUGIN_ID)) {
+    return `config.yaml plugins.disabled names ${PLUGIN_ID}: Hermes does not load the plugin (disabled wins over enabled)`;
+  }
+  if (enabled === undefined) {
+    return dig(doc, "plugins", "entries", PLUGIN_ID) === undefined
+      ? undefined
+      : `config.yaml has plugins.entries.${PLUGIN_ID} but no plugins.enabled list naming it: Hermes plugins are opt-in, so Hermes does not load it`;
+  }
+  return enabled.includes(PLUGIN_ID)
+    ? undefined
+    : `config.yaml plugins.enabled does not name ${PLUGIN_ID}: Hermes plugins are opt-in, so Hermes does not load it`;
 }
 
 function deadlineShown(env: Env, now: number): SupervisorDeadline | undefined {
@@ -257,6 +302,16 @@ export function explain(options: ExplainOptions = {}): Explanation {
   } else if (deadline?.secondsLeft !== undefined && deadline.secondsLeft <= 0 && !told) {
     notes.push("the supervisor's deadline (AGENT_CHECKPOINT_DEADLINE) has already passed");
   }
+  const off = pluginOff(config.doc);
+  if (off !== undefined) problems.push(off);
+  const ratio = dig(config.doc, "agent", "budget_warning_ratio");
+  if (ratio !== undefined && ratio !== null && ratio !== false) {
+    notes.push(
+      `agent.budget_warning_ratio is ${
+        show(ratio)
+      }: Hermes sends its own turn-budget warning, so the agent gets two wrap-up messages (Hermes's and this library's tiers)`,
+    );
+  }
   if (capless && settings.uncapped_interval_seconds === 0) {
     notes.push("this run is capless and uncapped_interval_seconds is 0: only stalls are recorded");
   }
@@ -270,6 +325,9 @@ export function explain(options: ExplainOptions = {}): Explanation {
     capless,
   };
   if (found.taskId !== undefined) run.taskId = found.taskId;
+  if (found.board) run.board = found.board;
+  if (found.origin) run.origin = found.origin;
+  if (found.turnsUsed) run.turnsUsed = found.turnsUsed;
   return {
     home,
     configFile: path.join(home, "config.yaml"),
@@ -282,7 +340,7 @@ export function explain(options: ExplainOptions = {}): Explanation {
     })),
     warnings: loaded.warnings,
     run,
-    schedule: capless ? [] : schedule(found.caps, settings),
+    schedule: capless ? [] : schedule(found.caps, settings, found.turnsUsed?.value),
     checkpointFile,
     writable,
     sqliteDriver: driver?.name ?? null,

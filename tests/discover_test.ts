@@ -3,10 +3,25 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { createHash } from "node:crypto";
-import { discoverCaps, type DiscoveredCaps, type RunInit } from "../mod.ts";
+import {
+  createAgentCheckpoint,
+  discoverCaps,
+  type DiscoveredCaps,
+  loadSettings,
+  type RunInit,
+} from "../mod.ts";
+import { spawn } from "node:child_process";
+import { discoverCapsSync } from "../discover.ts";
+import { defaultSettings } from "../settings.ts";
+import { parseRecord } from "../_record.ts";
+import { explain } from "../cli/_explain_report.ts";
+import { explainCommand, explainText } from "../cli/_explain.ts";
+import { paint } from "../cli/_format.ts";
+import { memoryIo } from "../cli/_io.ts";
 import { type SqliteDb, sqliteDriver } from "../_sqlite.ts";
 import process from "node:process";
-import { fixture, runScript, tempHome, writeConfig } from "./_helpers.ts";
+import { fixture, runScript, scriptCommand, tempHome, waitFor, writeConfig } from "./_helpers.ts";
+import { currentRunId, hermesBoard, hermesConfig, hermesGoal, liveBoardReads } from "./_hermes.ts";
 
 const driver = sqliteDriver();
 const openDb = (file: string): SqliteDb => {
@@ -14,15 +29,9 @@ const openDb = (file: string): SqliteDb => {
   return driver.open(file, { readOnly: false });
 };
 
-/** A kanban board with one task, in WAL mode. */
-function board(home: string, runtime: unknown, taskId = "t-1"): string {
-  const file = path.join(home, "kanban.db");
-  const db = openDb(file);
-  db.exec("PRAGMA journal_mode = WAL");
-  db.exec("CREATE TABLE tasks (id TEXT PRIMARY KEY, title TEXT, max_runtime_seconds)");
-  db.run("INSERT INTO tasks VALUES (?, ?, ?)", taskId, "a task", runtime);
-  db.close();
-  return file;
+/** A Hermes board at `<home>/kanban.db` with one task, its writer gone (WAL mode). */
+function board(home: string, runtime: number | string | null, taskId = "t-1"): string {
+  return hermesBoard(path.join(home, "kanban.db"), [{ id: taskId, maxRuntimeSeconds: runtime }]);
 }
 
 const hash = (file: string) => createHash("sha256").update(fs.readFileSync(file)).digest("hex");
@@ -92,21 +101,37 @@ for (
     ["NULL", null],
     ["zero", 0],
     ["negative", -30],
-    ["text", "soon"],
   ] as const
 ) {
-  test(`discoverCaps() falls back to TERMINAL_TIMEOUT + 30 when max_runtime_seconds is ${what}`, async () => {
+  test(`discoverCaps() gives no time cap from the board, nor TERMINAL_TIMEOUT, when max_runtime_seconds is ${what}`, async () => {
     const home = tempHome();
     const file = board(home, runtime);
     const before = hash(file);
-    const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+    const env = { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "180" };
+    const found = await discover({ sessionId: "s", taskId: "t-1" }, { home, env });
+    assert.equal(found.caps.time, undefined, "Hermes does not stop this task: no cap");
+    assert.deepEqual(found.problems, []);
+    // The plugin's own cap still applies.
+    const own = await discover({ sessionId: "s", taskId: "t-1" }, {
       home,
-      env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "600" },
+      env,
+      overrides: { caps: { time_seconds: 500 } },
     });
-    assert.deepEqual(found.caps.time, { value: 630, source: "TERMINAL_TIMEOUT" });
+    assert.deepEqual(own.caps.time, { value: 500, source: "caps.time_seconds" });
     assert.equal(hash(file), before);
   });
 }
+
+test("discoverCaps() falls back to TERMINAL_TIMEOUT + 30 when max_runtime_seconds is not a number", async () => {
+  const home = tempHome();
+  const file = board(home, "soon");
+  const found = await discover({ sessionId: "s", taskId: "t-1" }, {
+    home,
+    env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "600" },
+  });
+  assert.deepEqual(found.caps.time, { value: 630, source: "TERMINAL_TIMEOUT" });
+  assert.match(found.problems.join("\n"), /max_runtime_seconds "soon", not a number of seconds/);
+});
 
 test("discoverCaps() falls back with a problem line when the board is missing", async () => {
   const home = tempHome();
@@ -174,12 +199,9 @@ test("discoverCaps() takes kanban turns from agent.max_turns, then caps.turns", 
   }
 });
 
-/** A state.db with a goal for session `s`. */
-function stateDb(home: string, goal: unknown): void {
-  const db = openDb(path.join(home, "state.db"));
-  db.exec("CREATE TABLE state_meta (key TEXT PRIMARY KEY, value TEXT)");
-  db.run("INSERT INTO state_meta VALUES (?, ?)", "goal:s", JSON.stringify(goal));
-  db.close();
+/** A state.db with a goal for session `s`, as Hermes stores one. */
+function stateDb(home: string, goal: Parameters<typeof hermesGoal>[2]): void {
+  hermesGoal(home, "s", goal);
 }
 
 test("discoverCaps() finds an active goal in state.db and takes its max_turns", async () => {
@@ -204,15 +226,20 @@ test("discoverCaps() treats a finished goal as no goal", async () => {
   assert.deepEqual(found.caps, {});
 });
 
-test("discoverCaps() takes a goal run's turns from the goal, agent.max_turns, then caps.turns", async () => {
+test("discoverCaps() takes a goal run's turns from the goal, 20, then caps.turns", async () => {
   const a = await discover({ sessionId: "s", dialect: "goal", goal: { maxTurns: 12 } }, {
     yaml: "agent: { max_turns: 80 }",
   });
   assert.deepEqual(a.caps.turns, { value: 12, source: "goal" });
-  const b = await discover({ sessionId: "s", dialect: "goal" }, {
+  // A goal without max_turns has 20, as Hermes counts, never agent.max_turns.
+  const b = await discover({ sessionId: "s", dialect: "goal", goal: {} }, {
     yaml: "agent: { max_turns: 80 }",
   });
-  assert.deepEqual(b.caps.turns, { value: 80, source: "agent.max_turns" });
+  assert.deepEqual(b.caps.turns, { value: 20, source: "goal default" });
+  const none = await discover({ sessionId: "s", dialect: "goal" }, {
+    yaml: "agent: { max_turns: 80 }",
+  });
+  assert.equal(none.caps.turns, undefined, "no goal known: not agent.max_turns either");
   const c = await discover({ sessionId: "s", dialect: "goal" }, {
     yaml: "agent_checkpoint: { caps: { turns: 15 } }",
   });
@@ -398,13 +425,13 @@ test("discoverCaps() reads a WAL board in use from another process without chang
   }
 });
 
-test("discoverCaps() does not wait on a locked board: a problem line and the fallback", async () => {
+test("discoverCaps() gives up on a board still locked after its retries: a problem line and the fallback", async () => {
   const home = tempHome();
-  const file = path.join(home, "kanban.db");
-  const setup = openDb(file);
-  setup.exec("CREATE TABLE tasks (id TEXT PRIMARY KEY, max_runtime_seconds)");
-  setup.run("INSERT INTO tasks VALUES (?, ?)", "t-1", 900);
-  setup.close();
+  // A rollback-journal board (Hermes's mode on network file systems): a writer's exclusive lock
+  // keeps its readers out.
+  const file = hermesBoard(path.join(home, "kanban.db"), [{ id: "t-1", maxRuntimeSeconds: 900 }], {
+    journal: "delete",
+  });
   const writer = openDb(file);
   writer.exec("BEGIN EXCLUSIVE");
   writer.run("UPDATE tasks SET max_runtime_seconds = 5");
@@ -414,12 +441,15 @@ test("discoverCaps() does not wait on a locked board: a problem line and the fal
       env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "60" },
     });
     assert.deepEqual(found.caps.time, { value: 90, source: "TERMINAL_TIMEOUT" });
-    assert.match(found.problems.join("\n"), /cannot read the kanban board .*locked/);
+    assert.match(
+      found.problems.join("\n"),
+      /cannot read the kanban board .*locked.*tried 4 times, 50 ms apart/,
+    );
   } finally {
     writer.exec("ROLLBACK");
     writer.close();
   }
-  // Every connection the library opens gives up on a lock at once.
+  // Every connection the library opens gives up on a lock at once (the retries are its own).
   const db = openDb(file);
   assert.equal(Object.values(db.get("PRAGMA busy_timeout")!)[0], 0);
   db.close();
@@ -436,4 +466,364 @@ test("discoverCaps() does not hang on a board or state.db that is a FIFO", {
   assert.deepEqual(time, { value: 90, source: "TERMINAL_TIMEOUT" });
   assert.match(problems.join("\n"), /kanban\.db is not a regular file/);
   assert.match(problems.join("\n"), /state\.db is not a regular file/);
+});
+
+// ---- Hermes's real layout: which board, which cap, which clock, which turns ----
+
+/** The line of explain's text whose label is `label`, trimmed. */
+const row = (text: string, label: string) =>
+  text.split("\n").map((l) => l.trim()).find((l) => l.startsWith(`${label} `)) ?? "";
+
+test("discoverCaps() finds the board as Hermes does when HERMES_KANBAN_DB is unset", async () => {
+  const root = tempHome();
+  const task = (seconds: number) => [{ id: "t-1", maxRuntimeSeconds: seconds }];
+  hermesBoard(path.join(root, "kanban.db"), task(900));
+  const at = async (home: string, env: Record<string, string> = {}) => {
+    const found = await discover({ sessionId: "s", taskId: "t-1" }, { home, env });
+    return { time: found.caps.time, file: found.board?.file, why: found.board?.why ?? "" };
+  };
+  // The default board, in the Hermes root: the home itself here…
+  let r = await at(root);
+  assert.deepEqual(r.time, { value: 900, source: "kanban db" });
+  assert.equal(r.file, path.join(root, "kanban.db"));
+  assert.match(r.why, /the default board in the Hermes root/);
+  // …and the root above a profile's home (<root>/profiles/<name>), not the profile's own.
+  const profile = path.join(root, "profiles", "coder");
+  fs.mkdirSync(profile, { recursive: true });
+  r = await at(profile);
+  assert.deepEqual(r.time, { value: 900, source: "kanban db" });
+  assert.equal(r.file, path.join(root, "kanban.db"));
+  // Under ~/.hermes, any home's root is ~/.hermes.
+  const user = tempHome();
+  hermesBoard(path.join(user, ".hermes", "kanban.db"), task(333));
+  r = await at(path.join(user, ".hermes", "profiles", "x"), { HOME: user });
+  assert.deepEqual(r.time, { value: 333, source: "kanban db" });
+  // A board named by HERMES_KANBAN_BOARD, then by <kroot>/kanban/current.
+  hermesBoard(path.join(root, "kanban", "boards", "proj", "kanban.db"), task(300));
+  r = await at(root, { HERMES_KANBAN_BOARD: "Proj" });
+  assert.deepEqual(r.time, { value: 300, source: "kanban db" });
+  assert.match(r.why, /HERMES_KANBAN_BOARD names board "proj"/);
+  fs.writeFileSync(path.join(root, "kanban", "current"), "proj\n");
+  r = await at(root);
+  assert.deepEqual(r.time, { value: 300, source: "kanban db" });
+  assert.match(r.why, /kanban[/\\]current names board "proj"/);
+  // A board that does not exist is passed over, and said so; "default" is <kroot>/kanban.db.
+  r = await at(root, { HERMES_KANBAN_BOARD: "gone" });
+  assert.deepEqual(r.time, { value: 300, source: "kanban db" });
+  assert.match(r.why, /HERMES_KANBAN_BOARD names board "gone", which does not exist/);
+  r = await at(root, { HERMES_KANBAN_BOARD: "default" });
+  assert.deepEqual(r.time, { value: 900, source: "kanban db" });
+  // HERMES_KANBAN_HOME moves <kroot>; HERMES_KANBAN_DB wins over everything.
+  const kroot = tempHome();
+  hermesBoard(path.join(kroot, "kanban.db"), task(450));
+  r = await at(root, { HERMES_KANBAN_HOME: kroot });
+  assert.deepEqual(r.time, { value: 450, source: "kanban db" });
+  assert.match(r.why, /HERMES_KANBAN_HOME/);
+  r = await at(root, {
+    HERMES_KANBAN_HOME: kroot,
+    HERMES_KANBAN_BOARD: "proj",
+    HERMES_KANBAN_DB: path.join(user, ".hermes", "kanban.db"),
+  });
+  assert.deepEqual(r.time, { value: 333, source: "kanban db" });
+  assert.equal(r.why, "HERMES_KANBAN_DB");
+});
+
+test("explain names the board file and why, and a kanban run with no board is a problem (exit 1)", async () => {
+  const home = tempHome();
+  const none = explain({ home, env: {}, taskId: "t-1" });
+  assert.equal(none.run.board?.file, undefined);
+  assert.match(none.problems.join("\n"), /cannot read the kanban board: no board found/);
+  const m = memoryIo({ env: {} });
+  assert.equal(await explainCommand.run(["--home", home, "--task", "t-1"], m.io), 1);
+  assert.match(m.stdout(), /kanban board +none {2}\(no board found/);
+  const file = hermesBoard(path.join(home, "kanban.db"), [{ id: "t-1", maxRuntimeSeconds: 900 }]);
+  const e = explain({ home, env: {}, taskId: "t-1" });
+  assert.deepEqual(e.problems, []);
+  assert.equal(e.run.board?.file, file);
+  assert.deepEqual(e.run.caps.time, { value: 900, source: "kanban db" });
+  const text = explainText(e, paint({ isTTY: false, env: {} }));
+  assert.ok(
+    row(text, "kanban board").endsWith(`${file}  (the default board in the Hermes root ${home})`),
+    text,
+  );
+});
+
+test("discoverCaps() reads a task's NULL cap on a board written by Hermes: an uncapped run gets no tier 2", async () => {
+  // The issue's case: TERMINAL_TIMEOUT 180 made a 210 s cap, tier 2 at 168 s, on an uncapped task.
+  const home = tempHome();
+  const file = hermesBoard(path.join(home, "kanban.db"), [{ id: "t-1", maxRuntimeSeconds: null }]);
+  const ac = createAgentCheckpoint({
+    home,
+    env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "180" },
+    logger: () => {},
+  });
+  const run = ac.startRun({ sessionId: "s", taskId: "t-1" });
+  assert.deepEqual(run.caps, {});
+  ac.sharedRuns.rewind(run.slot, 200_000);
+  assert.equal(run.preLlmCall(), undefined, "no tier at 200 s");
+  await ac.close();
+});
+
+test("discoverCaps() falls back only for a board it cannot read: no file, no row, no column", async () => {
+  const home = tempHome();
+  const env = (file: string) => ({ HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "60" });
+  const old = hermesBoard(path.join(home, "old.db"), [{ id: "t-1" }], { age: "old" });
+  const a = await discover({ sessionId: "s", taskId: "t-1" }, { home, env: env(old) });
+  assert.deepEqual(a.caps.time, { value: 90, source: "TERMINAL_TIMEOUT" });
+  assert.match(a.problems.join("\n"), /has no max_runtime_seconds column: an old board/);
+  const current = board(home, 900);
+  const b = await discover({ sessionId: "s", taskId: "t-9" }, { home, env: env(current) });
+  assert.deepEqual(b.caps.time, { value: 90, source: "TERMINAL_TIMEOUT" });
+  assert.match(b.problems.join("\n"), /has no task "t-9"/);
+  // A board with max_runtime_seconds but no later columns is read.
+  const mid = hermesBoard(path.join(home, "mid.db"), [{ id: "t-1", maxRuntimeSeconds: 700 }], {
+    age: "runtime-only",
+  });
+  const c = await discover({ sessionId: "s", taskId: "t-1" }, { home, env: env(mid) });
+  assert.deepEqual(c.caps.time, { value: 700, source: "kanban db" });
+  assert.deepEqual(c.problems, []);
+});
+
+/** A process holding an exclusive lock on `file` for `holdMs`; resolves when it holds it. */
+async function lockFor(file: string, holdMs: number) {
+  const [cmd, argv] = scriptCommand(fixture("hermes_board"), ["lock", file, String(holdMs)]);
+  const child = spawn(cmd, argv, { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  const line = (word: string) =>
+    new Promise<number>((resolve, reject) => {
+      const look = () => {
+        const m = out.match(new RegExp(`${word} (\\d+)`));
+        if (m) resolve(Number(m[1]));
+      };
+      child.stdout!.on("data", (d) => {
+        out += d;
+        look();
+      });
+      child.on("exit", () => {
+        look();
+        reject(new Error(`the locker exited: ${out}`));
+      });
+    });
+  const released = line("released");
+  released.catch(() => {});
+  await line("locked");
+  return { released };
+}
+
+test("discoverCaps() tries a locked board again, 50 ms apart, and reads it once the lock is gone", async () => {
+  // A board locked for 40 ms by another process is read, not fallen back from. A round counts
+  // when the lock was still held as the read began and gone within 100 ms of it (a busy machine
+  // can delay the other process's release past the retries: such a round says nothing).
+  const home = tempHome();
+  const file = hermesBoard(path.join(home, "kanban.db"), [{ id: "t-1", maxRuntimeSeconds: 900 }], {
+    journal: "delete",
+  });
+  let counted = 0;
+  for (let round = 0; round < 10 && counted < 3; round++) {
+    const { released } = await lockFor(file, 40);
+    const began = Date.now();
+    const found = discoverCapsSync({ sessionId: "s", taskId: "t-1" }, {
+      home,
+      env: { HERMES_KANBAN_DB: file, TERMINAL_TIMEOUT: "60" },
+      settings: defaultSettings(path.join(home, "cp")),
+      config: { doc: undefined, warnings: [] },
+    });
+    const at = await released;
+    if (!(began < at && at - began < 100)) continue;
+    counted++;
+    assert.deepEqual(found.caps.time, { value: 900, source: "kanban db" }, found.problems.join());
+    assert.deepEqual(found.problems, []);
+  }
+  assert.ok(counted > 0, "no round read the board while it was locked");
+});
+
+test("discoverCaps() reads a board another process commits to without a pause: 2,000 reads, no fallback", async () => {
+  // With Hermes's pragmas and BEGIN IMMEDIATE; scripts/bench_board.ts does 20,000.
+  const f = await liveBoardReads(2000);
+  assert.equal(f.reads, 2000);
+  assert.ok(f.commits > 0, "the writer committed while the reads ran");
+  assert.equal(f.fallbacks, 0, f.problems.join("\n"));
+});
+
+test("discoverCaps() starts the time axis when Hermes started the task's run", async () => {
+  const now = Math.floor(Date.now() / 1000);
+  const home = tempHome();
+  const file = hermesBoard(path.join(home, "kanban.db"), [{
+    id: "t-1",
+    maxRuntimeSeconds: 200,
+    startedAt: now - 1000,
+    earlierRun: { startedAt: now - 1000 },
+    run: { startedAt: now - 170 },
+  }]);
+  const runId = currentRunId(file, "t-1");
+  const env = { HERMES_KANBAN_DB: file };
+  const a = await discover({ sessionId: "s", taskId: "t-1" }, { home, env });
+  assert.deepEqual(a.origin, {
+    atMs: (now - 170) * 1000,
+    source: `task_runs.started_at of run ${runId} (tasks.current_run_id)`,
+  });
+  const b = await discover({ sessionId: "s", taskId: "t-1" }, {
+    home,
+    env: { ...env, HERMES_KANBAN_RUN_ID: String(runId - 1) },
+  });
+  assert.deepEqual(b.origin, {
+    atMs: (now - 1000) * 1000,
+    source: `task_runs.started_at of run ${runId - 1} (HERMES_KANBAN_RUN_ID)`,
+  });
+  const mid = hermesBoard(path.join(home, "mid.db"), [{
+    id: "t-1",
+    maxRuntimeSeconds: 200,
+    startedAt: now - 50,
+  }], { age: "runtime-only" });
+  const c = await discover({ sessionId: "s", taskId: "t-1" }, {
+    home,
+    env: { HERMES_KANBAN_DB: mid },
+  });
+  assert.deepEqual(c.origin, { atMs: (now - 50) * 1000, source: "tasks.started_at" });
+  const old = hermesBoard(path.join(home, "old.db"), [{ id: "t-1", startedAt: now - 50 }], {
+    age: "old",
+  });
+  assert.equal(
+    (await discover({ sessionId: "s", taskId: "t-1" }, {
+      home,
+      env: { HERMES_KANBAN_DB: old },
+    })).origin,
+    undefined,
+    "startRun is the origin when no start is readable",
+  );
+  // The run's clock: 170 s of 200 used when it starts, so its first model call is past tier 2
+  // (at 160 s), where Hermes's kill at 200 s falls.
+  const ac = createAgentCheckpoint({ home, env, logger: () => {} });
+  const run = ac.startRun({ sessionId: "s", taskId: "t-1" });
+  assert.match(run.preLlmCall() ?? "", /Final budget checkpoint/);
+  await ac.close();
+  const text = explainText(explain({ home, env, taskId: "t-1" }), paint({ isTTY: false, env: {} }));
+  assert.ok(
+    row(text, "time origin").endsWith(
+      `${
+        new Date((now - 170) * 1000).toISOString()
+      }  (task_runs.started_at of run ${runId} (tasks.current_run_id))`,
+    ),
+    text,
+  );
+});
+
+test("discoverCaps() takes a goal-mode task's turn cap from HERMES_KANBAN_GOAL_MAX_TURNS, then goal_max_turns", async () => {
+  const home = tempHome();
+  const file = hermesBoard(path.join(home, "kanban.db"), [
+    { id: "t-1", goalMode: true, goalMaxTurns: 9 },
+    { id: "t-2", goalMode: true },
+  ]);
+  const yaml = "agent: { max_turns: 60 }";
+  const goalMode = { HERMES_KANBAN_DB: file, HERMES_KANBAN_GOAL_MODE: "1" };
+  const turns = async (taskId: string, env: Record<string, string>) =>
+    (await discover({ sessionId: "s", taskId }, { home, env, yaml })).caps.turns;
+  assert.deepEqual(await turns("t-1", { ...goalMode, HERMES_KANBAN_GOAL_MAX_TURNS: "7" }), {
+    value: 7,
+    source: "HERMES_KANBAN_GOAL_MAX_TURNS",
+  });
+  assert.deepEqual(await turns("t-1", goalMode), { value: 9, source: "tasks.goal_max_turns" });
+  assert.deepEqual(await turns("t-2", goalMode), { value: 20, source: "goal default" });
+  assert.deepEqual(await turns("t-1", { HERMES_KANBAN_DB: file }), {
+    value: 60,
+    source: "agent.max_turns",
+  });
+});
+
+test("a goal run counts goal turns from the stored turns_used: 12 turns, 3 used, tier 2 at the 8th call", async () => {
+  const home = tempHome();
+  hermesGoal(home, "s", { max_turns: 12, turns_used: 3 });
+  const found = await discover({ sessionId: "s" }, { home });
+  assert.equal(found.dialect, "goal");
+  assert.deepEqual(found.caps.turns, { value: 12, source: "goal" });
+  assert.deepEqual(found.turnsUsed, { value: 3, source: "state.db goal turns_used" });
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    logger: () => {},
+    settings: { watchdog: false },
+  });
+  const run = ac.startRun({ sessionId: "s" });
+  const texts = Array.from({ length: 9 }, () => run.preLlmCall());
+  assert.equal(texts.findIndex((t) => /Final budget checkpoint/.test(t ?? "")), 7);
+  await ac.close();
+  // explain counts the same way: from the 3 turns already used.
+  const e = explain({ home, env: {}, sessionId: "s" });
+  assert.equal(e.schedule[1]?.prologueModelCall, 8);
+  const text = explainText(e, paint({ isTTY: false, env: {} }));
+  assert.match(row(text, "turns used"), /^turns used +3 {2}\(state\.db goal turns_used\)$/);
+  assert.match(text, /^ {2}2 +model call 8 \(10 turns used\)/m);
+  // A goal with no max_turns (or 0) has 20, whatever agent.max_turns says.
+  for (const maxTurns of [null, 0]) {
+    hermesGoal(home, "g", { max_turns: maxTurns });
+    writeConfig(home, "agent: { max_turns: 60 }");
+    const g = await discoverCaps({ sessionId: "g" }, { home, env: {} });
+    assert.deepEqual(g.caps.turns, { value: 20, source: "goal default" }, String(maxTurns));
+  }
+});
+
+test("the watchdog follows a goal's stored turns_used and writes tier 2 when it gets there", async () => {
+  const home = tempHome();
+  hermesGoal(home, "s", { max_turns: 12, turns_used: 3 });
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    logger: () => {},
+    settings: { watchdog_poll_seconds: 0.2 },
+  });
+  const run = ac.startRun({ sessionId: "s" });
+  run.activity();
+  assert.equal(ac.sharedRuns.turns(run.slot), 3);
+  // Hermes judges seven more turns (in this process or another).
+  hermesGoal(home, "s", { max_turns: 12, turns_used: 10 });
+  const record = () =>
+    fs.existsSync(run.checkpointFile)
+      ? parseRecord(fs.readFileSync(run.checkpointFile))
+      : undefined;
+  assert.ok(await waitFor(() => record()?.tier === 2), "tier 2 written by the watchdog");
+  assert.equal(ac.sharedRuns.turns(run.slot), 10);
+  assert.equal(record()?.source, "watchdog");
+  await ac.close();
+});
+
+test("plugins.entries.agent-checkpoint.config is read below .settings, key by key", () => {
+  const home = tempHome();
+  hermesConfig(
+    home,
+    [
+      "plugins:",
+      "  enabled: [agent-checkpoint]",
+      "  entries:",
+      "    agent-checkpoint:",
+      "      config: { mode: notify, stall_window_seconds: 77 }",
+      "      settings: { mode: log-only }",
+    ].join("\n"),
+  );
+  const { settings, sources } = loadSettings({ home, env: {} });
+  assert.equal(settings.mode, "log-only");
+  assert.equal(sources.mode, "config.yaml plugins.entries.agent-checkpoint.settings");
+  assert.equal(settings.stall_window_seconds, 77);
+  assert.equal(sources.stall_window_seconds, "config.yaml plugins.entries.agent-checkpoint.config");
+});
+
+test("explain says when Hermes's plugin lists leave the plugin off, and when budget_warning_ratio is set", () => {
+  const home = tempHome();
+  const problems = (yaml: string) => {
+    hermesConfig(home, yaml);
+    return explain({ home, env: {} }).problems.join("\n");
+  };
+  assert.equal(problems("plugins:\n  enabled: [agent-checkpoint]\n"), "");
+  assert.match(problems("plugins:\n  enabled: [other]\n"), /plugins.enabled does not name/);
+  assert.match(
+    problems("plugins:\n  enabled: [agent-checkpoint]\n  disabled: [agent-checkpoint]\n"),
+    /plugins.disabled names agent-checkpoint/,
+  );
+  assert.match(
+    problems("plugins:\n  entries:\n    agent-checkpoint:\n      settings: { mode: notify }\n"),
+    /no plugins.enabled list naming it: Hermes plugins are opt-in/,
+  );
+  hermesConfig(home, "agent:\n  budget_warning_ratio: 0.8\n");
+  const e = explain({ home, env: {} });
+  assert.deepEqual(e.problems, []);
+  assert.match(e.notes.join("\n"), /budget_warning_ratio is 0.8: .*two wrap-up messages/);
 });

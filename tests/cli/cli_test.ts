@@ -8,6 +8,7 @@ import { type CliIo, COMMANDS, main, parseDuration } from "../../cli/mod.ts";
 import { memoryIo } from "../../cli/_io.ts";
 import { explain } from "../../cli/_explain_report.ts";
 import { Buffer } from "node:buffer";
+import { hermesBoard } from "../_hermes.ts";
 import { fixture, runScript, scriptCommand, tempHome, writeConfig } from "../_helpers.ts";
 import { execFileSync, spawn } from "node:child_process";
 import process from "node:process";
@@ -46,6 +47,8 @@ async function populated(): Promise<string> {
 test("explain shows every setting with its source, the caps, the schedule and the runtime", async () => {
   const home = tempHome();
   writeConfig(home, "agent:\n  max_turns: 60\nagent_checkpoint:\n  stall_window_seconds: 300\n");
+  // The task's board is the default one in the home (the Hermes root of a home outside ~/.hermes).
+  hermesBoard(path.join(home, "kanban.db"), [{ id: "t-9", maxRuntimeSeconds: 930 }]);
   const { code, stdout, stderr } = await cli(["explain", "--home", home, "--task", "t-9"], {
     env: { TERMINAL_TIMEOUT: "900" },
   });
@@ -58,7 +61,9 @@ test("explain shows every setting with its source, the caps, the schedule and th
       /^ {2}caps\.turns +none +default$/m,
       /^ {2}dialect +kanban {2}\(task t-9\)$/m,
       /^ {2}turn cap +60 {2}\(agent\.max_turns\)$/m,
-      /^ {2}time cap +15m30s {2}\(TERMINAL_TIMEOUT\)$/m,
+      /^ {2}time cap +15m30s {2}\(kanban db\)$/m,
+      /^ {2}kanban board +.*kanban\.db {2}\(the default board in the Hermes root .*\)$/m,
+      /^ {2}time origin +when startRun is called$/m,
       /^ {2}1 +model call 31 \(30 turns used\), or the first model call after 7m45s +tool calls after model call 30, or 7m45s/m,
       /^ {2}2 +model call 55 \(54 turns used\)/m,
       new RegExp(
