@@ -216,6 +216,16 @@ export class Run {
     }
   }
 
+  /** @internal Whether the settings enforce a cap: adapters then hand the budget signal on. */
+  get budgetEnforced(): boolean {
+    return this.#guard("budgetEnforced", false, (ctx) => ctx.at(nowMs()).enforce.length !== 0);
+  }
+
+  /** @internal Whether an enforced cap stopped the run. */
+  get budgetStopped(): boolean {
+    return this.#extras?.stopped !== undefined;
+  }
+
   /** @internal Its seat in a tree of runs, for the keeper that starts a child of it. */
   get treeSeat(): TreeSeat | undefined {
     return this.#extras?.tree;
@@ -632,6 +642,8 @@ export class Run {
       }
     }
     if (stop) {
+      // A tier due now is persisted first (its latch then holds): the budget record is the last word.
+      if (tier !== 0) this.#midRun(ctx, settings, tier, now, source);
       this.#stop(ctx, settings, now, source, stop);
       // Passed: every run under that cap stops; refused: the others' calls in flight take the rest.
       if (!refused) seat?.tree.stopUnder(stop.runId, stop, this.runId);
