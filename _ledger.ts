@@ -21,6 +21,7 @@ import type { Settings } from "./settings.ts";
 import { type CheckpointEvent, type RunInfo, usageTotals } from "./_writer.ts";
 import type { MessagePort } from "node:worker_threads";
 import { formatDuration, formatUsd } from "./template.ts";
+import type { TreeRow } from "./_tree.ts";
 import type {
   AttemptStart,
   CallInFlight,
@@ -46,6 +47,12 @@ export interface LedgerStore {
     options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
   ): AttemptStart;
   latestSync?(runId: string): RunView | undefined;
+  /** The newest attempt of every run in the tree rooted at `root` (trees sharing a budget). */
+  treeSync?(root: string): TreeRow[];
+  /** Look at a tree and write the record `decide` makes of it, in one transaction. */
+  admitSync?(root: string, decide: (rows: TreeRow[]) => RunRecord | undefined): void;
+  /** Record that a run sits in a tree. */
+  joinTreeSync?(runId: string, root: string, parent: string | undefined): void;
   /** Tidy the store now and then (the embedded one: move its log into the database). */
   maintain?(): void;
   prune(before: number, limit: number): Promise<number>;
@@ -127,6 +134,7 @@ export function recordOf(
   if (info.taskId !== undefined) record.taskId = info.taskId;
   if (info.attempts?.length) record.attempts = info.attempts;
   if (info.prior) record.prior = info.prior;
+  if (info.tree) record.tree = info.tree;
   const usage = usageTotals(shared, slot);
   if (usage) record.usage = usage;
   return record;

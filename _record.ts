@@ -87,7 +87,8 @@ export type RecordKind =
   | "manual"
   | "deadline"
   | "end"
-  | "tool_timeout";
+  | "tool_timeout"
+  | "budget";
 /** Which surface persisted it. */
 export type RecordSource =
   | "pre_llm_call"
@@ -170,6 +171,43 @@ export interface CheckpointRecord {
   usage?: UsageTotals;
   /** The tool call a `tool_timeout` record is about. */
   timedOut?: TimedOutCall;
+  /** The run's place in a tree of runs sharing a budget, and the tree's totals. */
+  tree?: TreeRecord;
+  /** The enforced cap a `budget` record is about. */
+  budget?: BudgetStop;
+  /** Models whose calls came with no cost and have no price: their dollars are unknown, never $0. */
+  unknownPrices?: string[];
+}
+
+/** A run's place in a tree of runs that share one budget, as its record shows it. */
+export interface TreeRecord {
+  /** The tree's root run. */
+  root: string;
+  /** The run's parent, unless it is the root. */
+  parent?: string;
+  /** What the whole tree used, as this run last knew it. */
+  totals?: { turns: number; tokens: number; usd?: number };
+  /** What the run's model call in flight reserves of the tree's caps, and since when (ms). */
+  reserved?: { turns: number; tokens: number; usd: number; at: number };
+  /** The run's last model call's tokens and dollars: what a call of the tree is expected to cost. */
+  perCall?: { tokens: number; usd: number };
+}
+
+/** The enforced cap that stopped a run. */
+export interface BudgetStop {
+  /** The axis. */
+  axis: "time" | "turns" | "tokens" | "usd";
+  /** Its cap. */
+  cap: number;
+  /** What was used against it (the tree's total when the cap is an ancestor's). */
+  used: number;
+  /** The run whose cap it is: this run, or an ancestor. */
+  runId: string;
+  /**
+   * What other model calls in flight reserved when a call was refused
+   * (`used` and this reach the cap): those calls spend the rest.
+   */
+  inFlight?: number;
 }
 
 /**
@@ -191,6 +229,7 @@ export const RECORD_KINDS: readonly RecordKind[] = [
   "deadline",
   "end",
   "tool_timeout",
+  "budget",
 ];
 /**
  * The record sources: the surfaces that persist a checkpoint.
@@ -279,6 +318,8 @@ export function headerLine(
     ? "deadline checkpoint persisted before the hard deadline"
     : r.kind === "tool_timeout"
     ? "tool call timed out; checkpoint persisted"
+    : r.kind === "budget"
+    ? "enforced budget cap passed; checkpoint persisted before the stop"
     : `run ended${r.end ? ` (${line(r.end.status)})` : ""}`;
   return `${PLUGIN}: ${what} (source: ${line(r.source)})`;
 }
@@ -302,6 +343,37 @@ function usageLines(r: CheckpointRecord): string[] {
     out.push(`- Cost so far: ${dollars(u.usd)}`);
   } else if (u && r.caps?.usd) out.push("- Cost so far: unknown (no cost reported, no price)");
   if (r.caps?.usd) out.push(capLine("Cost cap", r.caps.usd, dollars));
+  if (Array.isArray(r.unknownPrices) && r.unknownPrices.length > 0) {
+    out.push(
+      `- Cost unknown: ${r.unknownPrices.map((m) => `unknown price for ${line(m)}`).join("; ")}`,
+    );
+  }
+  const tree = isObject(r.tree) ? r.tree : undefined;
+  if (tree && isString(tree.root)) {
+    const t = isObject(tree.totals) ? tree.totals : undefined;
+    out.push(
+      `- Tree: root ${line(tree.root)}${
+        isString(tree.parent) ? `, parent ${line(tree.parent)}` : ""
+      }${
+        t
+          ? `; the tree has used ${num(t.turns)} turns, ${num(t.tokens)} tokens and ${
+            typeof t.usd === "number" && Number.isFinite(t.usd) ? dollars(t.usd) : "unknown dollars"
+          }`
+          : ""
+      }`,
+    );
+  }
+  const b = isObject(r.budget) ? r.budget : undefined;
+  if (b && isString(b.axis) && isNumber(b.cap) && isNumber(b.used)) {
+    const unit = b.axis === "usd" ? dollars : b.axis === "time" ? formatDuration : String;
+    out.push(
+      `- Stopped by: the enforced ${line(b.axis)} cap ${unit(b.cap)}${
+        isString(b.runId) && b.runId !== r.runId ? ` of ${line(b.runId)}` : ""
+      } (used ${unit(b.used)}${
+        isNumber(b.inFlight) ? `, ${unit(b.inFlight)} reserved by calls in flight` : ""
+      })`,
+    );
+  }
   return out;
 }
 
@@ -800,6 +872,14 @@ export function parseRecord(bytes: Uint8Array, dropped?: string[]): CheckpointRe
     (t) => isObject(t) && isString(t.tool) && isNumber(t.timeoutSeconds),
     "timedOut",
   );
+  f.keep(r, "tree", (t) => isObject(t) && isString(t.root), "tree");
+  f.keep(
+    r,
+    "budget",
+    (b) => isObject(b) && isString(b.axis) && isNumber(b.cap) && isNumber(b.used),
+    "budget",
+  );
+  if (r.unknownPrices !== undefined) r.unknownPrices = f.strings(r.unknownPrices, "unknownPrices");
   dropped?.push(...f.dropped);
   return r as unknown as CheckpointRecord;
 }

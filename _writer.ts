@@ -23,6 +23,7 @@ import { isMainThread } from "node:worker_threads";
 import { Buffer } from "node:buffer";
 import { errorText, failOpen, isThenable, type Log } from "./log.ts";
 import {
+  type BudgetStop,
   type CheckpointRecord,
   commentBody,
   type EndStatus,
@@ -33,11 +34,12 @@ import {
   renderBlock,
   type RunCaps,
   type TimedOutCall,
+  type TreeRecord,
   type UsageTotals,
 } from "./_record.ts";
 import type { Settings } from "./settings.ts";
 import { INFO_BYTES, type RunTable } from "./_run_table.ts";
-import { formatDuration, renderTemplate, type TemplateValues } from "./template.ts";
+import { formatDuration, formatUsd, renderTemplate, type TemplateValues } from "./template.ts";
 import {
   APPEND_FLAGS,
   closeQuietly,
@@ -81,6 +83,10 @@ export interface RunInfo {
   prior?: { turns: number; seconds: number; tokens?: number; usd?: number };
   /** The session whose stored goal's `turns_used` the run's turn count follows (the watchdog reads it). */
   goalSession?: string;
+  /** The run's place in a tree of runs sharing a budget, and the tree's totals as last known. */
+  tree?: TreeRecord;
+  /** Models whose calls had no cost and no price. */
+  unknownPrices?: string[];
 }
 
 /** Characters of a run id kept in the watchdog's records when the id is too long for its slot. */
@@ -185,7 +191,8 @@ export type PersistEvent =
   | { kind: "manual"; message?: string }
   | { kind: "deadline"; atSeconds: number }
   | { kind: "end"; status: EndStatus; summary?: string }
-  | { kind: "tool_timeout"; call: TimedOutCall };
+  | { kind: "tool_timeout"; call: TimedOutCall }
+  | { kind: "budget"; stop: BudgetStop };
 
 /** The highest tier the mid-run surface has persisted. */
 const tierReached = (shared: RunTable, slot: number) =>
@@ -241,6 +248,21 @@ function messageOf(
       }; the host's deadline signal aborts it now. This record is where it got to.`;
     case "end":
       return event.summary ?? `The run ended: ${event.status}.`;
+    case "budget": {
+      const b = event.stop;
+      const unit = b.axis === "usd"
+        ? (n: number) => `$${formatUsd(n)}`
+        : b.axis === "time"
+        ? formatDuration
+        : (n: number) => `${n} ${b.axis}`;
+      return `The enforced ${b.axis} cap${b.runId === info.runId ? "" : ` of ${b.runId}`} (${
+        unit(b.cap)
+      }) is ${b.inFlight === undefined ? "passed" : "taken"}: ${unit(b.used)} used${
+        b.runId === info.runId ? "" : " by its tree"
+      }${
+        b.inFlight === undefined ? "" : ` and ${unit(b.inFlight)} reserved by calls in flight`
+      }. The run's budget signal aborts it now; this record is where it got to.`;
+    }
   }
 }
 
@@ -288,6 +310,9 @@ export function buildRecord(
   const usage = usageTotals(shared, slot);
   if (usage) record.usage = usage;
   if (event.kind === "tool_timeout") record.timedOut = event.call;
+  if (event.kind === "budget") record.budget = event.stop;
+  if (info.tree) record.tree = info.tree;
+  if (info.unknownPrices?.length) record.unknownPrices = info.unknownPrices;
   return record;
 }
 

@@ -24,7 +24,8 @@ import {
   NO_NOTES,
   type RunInfo,
 } from "./_writer.ts";
-import { type HostId, LedgerFeed, type LedgerStore } from "./_ledger.ts";
+import { type HostId, LedgerFeed, type LedgerStore, recordOf } from "./_ledger.ts";
+import { type TreePlace, TreeSeats } from "./_tree.ts";
 import { RunSlots } from "./_slots.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
@@ -141,6 +142,8 @@ export class AgentCheckpoint {
   #contactQueued = false;
   /** What a run's start reads and writes of the run ledger. */
   readonly #resumeParts: ResumeParts;
+  /** The trees of runs that share a budget. */
+  readonly #trees: TreeSeats;
 
   /** @internal Use {@linkcode createAgentCheckpoint}. */
   constructor(options: AgentCheckpointOptions, subsystems?: Subsystems) {
@@ -203,6 +206,21 @@ export class AgentCheckpoint {
       storePort: () => this.#ledger.store?.watchdogPort?.(),
     });
     this.#writer = new CheckpointWriter(shared, sinks);
+    this.#trees = new TreeSeats(() => {
+      const store = this.#ledger.store;
+      if (!store?.treeSync || !store.joinTreeSync || !store.admitSync) return undefined;
+      return {
+        read: (root) => store.treeSync!(root),
+        join: (runId, place) => store.joinTreeSync!(runId, place.root, place.parent),
+        push: (info) =>
+          this.#ledger.write([recordOf(info, shared, this.#thisHost(), nowMs())], "a tree's use"),
+        admit: (root, info, decide) =>
+          store.admitSync!(
+            root,
+            (rows) => decide(rows) ? recordOf(info, shared, this.#thisHost(), nowMs()) : undefined,
+          ),
+      };
+    }, (what, error) => log("warn", `${what} failed: ${errorText(error)}`));
     this.#context = this.#contextOf(
       shared,
       this.#writer,
@@ -226,6 +244,7 @@ export class AgentCheckpoint {
       writer,
       workspaces: () => this.#workspaceHooks(),
       watchdog: (settings) => this.#contact(settings),
+      trees: this.#trees,
       ended: (info, end) => {
         if (end) this.#ledger.end(table, info, end);
         release(info);
@@ -322,6 +341,8 @@ export class AgentCheckpoint {
         attempt: 1,
       };
       if (found.taskId !== undefined) info.taskId = found.taskId;
+      const place = this.#placeOf(init, runId);
+      if (place) info.tree = place;
       const model = (init as { model?: unknown } | undefined)?.model;
       if (typeof model === "string" && model !== "") info.model = model.slice(0, 200);
       const table = own ? own.context.shared : this.#shared;
@@ -355,6 +376,7 @@ export class AgentCheckpoint {
         attempt: info.attempt ?? 1,
         workspace: workspaceOf(init?.workspace),
       };
+      if (place) start.tree = this.#trees.seat(runId, place);
       if (resumed) start.previous = resumed.previous;
       if (resumed?.resumeNote !== undefined) start.resumeNote = resumed.resumeNote;
       return new Run(own?.context ?? this.#context, start);
@@ -363,6 +385,41 @@ export class AgentCheckpoint {
       this.#log("error", `startRun failed; this run gets no checkpoints: ${errorText(error)}`);
       return inertRun(sessionId);
     });
+  }
+
+  /**
+   * Where a run sits in a tree of runs sharing a budget: under the parent it
+   * was given (a run of this keeper joins a tree as its root when it has
+   * none), else under env `AGENT_CHECKPOINT_PARENT`; undefined for a run of
+   * its own.
+   */
+  #placeOf(init: RunInit, runId: string): TreePlace | undefined {
+    const given = (init as { parent?: unknown }).parent;
+    if (given instanceof Run) {
+      if (given.runId === runId || given.runId === "") return undefined;
+      let seat = given.treeSeat;
+      if (!seat) {
+        seat = this.#trees.seat(given.runId, { root: given.runId });
+        given.joinTree(seat);
+      }
+      return { root: seat.place.root, parent: given.runId };
+    }
+    let parent: string | undefined;
+    if (typeof given === "string" && given.trim() !== "") parent = given;
+    else if (given !== undefined) {
+      this.#log("warn", "startRun: parent must be a run or a run id; this run has none", runId);
+      return undefined;
+    } else parent = this.#env.AGENT_CHECKPOINT_PARENT?.trim() || undefined;
+    if (parent === undefined || parent === runId) return undefined;
+    const local = this.#trees.of(parent);
+    if (local) return { root: local.place.root, parent };
+    const root = (given === undefined ? this.#env.AGENT_CHECKPOINT_TREE?.trim() : undefined) ||
+      failOpen(
+        () => this.#ledger.store?.latestSync?.(parent)?.record.tree?.root,
+        () => undefined,
+      ) ||
+      parent;
+    return { root, parent };
   }
 
   /** The working-tree snapshots, made on first use. */

@@ -57,6 +57,8 @@ export const CONFIG_ALIAS_LIMIT = 1000;
  * ```
  */
 export function envOf(env: Env | undefined): Env {
+  // Deno's process.env cannot be cloned into the watchdog worker: a plain copy of it can.
+  if (env === process.env) return { ...process.env };
   if (env !== undefined && env !== null && typeof env === "object") return env;
   try {
     return { ...process.env };

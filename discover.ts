@@ -53,6 +53,12 @@ export interface RunInit {
   goal?: { maxTurns?: number };
   /** The run's working tree, for workspace snapshots. @default {the current directory} */
   workspace?: string;
+  /**
+   * The run whose budget this one shares: a run of this process, or a run id
+   * (another process's). Its turns, tokens and dollars count toward its own
+   * caps and every ancestor's. @default {env AGENT_CHECKPOINT_PARENT}
+   */
+  parent?: { readonly runId: string } | string;
 }
 
 /** The outcome of cap discovery for one run. */

@@ -16,18 +16,21 @@ import { existsSync } from "node:fs";
 import { longTimeout, type LongTimer } from "./_timer.ts";
 import { errorText, type Log } from "./log.ts";
 import {
+  type BudgetStop,
   END_STATUSES,
   type EndStatus,
   type RecordKind,
   type RecordSource,
   type RunCaps,
+  type TreeRecord,
   type UsageTotals,
 } from "./_record.ts";
 import { budgetValue, type ModelPrice, type Settings } from "./settings.ts";
 import type { SettingsReading, SettingsSource } from "./config.ts";
 import { MAX_NAME_BYTES, nowMs, type RunTable } from "./_run_table.ts";
 import { renderTemplate } from "./template.ts";
-import { fireTier, tierFor, type TierPlan, TierPlans } from "./tier.ts";
+import { fireTier, type Tier, tierFor, type TierPlan, TierPlans } from "./tier.ts";
+import { passedCap, type TreeRow, type TreeSeat, type TreeSeats, type TreeUse } from "./_tree.ts";
 import {
   type CheckpointWriter,
   encodeRunInfo,
@@ -85,6 +88,8 @@ export interface RunStart {
   previous?: PreviousAttempt;
   /** Sentences the resume text adds (calls of unknown outcome, a shrunk budget). */
   resumeNote?: string;
+  /** Its seat in a tree of runs sharing a budget. */
+  tree?: TreeSeat;
 }
 
 const MAX_NOTE = 2000;
@@ -163,7 +168,13 @@ class RunExtras {
   /** The price in force for the run's model, by model name, for one settings version. */
   prices: Map<string, ModelPrice | undefined> | undefined = undefined;
   pricesVersion = -1;
-  costUnknownLogged = false;
+  /** The run's seat in a tree of runs that share a budget. */
+  tree: TreeSeat | undefined = undefined;
+  /** The budget signal's controller, made when it is first asked for or at the stop. */
+  budget: AbortController | undefined = undefined;
+  /** The enforced cap that stopped the run, once one did. */
+  stopped: BudgetStop | undefined = undefined;
+  budgetTimer: LongTimer | undefined = undefined;
 }
 
 /**
@@ -199,6 +210,92 @@ export class Run {
     this.previous = start.previous;
     this.#resume = start.previous !== undefined && { note: start.resumeNote };
     this.#workspace = start.workspace ?? "";
+    if (start.tree) {
+      this.#more.tree = start.tree;
+      if (ctx) this.#seatIn(ctx, start.tree);
+    }
+  }
+
+  /** @internal Whether the settings enforce a cap: adapters then hand the budget signal on. */
+  get budgetEnforced(): boolean {
+    return this.#guard("budgetEnforced", false, (ctx) => ctx.at(nowMs()).enforce.length !== 0);
+  }
+
+  /** @internal Whether an enforced cap stopped the run. */
+  get budgetStopped(): boolean {
+    return this.#extras?.stopped !== undefined;
+  }
+
+  /** @internal Its seat in a tree of runs, for the keeper that starts a child of it. */
+  get treeSeat(): TreeSeat | undefined {
+    return this.#extras?.tree;
+  }
+
+  /** @internal The run becomes the parent (or root) of a tree: its seat there. */
+  joinTree(seat: TreeSeat): void {
+    this.#guard("joinTree", undefined, (ctx) => {
+      this.#more.tree = seat;
+      this.#info.tree = seat.place;
+      ctx.publish(this.#info);
+      this.#seatIn(ctx, seat);
+    });
+  }
+
+  /** Take the run's place in its tree: its use read from shared memory, its stop by a relative. */
+  #seatIn(ctx: RunContext, seat: TreeSeat): void {
+    const slot = this.#info.slot;
+    seat.tree.join(
+      this.runId,
+      seat.place.parent,
+      this.caps,
+      () => ({
+        turns: ctx.shared.turns(slot),
+        tokens: ctx.shared.tokens(slot),
+        usd: ctx.shared.usd(slot),
+      }),
+      (stop) =>
+        this.#guard("budget", undefined, (c) => {
+          const now = nowMs();
+          this.#stop(c, c.at(now), now, "host", stop);
+        }),
+    );
+  }
+
+  /**
+   * The environment for a child process whose runs count toward this run's
+   * budget: a library there makes each run it starts a child of this one.
+   *
+   * @returns `AGENT_CHECKPOINT_PARENT` (this run's id) and `AGENT_CHECKPOINT_TREE` (its tree's root).
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "./mod.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const run = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
+   * assert.deepEqual(run.childEnv(), {
+   *   AGENT_CHECKPOINT_PARENT: "lead",
+   *   AGENT_CHECKPOINT_TREE: "lead",
+   * });
+   * await ac.close();
+   * ```
+   */
+  childEnv(): Record<string, string> {
+    // The run counts its children's use from now on: it takes a seat in a tree (its own root).
+    if (this.#extras?.tree === undefined) {
+      this.#guard("childEnv", undefined, (ctx) => {
+        const seat = ctx.trees?.seat(this.runId, { root: this.runId });
+        if (seat) this.joinTree(seat);
+      });
+    }
+    return {
+      AGENT_CHECKPOINT_PARENT: this.runId,
+      AGENT_CHECKPOINT_TREE: this.#extras?.tree?.place.root ?? this.runId,
+    };
   }
 
   /** The kanban task id in the kanban dialect, else the session id. */
@@ -340,13 +437,16 @@ export class Run {
       if (!settings.enabled) return undefined;
       ctx.contact(settings);
       const elapsed = this.#elapsed(ctx, now);
-      const tier = tierFor(
+      let tier = tierFor(
         this.#planFor(ctx, settings),
         used,
         elapsed,
         ctx.shared.tokens(slot),
         ctx.shared.usd(slot),
       );
+      if (this.#extras?.tree !== undefined || settings.enforce.length !== 0) {
+        tier = this.#budget(ctx, settings, tier, now, "pre_llm_call", used);
+      }
       const resume = this.#resume ? this.#resumeText(ctx, settings, used, elapsed) : undefined;
       if (tier === 0) return resume;
       this.#midRun(ctx, settings, tier, now, "pre_llm_call");
@@ -430,14 +530,222 @@ export class Run {
   #boundary(ctx: RunContext, settings: Settings, now: number, source: RecordSource): void {
     ctx.contact(settings);
     const slot = this.#info.slot;
-    const tier = tierFor(
+    let tier = tierFor(
       this.#planFor(ctx, settings),
       ctx.shared.turns(slot),
       this.#elapsed(ctx, now),
       ctx.shared.tokens(slot),
       ctx.shared.usd(slot),
     );
+    if (this.#extras?.tree !== undefined || settings.enforce.length !== 0) {
+      tier = this.#budget(ctx, settings, tier, now, source, ctx.shared.turns(slot));
+    }
     if (tier !== 0) this.#midRun(ctx, settings, tier, now, source);
+  }
+
+  /**
+   * A run in a tree, or under an enforced cap: the tier that the tree's totals
+   * make due against the run's own caps and every ancestor's (time is each
+   * run's own), and the stop once an enforced cap is passed. `turns` is the
+   * run's own count as the calling hook counts it. A model call about to start
+   * under an enforced cap is admitted only while what the tree spent and every
+   * other call in flight (each reserved at its run's last call's cost) leave
+   * room, so the tree overshoots by one call at most; across processes the
+   * look and the reservation are one transaction of the run store.
+   */
+  #budget(
+    ctx: RunContext,
+    settings: Settings,
+    tier: Tier,
+    now: number,
+    source: RecordSource,
+    turns: number,
+  ): Tier {
+    const slot = this.#info.slot;
+    const seat = this.#extras?.tree;
+    const elapsed = this.#elapsed(ctx, now);
+    const enforce = settings.enforce;
+    const own: TreeUse = { turns, tokens: ctx.shared.tokens(slot), usd: ctx.shared.usd(slot) };
+    const admitting = enforce.length !== 0 && source === "pre_llm_call" &&
+      this.#extras?.stopped === undefined;
+    let stop: BudgetStop | undefined;
+    /** A call refused: the cap is taken by what the tree spent and its other calls in flight. */
+    let refused = false;
+    const judge = (levels: { runId: string; caps: RunCaps; use: TreeUse }[], dueToo: boolean) => {
+      for (let i = 0; i < levels.length; i++) {
+        const level = levels[i]!;
+        const plan = i === 0
+          ? this.#planFor(ctx, settings)
+          : ctx.plans.get(level.caps, settings, ctx.version);
+        const use = level.use;
+        if (dueToo) {
+          const due = tierFor(plan, use.turns, i === 0 ? elapsed : 0, use.tokens, use.usd);
+          if (due > tier) tier = due;
+        }
+        if (enforce.length !== 0 && stop === undefined && this.#extras?.stopped === undefined) {
+          const passed = passedCap(plan, enforce, use, i === 0 ? elapsed : undefined);
+          if (passed) stop = { ...passed, runId: level.runId };
+        }
+      }
+    };
+    if (!seat) judge([{ runId: this.runId, caps: this.caps, use: own }], false);
+    else {
+      // The calling hook may count this run's turn differently from shared memory (preLlmCall).
+      const lag = ctx.shared.turns(slot) - turns;
+      const levels = (reservedBy: string | undefined) => {
+        const totals = seat.tree.totals(reservedBy);
+        return seat.tree.chain(this.runId).map(({ runId, caps }) => {
+          const use = totals.get(runId) ?? own;
+          return { runId, caps, use: { ...use, turns: use.turns - lag } };
+        });
+      };
+      const decide = (rows: TreeRow[] | undefined): boolean => {
+        if (rows) seat.tree.refresh(rows, now);
+        judge(levels(undefined), true);
+        if (admitting && stop === undefined) {
+          const spent = levels(undefined);
+          judge(levels(this.runId), false);
+          if (stop) {
+            refused = true;
+            const s = stop as BudgetStop;
+            const level = spent.find((l) => l.runId === s.runId);
+            const done = level ? (s.axis === "time" ? s.used : level.use[s.axis]) : s.used;
+            if (s.used > done) s.inFlight = s.used - done;
+            s.used = done;
+          }
+          // Turns count at the call's start already: a call in flight reserves tokens and dollars.
+          seat.tree.reserve(this.runId, stop ? undefined : seat.tree.expected(this.runId));
+        }
+        const all = seat.tree.totals().get(seat.place.root);
+        const tree: TreeRecord = { ...seat.place };
+        if (all) {
+          tree.totals = { turns: all.turns - lag, tokens: all.tokens };
+          if (Number.isFinite(all.usd)) tree.totals.usd = all.usd;
+        }
+        const reserved = seat.tree.reservedBy(this.runId);
+        if (reserved) tree.reserved = { ...reserved, at: Math.round(Date.now()) };
+        const perCall = seat.tree.perCallOf(this.runId);
+        if (perCall && Number.isFinite(perCall.usd)) {
+          tree.perCall = { tokens: perCall.tokens, usd: perCall.usd };
+        }
+        this.#info.tree = tree;
+        // The watchdog's records carry it too, so its next write does not take the reservation back.
+        ctx.publish(this.#info);
+        return enforce.length !== 0 && source !== "pre_tool_call";
+      };
+      if (admitting && seat.admit) seat.admit(this.#info, decide);
+      else {
+        const due = seat.read && (enforce.length !== 0 && source !== "pre_tool_call" &&
+            source !== "post_tool_call" ||
+          now - seat.tree.refreshedAt >= settings.progress_interval_seconds * 1000);
+        if (decide(due ? seat.read!(seat.place.root) : undefined)) seat.push?.(this.#info);
+      }
+    }
+    if (stop) {
+      // A tier due now is persisted first (its latch then holds): the budget record is the last word.
+      if (tier !== 0) this.#midRun(ctx, settings, tier, now, source);
+      this.#stop(ctx, settings, now, source, stop);
+      // Passed: every run under that cap stops; refused: the others' calls in flight take the rest.
+      if (!refused) seat?.tree.stopUnder(stop.runId, stop, this.runId);
+    }
+    return tier;
+  }
+
+  /**
+   * Stop the run at an enforced cap: the `budget` record first, then the budget
+   * signal aborts; the run's end is `capped` unless the host says otherwise.
+   */
+  #stop(
+    ctx: RunContext,
+    settings: Settings,
+    now: number,
+    source: RecordSource,
+    stop: BudgetStop,
+  ): void {
+    const more = this.#more;
+    if (more.stopped !== undefined || this.#ended) return;
+    more.stopped = stop;
+    more.budgetTimer?.clear();
+    ctx.log(
+      "warn",
+      `the enforced ${stop.axis} cap${
+        stop.runId === this.runId ? "" : ` of ${stop.runId}`
+      } is passed (${stop.used} of ${stop.cap}); the run's budget signal aborts it`,
+      this.runId,
+    );
+    // mid_run_persist: false promises no file writes from the mid-run surface.
+    if (settings.enabled && settings.mid_run_persist) {
+      ctx.writer.write(this.#info, settings, { kind: "budget", stop }, source, now);
+    }
+    (more.budget ??= new AbortController()).abort(
+      new DOMException(`The run's enforced ${stop.axis} cap is passed`, "AbortError"),
+    );
+  }
+
+  /**
+   * An `AbortSignal` that aborts once an axis named in the `enforce` setting
+   * passes its cap (the run's own, or, in a tree of runs, an ancestor's on the
+   * tree's totals), right after a checkpoint of kind `budget` is written.
+   * Adapters hand it to the framework; a run stopped by it ends `capped`. It
+   * never aborts when nothing is enforced.
+   *
+   * @example An enforced dollar cap stops the run after the call that passed it
+   * ```ts
+   * import { createAgentCheckpoint } from "./mod.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync, readFileSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({
+   *   home: mkdtempSync(join(tmpdir(), "ac-")),
+   *   env: {},
+   *   settings: { enforce: ["usd"] },
+   * });
+   * const run = ac.startRun({ sessionId: "spend", caps: { usd: 1 } });
+   * let calls = 0;
+   * while (!run.budgetSignal.aborted) {
+   *   run.preLlmCall();
+   *   calls++;
+   *   run.usage({ inputTokens: 10, outputTokens: 10, usd: 0.3 });
+   * }
+   * assert.equal(calls, 4); // $1.20: the fourth call passed the cap
+   * assert.match(readFileSync(run.checkpointFile, "utf8"), /enforced budget cap passed/);
+   * await run.end();
+   * assert.match(readFileSync(run.checkpointFile, "utf8"), /run ended \(capped\)/);
+   * await ac.close();
+   * ```
+   */
+  get budgetSignal(): AbortSignal {
+    const made = this.#extras?.budget;
+    if (made) return made.signal;
+    return this.#guard("budgetSignal", NEVER, (ctx) => {
+      const more = this.#more;
+      const controller = more.budget = new AbortController();
+      const now = nowMs();
+      const cap = this.caps.time?.value;
+      if (cap !== undefined && ctx.at(now).enforce.includes("time")) {
+        const at = ctx.shared.start(this.#info.slot) + cap * 1000;
+        more.budgetTimer = longTimeout(
+          () =>
+            this.#guard("budget", undefined, (c) => {
+              const t = nowMs();
+              const settings = c.at(t);
+              if (!settings.enforce.includes("time")) return;
+              const stop: BudgetStop = {
+                axis: "time",
+                cap,
+                used: Math.floor(this.#elapsed(c, t)),
+                runId: this.runId,
+              };
+              this.#stop(c, settings, t, "host", stop);
+            }),
+          Math.max(0, at - now),
+          { unref: true },
+        );
+      }
+      return controller.signal;
+    });
   }
 
   /**
@@ -487,21 +795,27 @@ export class Run {
         ? 0
         : this.#price(ctx, settings, report?.model, input, output);
       ctx.shared.addUsage(slot, input, output, usd);
+      // The call has landed: in a tree, its reservation gives way to what it cost.
+      this.#extras?.tree?.tree.called(this.runId, { turns: 1, tokens: input + output, usd });
       const total = report?.totalUsd;
       if (typeof total === "number" && Number.isFinite(total) && total >= 0) {
         ctx.shared.setUsd(slot, total);
       }
       if (!settings.enabled) return;
       const plan = this.#planFor(ctx, settings);
-      if (plan.tokenCap === undefined && plan.usdCap === undefined) return;
+      const budgeted = this.#extras?.tree !== undefined || settings.enforce.length !== 0;
+      if (plan.tokenCap === undefined && plan.usdCap === undefined && !budgeted) return;
       ctx.contact(settings);
-      const tier = tierFor(
+      let tier = tierFor(
         plan,
         ctx.shared.turns(slot),
         this.#elapsed(ctx, now),
         ctx.shared.tokens(slot),
         ctx.shared.usd(slot),
       );
+      if (budgeted) {
+        tier = this.#budget(ctx, settings, tier, now, "post_llm_call", ctx.shared.turns(slot));
+      }
       if (tier !== 0) this.#midRun(ctx, settings, tier, now, "post_llm_call");
     }, true);
   }
@@ -528,13 +842,21 @@ export class Run {
       prices.set(name, price);
     }
     if (price) return (input * price.input + output * price.output) / 1e6;
-    if (!more.costUnknownLogged && this.caps.usd) {
-      more.costUnknownLogged = true;
+    // Never $0: the run's dollars are unknown from now on, and its record says for which model.
+    if (!this.caps.usd && this.#extras?.tree === undefined) return NaN; // no dollar axis to tell
+    const label = name === "" ? "(no model named)" : name;
+    const unknown = this.#info.unknownPrices ?? [];
+    if (!unknown.includes(label) && unknown.length < 8) {
+      this.#info.unknownPrices = [...unknown, label];
+      ctx.publish(this.#info);
+    }
+    if (!ctx.unknownPrices.has(label)) {
+      ctx.unknownPrices.add(label);
       ctx.log(
         "warn",
-        `the usd axis is off for this run: a model call came with no cost, and ${
+        `unknown price for ${label}: the usd axis is off for this run (a model call came with no cost, and ${
           name === "" ? "no model was named" : `the prices setting has no price for ${name}`
-        } (add one under prices, dollars per million input and output tokens)`,
+        }); its dollars are unknown, never counted as $0 (add one under prices, dollars per million input and output tokens)`,
         this.runId,
       );
     }
@@ -1094,12 +1416,13 @@ export class Run {
     return this.#safe("end", undefined, () => {
       const extras = this.#extras;
       extras?.deadlineTimer?.clear();
+      extras?.budgetTimer?.clear();
       for (const kept of extras?.toolTimers?.values() ?? []) kept.timer.clear();
       extras?.toolTimers?.clear();
       extras?.toolSignals?.clear();
       const ctx = this.#live();
       if (!ctx) return;
-      let status = outcome?.status ?? "done";
+      let status = outcome?.status ?? (extras?.stopped ? "capped" : "done");
       if (!END_STATUSES.includes(status)) {
         ctx.log(
           "warn",
@@ -1110,6 +1433,16 @@ export class Run {
       }
       const now = nowMs();
       const settings = ctx.at(now);
+      const seat = extras?.tree;
+      if (seat) {
+        const slot = this.#info.slot;
+        seat.tree.settle(this.runId, {
+          turns: ctx.shared.turns(slot),
+          tokens: ctx.shared.tokens(slot),
+          usd: ctx.shared.usd(slot),
+        });
+        ctx.trees?.leave(this.runId);
+      }
       const event: PersistEvent = outcome?.summary === undefined
         ? { kind: "end", status }
         : { kind: "end", status, summary: String(outcome.summary) };
@@ -1179,6 +1512,8 @@ export interface RunContextParts {
   watchdog: (settings: Settings) => void;
   /** A run ended (its end goes to the run ledger), or its slot is let go without one. */
   ended: (info: RunInfo, end?: { status: EndStatus; summary?: string }) => void;
+  /** The trees of runs sharing a budget, when the keeper keeps them. */
+  trees?: TreeSeats;
 }
 
 /** The most bytes of a tool name kept in the names table. */
@@ -1225,6 +1560,10 @@ export class RunContext {
   watchdogDue = true;
   /** The runs' tier plans, shared by the runs whose caps are the same. */
   readonly plans: TierPlans = new TierPlans();
+  /** Models already logged as having no price (one line per model). */
+  readonly unknownPrices = new Set<string>();
+  /** The trees of runs sharing a budget. */
+  readonly trees: TreeSeats | undefined;
   readonly #source: SettingsSource;
   /** The settings in force as of the last {@linkcode RunContext.at}, and until when they hold. */
   #reading: SettingsReading;
@@ -1241,6 +1580,7 @@ export class RunContext {
     this.writer = parts.writer;
     this.log = parts.log;
     this.ended = parts.ended;
+    this.trees = parts.trees;
     this.#makeWorkspaces = parts.workspaces;
     this.#watchdog = parts.watchdog;
     this.#reading = parts.source.read(nowMs());

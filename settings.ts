@@ -492,6 +492,12 @@ export const SETTINGS = {
     false,
     "Seconds a tool call may run before a tool_timeout checkpoint and its signal's abort; unset: no limit.",
   ),
+  enforce: list(
+    choice(["time", "turns", "tokens", "usd"], "A budget axis.", "usd"),
+    { uniqueItems: true, rule: "must be a list of time, turns, tokens and/or usd" },
+    "Axes whose cap stops the run: past it, a budget record is written and run.budgetSignal aborts.",
+    [] as ("time" | "turns" | "tokens" | "usd")[],
+  ),
 } as const;
 
 /**

@@ -123,7 +123,8 @@ export class PendingPrologue {
 }
 
 /**
- * How a run whose framework threw ended: `deadline` when the adapter handed
+ * How a run whose framework threw ended: `capped` when an enforced cap
+ * stopped it through its budget signal, `deadline` when the adapter handed
  * the run's deadline to the framework and it fired, `aborted` when the
  * host's own signal did, else `failed`. Reads the deadline only when it was
  * asked for, since reading it arms it.
@@ -132,7 +133,8 @@ export function thrownStatus(
   run: Run,
   deadline: boolean | undefined,
   userSignal?: AbortSignal | null,
-): "deadline" | "aborted" | "failed" {
+): "capped" | "deadline" | "aborted" | "failed" {
+  if (run.budgetStopped) return "capped";
   if (deadline && run.deadline.aborted) return "deadline";
   if (userSignal?.aborted) return "aborted";
   return "failed";
@@ -235,13 +237,21 @@ export function guarded<T>(run: Run, hook: string, body: () => T, fallback: () =
   });
 }
 
-/** The host's signal and the run's deadline as one, when the deadline is asked for. */
+/**
+ * The host's signal, the run's deadline when it is asked for, and the run's
+ * budget signal when the settings enforce a cap, as one.
+ */
 export function runSignal(
   run: Run,
   deadline: boolean | undefined,
   userSignal?: AbortSignal | null,
+  budget = true,
 ): AbortSignal | undefined {
-  const signals = [userSignal ?? undefined, deadline ? run.deadline : undefined].filter(
+  const signals = [
+    userSignal ?? undefined,
+    deadline ? run.deadline : undefined,
+    budget && run.budgetEnforced ? run.budgetSignal : undefined,
+  ].filter(
     (s): s is AbortSignal => s !== undefined,
   );
   if (signals.length <= 1) return signals[0];

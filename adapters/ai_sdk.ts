@@ -350,7 +350,9 @@ class Wiring {
       }
       if (isObject(params.tools)) merged.tools = this.#wrapTools(params.tools);
       if (params.abortSignal instanceof AbortSignal) this.#userSignal = params.abortSignal;
-      if (this.#deadline) merged.abortSignal = runSignal(this.#run, true, this.#userSignal);
+      if (this.#deadline || this.#run.budgetEnforced) {
+        merged.abortSignal = runSignal(this.#run, this.#deadline, this.#userSignal);
+      }
       if (streaming) {
         merged.experimental_transform = [
           this.#transform,

@@ -122,6 +122,11 @@ export type CheckpointedQuery = Query & {
 
 type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
 
+/** How long after an enforced cap's stop the query is aborted, for a CLI that reached no hook. */
+const BUDGET_ABORT_MS = 5000;
+/** What the CLI is told when an enforced cap stops the run. */
+const BUDGET_STOP = "agent-checkpoint: the run's enforced budget cap is passed";
+
 const RESULT_STATUS: Record<string, EndStatus> = {
   success: "done",
   error_max_turns: "capped",
@@ -339,7 +344,14 @@ export function checkpointedQuery(
       guarded(
         run,
         `claude-agent-sdk ${event} hook`,
-        () => Promise.resolve(handle(input)),
+        () => {
+          const out = handle(input);
+          // Past an enforced cap the CLI stops at its next hook, its own way, before another
+          // request: the abort controller reaches a CLI that runs ahead of the messages too late.
+          return Promise.resolve(
+            run.budgetStopped ? { ...out, continue: false, stopReason: BUDGET_STOP } : out,
+          );
+        },
         () => Promise.resolve({}),
       );
     hooks[event] = [...(hooks[event] ?? []), { hooks: [callback] }];
@@ -349,11 +361,23 @@ export function checkpointedQuery(
 
   // --- the host's abort, and the run's deadline when asked for ---
   const userController = options.abortController;
-  const merged = runSignal(run, init.deadline, userController?.signal);
-  if (init.deadline && merged !== undefined && merged !== userController?.signal) {
+  const merged = runSignal(run, init.deadline, userController?.signal, false);
+  const budget = run.budgetEnforced ? run.budgetSignal : undefined;
+  if (budget || merged !== undefined && merged !== userController?.signal) {
     const controller = new AbortController();
-    if (merged.aborted) controller.abort(merged.reason);
-    else merged.addEventListener("abort", () => controller.abort(merged.reason), { once: true });
+    const follow = (signal: AbortSignal, afterMs: number) => {
+      const abort = () => {
+        if (afterMs === 0) controller.abort(signal.reason);
+        else setTimeout(() => controller.abort(signal.reason), afterMs).unref?.();
+      };
+      if (signal.aborted) abort();
+      else signal.addEventListener("abort", abort, { once: true });
+    };
+    if (merged) follow(merged, 0);
+    // Past an enforced cap the CLI is stopped at its next hook (`continue: false`), which lets it
+    // end its turn as it does; an abort now would leave its hooks unanswered while it runs on.
+    // The abort follows for a CLI that reaches no hook.
+    if (budget) follow(budget, BUDGET_ABORT_MS);
     options.abortController = controller;
   }
 
@@ -370,6 +394,7 @@ export function checkpointedQuery(
   let resultSummary: string | undefined;
   let ending: Promise<void> | undefined;
   const end = (status: EndStatus, summary?: string): Promise<void> => {
+    if (run.budgetStopped) status = "capped";
     if (ending === undefined) {
       ending = run.end(summary === undefined ? { status } : { status, summary }).catch(
         (error: unknown) => logFault(run, "claude-agent-sdk end", error),

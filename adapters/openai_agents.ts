@@ -387,7 +387,7 @@ function ended(
   error: unknown,
 ): { status: Status; summary?: string } {
   const summary = errorLine(error);
-  if (isMaxTurns(error)) return { status: "capped", summary };
+  if (isMaxTurns(error) || run.budgetStopped) return { status: "capped", summary };
   if (init.deadline && run.deadline.aborted) return { status: "deadline", summary };
   if (userSignal?.aborted) return { status: "aborted", summary };
   return { status: "failed", summary };

@@ -18,6 +18,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { type SqliteDb, type SqliteDriver, sqliteDriver } from "../_sqlite.ts";
 import type { EndStatus } from "../_record.ts";
+import type { TreeRow } from "../_tree.ts";
 import { here } from "./_host.ts";
 import {
   type AttemptStart,
@@ -134,20 +135,38 @@ const UPSERT = `INSERT INTO runs
     status = excluded.status, machine = excluded.machine, pid = excluded.pid,
     host_start = excluded.host_start, updated_at = excluded.updated_at, record = excluded.record,
     file_content = COALESCE(excluded.file_content, runs.file_content)
-  WHERE runs.status = 'live' OR excluded.status <> 'live'`;
+  WHERE runs.status = 'live' AND excluded.updated_at >= runs.updated_at
+    OR excluded.status <> 'live'`;
 
 /**
  * A live run's progress, by the process that owns its row: its record and
  * when it was brought up to date, no indexed column touched. Anything else
  * (a start, an end, another process, file content) goes through the upsert.
+ * Neither puts an older record of a live run over a newer one: the worker's
+ * interval write may land after the main thread's own (a tree's use).
  */
-const PROGRESS = `UPDATE runs SET updated_at = ?, record = ?
-  WHERE run_id = ? AND attempt = ? AND status = 'live' AND machine = ? AND pid = ? AND host_start = ?`;
+const PROGRESS = `UPDATE runs SET updated_at = ?1, record = ?2
+  WHERE run_id = ?3 AND attempt = ?4 AND status = 'live' AND machine = ?5 AND pid = ?6
+    AND host_start = ?7 AND updated_at <= ?1`;
 
 const HEARTBEAT = `INSERT INTO heartbeats (machine, pid, host_start, at, interval_seconds)
   VALUES (?, ?, ?, ?, ?)
   ON CONFLICT (machine, pid, host_start) DO UPDATE SET
     at = MAX(heartbeats.at, excluded.at), interval_seconds = excluded.interval_seconds`;
+
+/**
+ * Trees of runs sharing a budget: a table of their own, made by the first run
+ * that joins one (no schema version for a table most stores never need).
+ */
+const TREE_TABLE = `CREATE TABLE IF NOT EXISTS run_trees (
+  run_id TEXT PRIMARY KEY, root TEXT NOT NULL, parent TEXT);
+CREATE INDEX IF NOT EXISTS run_trees_root ON run_trees (root);`;
+/** How long a model call's reservation of a tree's caps holds, ms: longer, its run is gone. */
+const RESERVATION_MS = 300_000;
+const TREE_JOIN = `INSERT INTO run_trees (run_id, root, parent) VALUES (?, ?, ?)
+  ON CONFLICT (run_id) DO UPDATE SET root = excluded.root, parent = excluded.parent`;
+const TREE_ROWS = `SELECT t.run_id, t.parent, r.record, r.status FROM run_trees t
+  JOIN runs r ON r.run_id = t.run_id AND +r.newest = 1 WHERE t.root = ?`;
 
 /** An upsert's parameters. */
 const params = (record: RunRecord): unknown[] => [
@@ -203,6 +222,7 @@ export class SqliteRunStore implements RunStore {
   readonly engine = "sqlite";
   readonly location: string;
   readonly #db: SqliteDb;
+  #treesMade = false;
   readonly #timeout: number;
   readonly #vantage: () => Vantage;
 
@@ -328,6 +348,73 @@ export class SqliteRunStore implements RunStore {
   latestSync(runId: string): RunView | undefined {
     const row = this.#db.get(SELECT_NEWEST, runId);
     return row ? this.#view(row, this.#vantage()) : undefined;
+  }
+
+  /**
+   * The newest attempt of every run in the tree rooted at `root`, as trees of
+   * runs sharing a budget count it: each run's own use, caps and parent.
+   */
+  treeSync(root: string): TreeRow[] {
+    let rows: Record<string, unknown>[];
+    try {
+      rows = this.#db.all(TREE_ROWS, root);
+    } catch (error) {
+      if (/no such table/.test(String(error))) return []; // no run of this store is in a tree
+      throw error;
+    }
+    const out: TreeRow[] = [];
+    const now = Date.now();
+    for (const row of rows) {
+      const record = JSON.parse(String(row.record)) as Partial<RunRecord>;
+      const usage = record.usage;
+      const tree: TreeRow = {
+        runId: String(row.run_id),
+        caps: record.caps ?? {},
+        use: {
+          turns: Number(record.turnsUsed) || 0,
+          tokens: usage ? (Number(usage.inputTokens) || 0) + (Number(usage.outputTokens) || 0) : 0,
+          // A record leaves the dollars out when they are unknown: never $0 then.
+          usd: usage ? (typeof usage.usd === "number" ? usage.usd : NaN) : 0,
+        },
+      };
+      if (typeof row.parent === "string") tree.parentId = row.parent;
+      const perCall = record.tree?.perCall;
+      if (perCall) {
+        tree.perCall = {
+          turns: 1,
+          tokens: Number(perCall.tokens) || 0,
+          usd: Number(perCall.usd) || 0,
+        };
+      }
+      const reserved = record.tree?.reserved;
+      // A call in flight of a run still live, lately: a dead run's reservation holds nothing back.
+      if (row.status === "live" && reserved && now - Number(reserved.at) < RESERVATION_MS) {
+        tree.reserved = {
+          turns: Number(reserved.turns) || 0,
+          tokens: Number(reserved.tokens) || 0,
+          usd: Number(reserved.usd) || 0,
+        };
+      }
+      out.push(tree);
+    }
+    return out;
+  }
+
+  /** Look at a tree and write the record `decide` makes of it, in one transaction. */
+  admitSync(root: string, decide: (rows: TreeRow[]) => RunRecord | undefined): void {
+    this.#transaction(() => {
+      const record = decide(this.treeSync(root));
+      if (record) this.#upsert(record);
+    });
+  }
+
+  /** Record that a run sits in a tree (the table is made by the first run that does). */
+  joinTreeSync(runId: string, root: string, parent: string | undefined): void {
+    if (!this.#treesMade) {
+      this.#db.exec(TREE_TABLE);
+      this.#treesMade = true;
+    }
+    this.#db.run(TREE_JOIN, runId, root, parent ?? null);
   }
 
   /** The file content the store keeps for a run's attempt, when any. */

@@ -10,7 +10,7 @@
  *
  * @module
  */
-import type { EndStatus, RunCaps, ToolCall, UsageTotals } from "../_record.ts";
+import type { EndStatus, RunCaps, ToolCall, TreeRecord, UsageTotals } from "../_record.ts";
 
 /** The process a run ran in. */
 export interface HostId {
@@ -106,6 +106,8 @@ export interface RunRecord {
   prior?: PriorUse;
   /** The model use the run reported: tokens, and dollars when known. */
   usage?: UsageTotals;
+  /** Its place in a tree of runs sharing a budget, and the tree's totals as it last knew them. */
+  tree?: TreeRecord;
   /** The process the run ran in. */
   host: HostId;
   /** `live`, or how it ended. */

@@ -165,3 +165,31 @@ for (const v of VERSIONS) {
     await ac.close();
   });
 }
+
+for (const v of VERSIONS) {
+  test(`${v.name}: an enforced token cap stops generateText through its abortSignal, after the budget record`, async () => {
+    const ac = createAgentCheckpoint({
+      home: tempHome(),
+      env: {},
+      settings: { watchdog: false, enforce: ["tokens"] },
+    });
+    const m = model(v, 12);
+    const cp = checkpointed(ac, { sessionId: "enforced", maxSteps: 12, tokens: 5_000, ai: v.ai });
+    let atAbort: string | undefined;
+    cp.run.budgetSignal.addEventListener("abort", () => {
+      atAbort = fs.readFileSync(cp.run.checkpointFile, "utf8");
+    });
+    const params = {
+      model: m,
+      tools: { look: { inputSchema: v.ai.jsonSchema({ type: "object" }), execute: () => "ok" } },
+      prompt: "Go",
+    };
+    await assert.rejects(cp.generateText(params));
+    // 1,000 tokens a call: the fifth reaches the cap, and no sixth starts.
+    assert.equal(prompts(m).length, 5);
+    assert.match(atAbort ?? "", /enforced budget cap passed; checkpoint persisted before the stop/);
+    const r = parseRecord(fs.readFileSync(cp.run.checkpointFile))!;
+    assert.equal(r.end?.status, "capped");
+    await ac.close();
+  });
+}

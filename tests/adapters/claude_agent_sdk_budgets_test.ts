@@ -106,3 +106,45 @@ test("each request's usage reaches the token tiers, and the result's cost become
     await ac.close();
   }
 });
+
+test("an enforced token cap stops the query at its next hook, then its abort controller, after the budget record", async () => {
+  const cwd = tempHome();
+  const server = await startMessagesServer((n) =>
+    n < 12
+      ? {
+        text: `step ${n}`,
+        tools: [{ name: "mcp__t__ping", input: {} }],
+        usage: { input_tokens: 999, output_tokens: 1 },
+      }
+      : { text: "all done", usage: { input_tokens: 999, output_tokens: 1 } }
+  );
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: {},
+    settings: { enforce: ["tokens"] },
+  });
+  try {
+    const q = checkpointedQuery(ac, { sessionId: "claude-enforced", maxTurns: 30, tokens: 5_000 }, {
+      prompt: "work in twelve steps",
+      options: offline(server, cwd, { allowedTools: ["mcp__t__ping"], mcpServers: { t: quick } }),
+    });
+    let kindAtAbort: string | undefined;
+    q.run.budgetSignal.addEventListener("abort", () => {
+      kindAtAbort = parseRecord(fs.readFileSync(q.run.checkpointFile))?.kind;
+    });
+    try {
+      for await (const _ of q) { /* the SDK's messages */ }
+    } catch { /* the abort may reach the SDK as an error */ }
+    // 1,000 tokens a request: the fifth reaches the cap; the CLI may have sent one more.
+    assert.ok(
+      server.requests.length >= 5 && server.requests.length <= 6,
+      `${server.requests.length} requests`,
+    );
+    assert.equal(kindAtAbort, "budget", "the budget record was in the file at the abort");
+    const r = parseRecord(fs.readFileSync(q.run.checkpointFile))!;
+    assert.equal(r.end?.status, "capped");
+  } finally {
+    await server.close();
+    await ac.close();
+  }
+});

@@ -146,3 +146,27 @@ for (const streamMode of ["updates", "values", "messages"] as const) {
     await ac.close();
   });
 }
+
+test("createAgent: an enforced token cap stops the run before its next model call, after the budget record", async () => {
+  const { ac, recordOf, written } = make({ allow_tiny_tier1: false, enforce: ["tokens"] });
+  const model = new ScriptedChatModel(withUsage(11));
+  const agent = createAgent({
+    model,
+    tools: [search],
+    middleware: [checkpointMiddleware(ac, { maxTurns: 20, tokens: 5_000 })],
+  });
+  await assert.rejects(
+    agent.invoke({ messages: [{ role: "user", content: "Go" }] }, {
+      configurable: { thread_id: "lc-enforced" },
+      recursionLimit: stepsForCreateAgent(20),
+    }),
+  );
+  assert.equal(model.received.length, 5, "1,000 tokens a call: the fifth reaches the cap");
+  // The budget record lands before the stop, and the end after it.
+  assert.deepEqual(written.filter((w) => w.runId === "lc-enforced").map((w) => w.kind).slice(-2), [
+    "budget",
+    "end",
+  ]);
+  assert.equal(recordOf("lc-enforced")?.end?.status, "capped");
+  await ac.close();
+});

@@ -125,3 +125,30 @@ test("checkpointedRun: a tool past its deadline is aborted through details.signa
   ]);
   await ac.close();
 });
+
+test("checkpointedRun: an enforced token cap stops the SDK's run through its signal, after the budget record", async () => {
+  const { ac, recordOf } = make({ allow_tiny_tier1: false, enforce: ["tokens"] });
+  const init = { sessionId: "oa-enforced", maxTurns: 20, tokens: 5_000 };
+  let calls = 0;
+  let kindAtAbort: string | undefined;
+  const model = new ScriptedModel(
+    Array.from({ length: 12 }, (_, i) =>
+      modelResponder((call) => {
+        calls++;
+        // The signal the SDK hands each model request: the run's budget signal joins it.
+        call.request.signal?.addEventListener("abort", () => {
+          kindAtAbort ??= recordOf(init.sessionId)?.kind;
+        }, { once: true });
+        return {
+          output: [functionCall("search", { q: `q${i}` }, { callId: `call_${i}` })],
+          usage: new Usage({ requests: 1, inputTokens: 700, outputTokens: 300, totalTokens: 1000 }),
+        };
+      })),
+  );
+  const agent = new Agent({ name: "a", model, tools: [search] });
+  await assert.rejects(checkpointedRun(ac, init, agent, "Go"));
+  assert.equal(calls, 5, "1,000 tokens a call: the fifth reaches the cap, and no sixth starts");
+  assert.equal(kindAtAbort, "budget", "the budget record was in the file at the abort");
+  assert.equal(recordOf(init.sessionId)?.end?.status, "capped");
+  await ac.close();
+});
