@@ -51,6 +51,8 @@ export interface LedgerStore {
   treeSync?(root: string): TreeRow[];
   /** Look at a tree and write the record `decide` makes of it, in one transaction. */
   admitSync?(root: string, decide: (rows: TreeRow[]) => RunRecord | undefined): void;
+  /** Write a run of a tree's record now (its use, for the tree's other processes). */
+  writeTreeSync?(record: RunRecord): void;
   /** Record that a run sits in a tree. */
   joinTreeSync?(runId: string, root: string, parent: string | undefined): void;
   /** Tidy the store now and then (the embedded one: move its log into the database). */

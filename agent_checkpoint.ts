@@ -212,8 +212,11 @@ export class AgentCheckpoint {
       return {
         read: (root) => store.treeSync!(root),
         join: (runId, place) => store.joinTreeSync!(runId, place.root, place.parent),
-        push: (info) =>
-          this.#ledger.write([recordOf(info, shared, this.#thisHost(), nowMs())], "a tree's use"),
+        push: (info) => {
+          const record = recordOf(info, shared, this.#thisHost(), nowMs());
+          if (store.writeTreeSync) store.writeTreeSync(record);
+          else this.#ledger.write([record], "a tree's use");
+        },
         admit: (root, info, decide) =>
           store.admitSync!(
             root,

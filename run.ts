@@ -238,6 +238,8 @@ export class Run {
       this.#info.tree = seat.place;
       ctx.publish(this.#info);
       this.#seatIn(ctx, seat);
+      // What it used before it had children counts from now on, in every process of the tree.
+      seat.push?.(this.#info);
     });
   }
 

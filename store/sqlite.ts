@@ -161,6 +161,8 @@ const HEARTBEAT = `INSERT INTO heartbeats (machine, pid, host_start, at, interva
 const TREE_TABLE = `CREATE TABLE IF NOT EXISTS run_trees (
   run_id TEXT PRIMARY KEY, root TEXT NOT NULL, parent TEXT);
 CREATE INDEX IF NOT EXISTS run_trees_root ON run_trees (root);`;
+/** How long a model call under an enforced tree cap waits for the store's lock, ms. */
+const ADMIT_WAIT_MS = 250;
 /** How long a model call's reservation of a tree's caps holds, ms: longer, its run is gone. */
 const RESERVATION_MS = 300_000;
 const TREE_JOIN = `INSERT INTO run_trees (run_id, root, parent) VALUES (?, ?, ?)
@@ -402,10 +404,32 @@ export class SqliteRunStore implements RunStore {
 
   /** Look at a tree and write the record `decide` makes of it, in one transaction. */
   admitSync(root: string, decide: (rows: TreeRow[]) => RunRecord | undefined): void {
-    this.#transaction(() => {
-      const record = decide(this.treeSync(root));
-      if (record) this.#upsert(record);
-    });
+    this.#patiently(() =>
+      this.#transaction(() => {
+        const record = decide(this.treeSync(root));
+        if (record) this.#upsert(record);
+      })
+    );
+  }
+
+  /** Write a run of a tree's record now, so that the tree's other processes see its use. */
+  writeTreeSync(record: RunRecord): void {
+    this.#patiently(() => this.#transaction(() => this.#upsert(record)));
+  }
+
+  /**
+   * Run `body` with a longer lock wait than the main thread's others: a tree's
+   * spend is settled across processes there, and a model call that takes far
+   * longer follows; never an unbounded wait.
+   */
+  #patiently(body: () => void): void {
+    const before = Number(this.#db.get("PRAGMA busy_timeout")?.timeout ?? 0);
+    this.#db.exec(`PRAGMA busy_timeout = ${ADMIT_WAIT_MS}`);
+    try {
+      body();
+    } finally {
+      this.#db.exec(`PRAGMA busy_timeout = ${before}`);
+    }
   }
 
   /** Record that a run sits in a tree (the table is made by the first run that does). */
