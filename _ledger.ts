@@ -127,6 +127,7 @@ export function recordOf(
   if (info.taskId !== undefined) record.taskId = info.taskId;
   if (info.attempts?.length) record.attempts = info.attempts;
   if (info.prior) record.prior = info.prior;
+  if (info.trace) record.trace = info.trace;
   const usage = usageTotals(shared, slot);
   if (usage) record.usage = usage;
   return record;

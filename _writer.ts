@@ -79,6 +79,8 @@ export interface RunInfo {
   model?: string;
   /** What the earlier attempts used, for the run ledger. */
   prior?: { turns: number; seconds: number; tokens?: number; usd?: number };
+  /** The attempt's OpenTelemetry span, for the run ledger. */
+  trace?: { traceId: string; spanId: string };
 }
 
 /** Characters of a run id kept in the watchdog's records when the id is too long for its slot. */

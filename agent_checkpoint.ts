@@ -24,10 +24,11 @@ import {
   NO_NOTES,
   type RunInfo,
 } from "./_writer.ts";
-import { type HostId, LedgerFeed, type LedgerStore } from "./_ledger.ts";
+import { type HostId, LedgerFeed, type LedgerStore, recordOf } from "./_ledger.ts";
 import { RunSlots } from "./_slots.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
+import type { EarlierTrace, RunTrace, TraceStart, Tracing } from "./_trace.ts";
 
 /** A kanban task comment (S8). */
 export interface TaskComment {
@@ -87,6 +88,8 @@ export interface Subsystems {
     settings: () => Settings;
     env: Env;
   }): WorkspaceHooks;
+  /** Runs as OpenTelemetry traces, when a tracer provider is registered. */
+  tracing?(options: { log: Log; enabled: () => boolean }): Tracing;
 }
 
 /** A run whose hooks do nothing, for when a real one cannot be had. */
@@ -141,6 +144,8 @@ export class AgentCheckpoint {
   #contactQueued = false;
   /** What a run's start reads and writes of the run ledger. */
   readonly #resumeParts: ResumeParts;
+  /** Runs as OpenTelemetry traces. */
+  readonly #tracing: Tracing | undefined;
 
   /** @internal Use {@linkcode createAgentCheckpoint}. */
   constructor(options: AgentCheckpointOptions, subsystems?: Subsystems) {
@@ -166,7 +171,28 @@ export class AgentCheckpoint {
     const log = this.#log;
     const settingsAt = (now: number) => source.at(now);
     this.#slots = new RunSlots(shared, log, settingsAt);
-    const sinks = hostSinks(log, options);
+    const tracing = failOpen(
+      () => subsystems?.tracing?.({ log, enabled: () => source.at(nowMs()).otel }),
+      (error) => {
+        log("warn", `OpenTelemetry is off: ${errorText(error)}`);
+        return undefined;
+      },
+    );
+    this.#tracing = tracing;
+    // Every write of a checkpoint file, the watchdog's included, is an event on its run's span.
+    const listener = options.onCheckpoint;
+    const sinks = hostSinks(
+      log,
+      tracing
+        ? {
+          ...options,
+          onCheckpoint: (event) => {
+            tracing.written(event);
+            listener?.(event);
+          },
+        }
+        : options,
+    );
     this.#sinks = sinks;
     this.#ledger = new LedgerFeed({
       open: (settings) =>
@@ -248,6 +274,11 @@ export class AgentCheckpoint {
     return this.#ledger.store?.statements;
   }
 
+  /** @internal Settles once the OpenTelemetry API is loaded or known absent (tests). */
+  get tracingReady(): Promise<void> {
+    return this.#tracing?.ready ?? Promise.resolve();
+  }
+
   /** @internal The shared run table, for tests that move a run's clock. */
   get sharedRuns(): RunTable {
     return this.#shared;
@@ -326,6 +357,7 @@ export class AgentCheckpoint {
       if (typeof model === "string" && model !== "") info.model = model.slice(0, 200);
       const table = own ? own.context.shared : this.#shared;
       const resumed = resume(info, table, settings, now, this.#resumeParts);
+      const trace = this.#traceOf(info, table, settings, now, init, resumed?.trace);
       this.#slots.take(info, claimed !== undefined);
       if (claimed) {
         taken = true;
@@ -351,12 +383,48 @@ export class AgentCheckpoint {
       };
       if (resumed) start.previous = resumed.previous;
       if (resumed?.resumeNote !== undefined) start.resumeNote = resumed.resumeNote;
+      if (trace) start.trace = trace;
       return new Run(own?.context ?? this.#context, start);
     }, (error) => {
       if (claimed && !taken) this.#slots.unclaim(claimed.slot);
       this.#log("error", `startRun failed; this run gets no checkpoints: ${errorText(error)}`);
       return inertRun(sessionId);
     });
+  }
+
+  /**
+   * The run's span, when a tracer listens: its ids go into the run's description, so that
+   * its ledger records name it, and into the ledger now, so a kill cannot lose them.
+   */
+  #traceOf(
+    info: RunInfo,
+    table: RunTable,
+    settings: Settings,
+    now: number,
+    init: RunInit,
+    earlier: EarlierTrace | undefined,
+  ): RunTrace | undefined {
+    const tracing = this.#tracing;
+    if (!tracing || !settings.enabled) return undefined;
+    const start: TraceStart = {
+      runId: info.runId,
+      attempt: info.attempt ?? 1,
+      dialect: info.dialect,
+      caps: info.caps,
+      startedAt: table.start(info.slot) || now,
+      checkpointFile: info.checkpointFile,
+    };
+    const agent = (init as { agentName?: unknown } | undefined)?.agentName;
+    if (typeof agent === "string" && agent !== "") start.agentName = agent.slice(0, 200);
+    if (info.model !== undefined) start.model = info.model;
+    if (earlier) start.earlier = earlier;
+    const trace = tracing.start(start);
+    if (!trace) return undefined;
+    info.trace = trace.ref;
+    if (settings.ledger && this.#ledger.store) {
+      this.#ledger.write([recordOf(info, table, this.#thisHost(), now)], "the run's span");
+    }
+    return trace;
   }
 
   /** The working-tree snapshots, made on first use. */
@@ -401,6 +469,7 @@ export class AgentCheckpoint {
     for (let slot = 0; slot < runs.length; slot++) {
       if (runs[slot]) this.#slots.free(slot, "closed");
     }
+    failOpen(() => this.#tracing?.close(), () => {});
     await this.#watchdog.stop(CLOSE_WAIT_MS);
     await ledgerClosed;
   }

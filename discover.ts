@@ -44,6 +44,8 @@ export interface RunInit {
   goal?: { maxTurns?: number };
   /** The run's working tree, for workspace snapshots. @default {the current directory} */
   workspace?: string;
+  /** The agent's name, for traces (`gen_ai.agent.name`, and the span's name). */
+  agentName?: string;
 }
 
 /** The outcome of cap discovery for one run. */

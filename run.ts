@@ -37,7 +37,9 @@ import {
   type RunInfo,
   templateValues,
   tierMessage,
+  usageTotals,
 } from "./_writer.ts";
+import type { RunFigures, RunTrace } from "./_trace.ts";
 
 /**
  * The earlier attempt of a resumed run, as the run ledger recorded it (where
@@ -85,6 +87,8 @@ export interface RunStart {
   previous?: PreviousAttempt;
   /** Sentences the resume text adds (calls of unknown outcome, a shrunk budget). */
   resumeNote?: string;
+  /** The run's span, when a tracer listens. */
+  trace?: RunTrace;
 }
 
 const MAX_NOTE = 2000;
@@ -190,6 +194,8 @@ export class Run {
   #ended = false;
   readonly #workspace: string;
   #extras: RunExtras | undefined;
+  /** The run's span, when a tracer listens (else one undefined field read per tool hook). */
+  readonly #trace: RunTrace | undefined;
 
   /** @internal */
   constructor(ctx: RunContext | undefined, start: RunStart) {
@@ -199,6 +205,7 @@ export class Run {
     this.previous = start.previous;
     this.#resume = start.previous !== undefined && { note: start.resumeNote };
     this.#workspace = start.workspace ?? "";
+    this.#trace = start.trace;
   }
 
   /** The kanban task id in the kanban dialect, else the session id. */
@@ -590,6 +597,7 @@ export class Run {
         if (calls.size > MAX_OPEN_CALLS) calls.delete(calls.keys().next().value as string);
       }
       if (timeout !== undefined) this.#armToolTimer(ctx, seq, String(tool), callId, now, timeout);
+      this.#trace?.toolStart(String(tool), callId, now);
       if (!settings.enabled) return;
       if (call?.input !== undefined) {
         // Synchronous: the tool runs next, and must find its tree stored.
@@ -650,6 +658,7 @@ export class Run {
         this.#toolError(ctx, seq < 0 ? ctx.shared.toolCount(slot) : seq, outcome.error);
       }
       ctx.shared.toolEnd(slot, seq, toolId, ok, outcome?.durationMs ?? -1, now, callId);
+      this.#trace?.toolEnd(String(tool), callId, ok, outcome?.error, now);
       if (!settings.enabled) return;
       const ws = ctx.workspaces;
       if (ws && this.#workspace !== "") {
@@ -1060,6 +1069,22 @@ export class Run {
     });
   }
 
+  /** Tell the run's span how the run ended, with its figures. */
+  #endTrace(ctx: RunContext, status: EndStatus, summary: unknown, now: number): void {
+    const slot = this.#info.slot;
+    const shared = ctx.shared;
+    const usage = usageTotals(shared, slot);
+    const figures: RunFigures = {
+      turnsUsed: shared.turns(slot),
+      elapsedSeconds: Math.round(this.#elapsed(ctx, now) * 1000) / 1000,
+      tier: shared.tierClaimed(slot, 2) ? 2 : shared.tierClaimed(slot, 1) ? 1 : 0,
+      inputTokens: usage?.inputTokens ?? 0,
+      outputTokens: usage?.outputTokens ?? 0,
+    };
+    if (usage?.usd !== undefined) figures.usd = usage.usd;
+    this.#trace!.end(status, summary === undefined ? undefined : String(summary), figures, now);
+  }
+
   /**
    * End the run: when it has a checkpoint file, its block records how it
    * ended; the watchdog stops watching it and its hooks become no-ops. Safe
@@ -1110,6 +1135,7 @@ export class Run {
       }
       const now = nowMs();
       const settings = ctx.at(now);
+      if (this.#trace) this.#endTrace(ctx, status, outcome?.summary, now);
       const event: PersistEvent = outcome?.summary === undefined
         ? { kind: "end", status }
         : { kind: "end", status, summary: String(outcome.summary) };

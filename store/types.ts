@@ -106,6 +106,8 @@ export interface RunRecord {
   prior?: PriorUse;
   /** The model use the run reported: tokens, and dollars when known. */
   usage?: UsageTotals;
+  /** The attempt's OpenTelemetry span, when it had one: a later attempt links to it. */
+  trace?: { traceId: string; spanId: string };
   /** The process the run ran in. */
   host: HostId;
   /** `live`, or how it ended. */
