@@ -496,6 +496,8 @@ export interface HostSinks extends WriterSinks {
    * opens its store, cleared when it closes it.
    */
   fileWritten: ((event: CheckpointEvent) => void) | undefined;
+  /** The tracer, told of every write once a run has a span (it never throws). */
+  traced: ((event: CheckpointEvent) => void) | undefined;
 }
 
 /**
@@ -538,6 +540,7 @@ export function hostSinks(log: Log, host: HostCallbacks): HostSinks {
   const sinks: HostSinks = {
     log,
     fileWritten: undefined,
+    traced: undefined,
     comment: (comment) => postComment(log, host, comment),
     written: (event) => {
       const store = sinks.fileWritten;
@@ -549,6 +552,7 @@ export function hostSinks(log: Log, host: HostCallbacks): HostSinks {
             event.runId,
           ));
       }
+      sinks.traced?.(event);
       const listener = host.onCheckpoint;
       if (!listener) return;
       callOut(() => listener(event), (error, threw) =>

@@ -179,20 +179,7 @@ export class AgentCheckpoint {
       },
     );
     this.#tracing = tracing;
-    // Every write of a checkpoint file, the watchdog's included, is an event on its run's span.
-    const listener = options.onCheckpoint;
-    const sinks = hostSinks(
-      log,
-      tracing
-        ? {
-          ...options,
-          onCheckpoint: (event) => {
-            tracing.written(event);
-            listener?.(event);
-          },
-        }
-        : options,
-    );
+    const sinks = hostSinks(log, options);
     this.#sinks = sinks;
     this.#ledger = new LedgerFeed({
       open: (settings) =>
@@ -421,6 +408,8 @@ export class AgentCheckpoint {
     const trace = tracing.start(start);
     if (!trace) return undefined;
     info.trace = trace.ref;
+    // Every write of a checkpoint file, the watchdog's included, is an event on its run's span.
+    this.#sinks.traced ??= (event) => tracing.written(event);
     if (settings.ledger && this.#ledger.store) {
       this.#ledger.write([recordOf(info, table, this.#thisHost(), now)], "the run's span");
     }
