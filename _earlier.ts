@@ -11,7 +11,7 @@ import { existsSync } from "node:fs";
 import { failOpen, type Log } from "./log.ts";
 import { ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { type EndStatus, MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
-import type { PreviousAttempt } from "./run.ts";
+import type { EarlierTrace, PreviousAttempt } from "./run.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import type { RunInfo } from "./_writer.ts";
@@ -29,7 +29,6 @@ import {
   unknownCalls,
 } from "./_ledger.ts";
 import { nothingAt } from "./_file_ops.ts";
-import type { EarlierTrace } from "./_trace.ts";
 
 const fileExists = (file: string) => failOpen(() => existsSync(file), () => false);
 

@@ -12,7 +12,16 @@ import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } fro
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, errorText, failOpen, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName } from "./persist.ts";
-import { Run, RunContext, type RunStart, type WorkspaceHooks } from "./run.ts";
+import {
+  type EarlierTrace,
+  Run,
+  RunContext,
+  type RunStart,
+  type RunTrace,
+  type TraceStart,
+  type Tracing,
+  type WorkspaceHooks,
+} from "./run.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
@@ -28,7 +37,6 @@ import { type HostId, LedgerFeed, type LedgerStore, recordOf } from "./_ledger.t
 import { RunSlots } from "./_slots.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
-import type { EarlierTrace, RunTrace, TraceStart, Tracing } from "./_trace.ts";
 
 /** A kanban task comment (S8). */
 export interface TaskComment {

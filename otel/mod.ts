@@ -41,14 +41,7 @@
 import { createRequire } from "node:module";
 // deno-lint-ignore no-import-prefix -- a full npm: specifier lets Deno import this by URL
 import type * as OtelApi from "npm:@opentelemetry/api@^1.9.0";
-import type {
-  EarlierTrace,
-  RunFigures,
-  RunTrace,
-  TraceRef,
-  TraceStart,
-  Tracing,
-} from "../_trace.ts";
+import type { EarlierTrace, RunFigures, RunTrace, TraceRef, TraceStart, Tracing } from "../run.ts";
 import type { CheckpointEvent } from "../_writer.ts";
 import type { EndStatus } from "../_record.ts";
 
