@@ -355,3 +355,38 @@ test(
     }
   },
 );
+
+test("the watchdog's stall, tool-timeout and deadline checkpoints are events on the run's span", async () => {
+  const { exporter, provider } = register();
+  try {
+    const kinds: string[] = [];
+    const ac = createAgentCheckpoint({
+      home: tempHome(),
+      env: {},
+      settings: { stall_window_seconds: 0.3, deadline_grace_seconds: 0.2 },
+      onCheckpoint: (event) => kinds.push(event.kind),
+    });
+    await ac.tracingReady;
+    const run = ac.startRun({ sessionId: "watched", caps: { timeSeconds: 1.5 } });
+    run.preToolCall("slow_fetch", { callId: "c1", timeoutSeconds: 0.2 });
+    const deadline = run.deadline; // a deadline record at the time cap + the grace
+    const all = ["tool_timeout", "stall", "deadline"];
+    assert.ok(await waitFor(() => all.every((k) => kinds.includes(k)), 30_000), kinds.join());
+    assert.ok(await waitFor(() => deadline.aborted));
+    run.postToolCall("slow_fetch", { callId: "c1", error: run.toolSignal("c1").reason });
+    await run.end({ status: "deadline" });
+    await ac.close();
+    await provider.forceFlush();
+    const spans = exporter.getFinishedSpans();
+    const root = one(spans, "invoke_agent");
+    const names = root.events.map((e) => e.name);
+    for (const kind of all) assert.ok(names.includes(`agent_checkpoint.${kind}`), names.join());
+    const stall = root.events.find((e) => e.name === "agent_checkpoint.stall")!;
+    assert.equal(stall.attributes?.["agent_checkpoint.record.file"], run.checkpointFile);
+    assert.equal(root.status.code, 2); // a run ended by its deadline is an error
+    assert.equal(root.attributes["agent_checkpoint.caps.time_seconds"], 1.5);
+    assert.equal(one(spans, "execute_tool slow_fetch").status.code, 2);
+  } finally {
+    trace.disable();
+  }
+});
