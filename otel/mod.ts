@@ -54,6 +54,8 @@ type Log = (level: "info" | "warn" | "error", message: string, runId?: string) =
 const API = "npm:@opentelemetry/api@^1.9.0";
 /** Where the API (any copy of major 1) keeps what a host registered. */
 const REGISTRY = Symbol.for("opentelemetry.js.api.1");
+/** Tool spans a run keeps open at most: past it, the oldest is ended (its end never came). */
+const MAX_OPEN_TOOLS = 64;
 /** The instrumentation scope of our spans. */
 const SCOPE = "agent-checkpoint";
 
@@ -298,6 +300,7 @@ class OtelRun implements RunTrace {
   readonly #context: OtelApi.Context;
   /** Tool spans in flight: by call id, else by `\0` + tool name, oldest first. */
   readonly #tools = new Map<string, Span[]>();
+  #openTools = 0;
   #ended = false;
 
   constructor(owner: OtelTracing, api: Api, tracer: OtelApi.Tracer, run: TraceStart) {
@@ -428,6 +431,20 @@ class OtelRun implements RunTrace {
     const open = this.#tools.get(key);
     if (open) open.push(span);
     else this.#tools.set(key, [span]);
+    if (++this.#openTools > MAX_OPEN_TOOLS) this.#dropOldest(at);
+  }
+
+  /** End the oldest open tool span: the host never reported its end. */
+  #dropOldest(at: number): void {
+    const [key, open] = this.#tools.entries().next().value as [string, Span[]];
+    const span = open.shift()!;
+    if (open.length === 0) this.#tools.delete(key);
+    this.#openTools--;
+    span.setStatus({
+      code: this.#api.SpanStatusCode.ERROR,
+      message: `its end was never reported (more than ${MAX_OPEN_TOOLS} calls in flight)`,
+    });
+    span.end(at);
   }
 
   endTool(
@@ -442,6 +459,7 @@ class OtelRun implements RunTrace {
     const span = open?.shift();
     if (open?.length === 0) this.#tools.delete(key);
     if (!span) return;
+    this.#openTools--;
     if (ok === false) {
       const message = error instanceof Error
         ? error.message

@@ -390,3 +390,33 @@ test("the watchdog's stall, tool-timeout and deadline checkpoints are events on 
     trace.disable();
   }
 });
+
+test("tool spans whose end never comes are bounded, and all are ended by the run's end", async () => {
+  const { exporter, provider } = register();
+  try {
+    const ac = createAgentCheckpoint({ home: tempHome(), env: {} });
+    await ac.tracingReady;
+    const run = ac.startRun({ sessionId: "leaky" });
+    for (let i = 0; i < 70; i++) run.preToolCall("spawn", { callId: `c${i}` });
+    await Promise.resolve(); // the spans are made after the hooks, in a microtask
+    await provider.forceFlush();
+    const early = byName(exporter.getFinishedSpans(), "execute_tool spawn");
+    assert.deepEqual(early.map((s) => s.attributes["gen_ai.tool.call.id"]), [
+      "c0",
+      "c1",
+      "c2",
+      "c3",
+      "c4",
+      "c5",
+    ]);
+    assert.match(early[0]!.status.message ?? "", /never reported/);
+    await run.end();
+    await ac.close();
+    await provider.forceFlush();
+    const all = byName(exporter.getFinishedSpans(), "execute_tool spawn");
+    assert.equal(all.length, 70);
+    assert.equal(all.at(-1)!.status.message, "the run ended first");
+  } finally {
+    trace.disable();
+  }
+});
