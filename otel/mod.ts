@@ -320,7 +320,10 @@ class OtelRun implements RunTrace {
     };
     if (agent !== undefined) attributes["gen_ai.agent.name"] = agent;
     if (run.model !== undefined) attributes["gen_ai.request.model"] = run.model;
-    const earlier = run.earlier;
+    // Ids read back from the ledger that are not a span's (an edited record) start a new trace.
+    const earlier = run.earlier && api.isSpanContextValid(remote(api, run.earlier.trace))
+      ? run.earlier
+      : undefined;
     let parent = api.context.active();
     const links: OtelApi.Link[] = [];
     if (earlier) {
