@@ -179,12 +179,15 @@ test(
       await first.close();
       // Another home: another machine's view of the run, through the fleet store alone.
       const second = createAgentCheckpoint({ home: tempHome(), env: {}, settings });
+      // A first start connects this process's store thread (its wait is the longer one).
+      await second.startRun({ sessionId: "warm-up" }).end();
       const run = second.startRun({ sessionId: "fleet-run" });
       assert.equal(run.attempt, 2);
       await run.end();
       await second.close();
       await provider.forceFlush();
-      const [a, b] = byName(exporter.getFinishedSpans(), "invoke_agent");
+      const [a, b] = byName(exporter.getFinishedSpans(), "invoke_agent")
+        .filter((span) => span.attributes["gen_ai.conversation.id"] === "fleet-run");
       assert.ok(a && b);
       assert.equal(b.spanContext().traceId, a.spanContext().traceId);
       assert.equal(b.parentSpanContext?.spanId, a.spanContext().spanId);
