@@ -11,7 +11,7 @@ import { existsSync } from "node:fs";
 import { failOpen, type Log } from "./log.ts";
 import { ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { type EndStatus, MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
-import type { PreviousAttempt } from "./run.ts";
+import type { EarlierTrace, PreviousAttempt } from "./run.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import type { RunInfo } from "./_writer.ts";
@@ -38,6 +38,25 @@ interface Earlier {
   attempts: string[];
   prior: PriorUse;
   resumeNote?: string;
+  /** Its span, when the ledger kept one. */
+  trace?: EarlierTrace;
+}
+
+/** The earlier attempt's span and where it got to, when its record names a span. */
+function traceOf(view: RunView, state: EarlierTrace["state"]): EarlierTrace | undefined {
+  const r = view.record;
+  if (!r.trace) return undefined;
+  return {
+    trace: r.trace,
+    attempt: r.attempt,
+    state,
+    startedAt: r.startedAt,
+    lastSeen: Math.max(r.updatedAt, view.heartbeat?.at ?? 0),
+    turnsUsed: r.turnsUsed,
+    elapsedSeconds: r.elapsedSeconds,
+    tier: r.tier,
+    inFlight: r.inFlight.map((call) => call.tool),
+  };
 }
 
 /** What the attempts up to this one used: the earlier ones' (`before`) and this one's. */
@@ -74,13 +93,16 @@ function ledgerAttempt(
   const same = file && file.previous.attempt === r.attempt ? file.previous : undefined;
   const status = view.state === "ended" ? r.status as EndStatus : view.state;
   const host = { machine: r.host.machine, pid: r.host.pid };
+  const trace = traceOf(view, status);
   if (same && Date.parse(same.persistedAt) > r.updatedAt) {
     // The file was written after the ledger's last record (the process died within an interval).
-    return {
+    const out: Earlier = {
       ...file!,
       previous: { ...same, status, host },
       prior: priorUse(r.prior, same.turnsUsed, same.elapsedSeconds, same.usage ?? r.usage),
     };
+    if (trace) out.trace = trace;
+    return out;
   }
   const summary = ledgerSummary(view, now);
   const calls = view.state === "ended" ? [] : unknownCalls(view, now);
@@ -112,7 +134,7 @@ function ledgerAttempt(
     ((view.heartbeat?.at ?? r.updatedAt) - r.startedAt) / 1000,
   );
   const prior = priorUse(r.prior, r.turnsUsed, Math.max(0, seconds), r.usage);
-  return { previous, attempts, prior };
+  return trace ? { previous, attempts, prior, trace } : { previous, attempts, prior };
 }
 
 /** The earlier attempt recorded in a checkpoint file, when it did not end done (S16). */
@@ -256,6 +278,8 @@ export interface Resumed {
   previous: PreviousAttempt;
   /** Sentences the resume text adds (calls of unknown outcome, a shrunk budget). */
   resumeNote?: string;
+  /** The earlier attempt's span, when the ledger kept one: the new span links to it. */
+  trace?: EarlierTrace;
 }
 
 /**
@@ -336,5 +360,6 @@ export function resume(
   }
   const resumed: Resumed = { previous: earlier.previous };
   if (note !== undefined) resumed.resumeNote = note;
+  if (earlier.trace) resumed.trace = earlier.trace;
   return resumed;
 }

@@ -137,6 +137,7 @@ export function recordOf(
   if (info.attempts?.length) record.attempts = info.attempts;
   if (info.prior) record.prior = info.prior;
   if (info.tree) record.tree = info.tree;
+  if (info.trace) record.trace = info.trace;
   const usage = usageTotals(shared, slot);
   if (usage) record.usage = usage;
   return record;

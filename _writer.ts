@@ -87,6 +87,8 @@ export interface RunInfo {
   tree?: TreeRecord;
   /** Models whose calls had no cost and no price. */
   unknownPrices?: string[];
+  /** The attempt's OpenTelemetry span, for the run ledger. */
+  trace?: { traceId: string; spanId: string };
 }
 
 /** Characters of a run id kept in the watchdog's records when the id is too long for its slot. */
@@ -521,6 +523,8 @@ export interface HostSinks extends WriterSinks {
    * opens its store, cleared when it closes it.
    */
   fileWritten: ((event: CheckpointEvent) => void) | undefined;
+  /** The tracer, told of every write once a run has a span (it never throws). */
+  traced: ((event: CheckpointEvent) => void) | undefined;
 }
 
 /**
@@ -563,6 +567,7 @@ export function hostSinks(log: Log, host: HostCallbacks): HostSinks {
   const sinks: HostSinks = {
     log,
     fileWritten: undefined,
+    traced: undefined,
     comment: (comment) => postComment(log, host, comment),
     written: (event) => {
       const store = sinks.fileWritten;
@@ -574,6 +579,7 @@ export function hostSinks(log: Log, host: HostCallbacks): HostSinks {
             event.runId,
           ));
       }
+      sinks.traced?.(event);
       const listener = host.onCheckpoint;
       if (!listener) return;
       callOut(() => listener(event), (error, threw) =>

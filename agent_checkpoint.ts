@@ -12,7 +12,16 @@ import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } fro
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { createLog, errorText, failOpen, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName } from "./persist.ts";
-import { Run, RunContext, type RunStart, type WorkspaceHooks } from "./run.ts";
+import {
+  type EarlierTrace,
+  Run,
+  RunContext,
+  type RunStart,
+  type RunTrace,
+  type TraceStart,
+  type Tracing,
+  type WorkspaceHooks,
+} from "./run.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
@@ -88,6 +97,8 @@ export interface Subsystems {
     settings: () => Settings;
     env: Env;
   }): WorkspaceHooks;
+  /** Runs as OpenTelemetry traces, when a tracer provider is registered. */
+  tracing?(options: { log: Log; enabled: () => boolean }): Tracing;
 }
 
 /** A run whose hooks do nothing, for when a real one cannot be had. */
@@ -144,6 +155,8 @@ export class AgentCheckpoint {
   readonly #resumeParts: ResumeParts;
   /** The trees of runs that share a budget. */
   readonly #trees: TreeSeats;
+  /** Runs as OpenTelemetry traces. */
+  readonly #tracing: Tracing | undefined;
 
   /** @internal Use {@linkcode createAgentCheckpoint}. */
   constructor(options: AgentCheckpointOptions, subsystems?: Subsystems) {
@@ -169,6 +182,14 @@ export class AgentCheckpoint {
     const log = this.#log;
     const settingsAt = (now: number) => source.at(now);
     this.#slots = new RunSlots(shared, log, settingsAt);
+    const tracing = failOpen(
+      () => subsystems?.tracing?.({ log, enabled: () => source.at(nowMs()).otel }),
+      (error) => {
+        log("warn", `OpenTelemetry is off: ${errorText(error)}`);
+        return undefined;
+      },
+    );
+    this.#tracing = tracing;
     const sinks = hostSinks(log, options);
     this.#sinks = sinks;
     this.#ledger = new LedgerFeed({
@@ -270,6 +291,11 @@ export class AgentCheckpoint {
     return this.#ledger.store?.statements;
   }
 
+  /** @internal Settles once the OpenTelemetry API is loaded or known absent (tests). */
+  get tracingReady(): Promise<void> {
+    return this.#tracing?.ready ?? Promise.resolve();
+  }
+
   /** @internal The shared run table, for tests that move a run's clock. */
   get sharedRuns(): RunTable {
     return this.#shared;
@@ -356,6 +382,7 @@ export class AgentCheckpoint {
       if (found.turnsUsed) table.raiseTurns(info.slot, found.turnsUsed.value);
       if (found.goalSession !== undefined) info.goalSession = found.goalSession;
       const resumed = resume(info, table, settings, now, this.#resumeParts);
+      const trace = this.#traceOf(info, table, settings, now, init, resumed?.trace);
       this.#slots.take(info, claimed !== undefined);
       if (claimed) {
         taken = true;
@@ -382,6 +409,7 @@ export class AgentCheckpoint {
       if (place) start.tree = this.#trees.seat(runId, place);
       if (resumed) start.previous = resumed.previous;
       if (resumed?.resumeNote !== undefined) start.resumeNote = resumed.resumeNote;
+      if (trace) start.trace = trace;
       return new Run(own?.context ?? this.#context, start);
     }, (error) => {
       if (claimed && !taken) this.#slots.unclaim(claimed.slot);
@@ -423,6 +451,43 @@ export class AgentCheckpoint {
       ) ||
       parent;
     return { root, parent };
+  }
+
+  /**
+   * The run's span, when a tracer listens: its ids go into the run's description, so that
+   * its ledger records name it, and into the ledger now, so a kill cannot lose them.
+   */
+  #traceOf(
+    info: RunInfo,
+    table: RunTable,
+    settings: Settings,
+    now: number,
+    init: RunInit,
+    earlier: EarlierTrace | undefined,
+  ): RunTrace | undefined {
+    const tracing = this.#tracing;
+    if (!tracing || !settings.enabled) return undefined;
+    const start: TraceStart = {
+      runId: info.runId,
+      attempt: info.attempt ?? 1,
+      dialect: info.dialect,
+      caps: info.caps,
+      startedAt: table.start(info.slot) || now,
+      checkpointFile: info.checkpointFile,
+    };
+    const agent = (init as { agentName?: unknown } | undefined)?.agentName;
+    if (typeof agent === "string" && agent !== "") start.agentName = agent.slice(0, 200);
+    if (info.model !== undefined) start.model = info.model;
+    if (earlier) start.earlier = earlier;
+    const trace = tracing.start(start);
+    if (!trace) return undefined;
+    info.trace = trace.ref;
+    // Every write of a checkpoint file, the watchdog's included, is an event on its run's span.
+    this.#sinks.traced ??= (event) => tracing.written(event);
+    if (settings.ledger && this.#ledger.store) {
+      this.#ledger.write([recordOf(info, table, this.#thisHost(), now)], "the run's span");
+    }
+    return trace;
   }
 
   /** The working-tree snapshots, made on first use. */
@@ -467,6 +532,7 @@ export class AgentCheckpoint {
     for (let slot = 0; slot < runs.length; slot++) {
       if (runs[slot]) this.#slots.free(slot, "closed");
     }
+    failOpen(() => this.#tracing?.close(), () => {});
     await this.#watchdog.stop(CLOSE_WAIT_MS);
     await ledgerClosed;
   }

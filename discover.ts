@@ -59,6 +59,8 @@ export interface RunInit {
    * caps and every ancestor's. @default {env AGENT_CHECKPOINT_PARENT}
    */
   parent?: { readonly runId: string } | string;
+  /** The agent's name, for traces (`gen_ai.agent.name`, and the span's name). */
+  agentName?: string;
 }
 
 /** The outcome of cap discovery for one run. */

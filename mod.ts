@@ -38,6 +38,7 @@ import {
 } from "./agent_checkpoint.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
 import { Workspaces } from "./workspace/mod.ts";
+import { openTelemetry } from "./otel/mod.ts";
 
 export {
   AgentCheckpoint,
@@ -45,12 +46,14 @@ export {
   type TaskComment,
 } from "./agent_checkpoint.ts";
 
-// The one place the core meets its subsystems: the run store and the working-tree snapshots
-// plug into the keeper through the small interface it defines, so the core never imports them.
+// The one place the core meets its subsystems: the run store, the working-tree snapshots and
+// the tracer plug into the keeper through the small interface it defines, so the core never
+// imports them.
 const SUBSYSTEMS: Subsystems = {
   openStore: (options) => openRunStore(options),
   thisHost,
   workspaces: (options) => new Workspaces(options),
+  tracing: (options) => openTelemetry(options),
 };
 
 /**

@@ -32,6 +32,7 @@ import { renderTemplate } from "./template.ts";
 import { fireTier, type Tier, tierFor, type TierPlan, TierPlans } from "./tier.ts";
 import { passedCap, type TreeRow, type TreeSeat, type TreeSeats, type TreeUse } from "./_tree.ts";
 import {
+  type CheckpointEvent,
   type CheckpointWriter,
   encodeRunInfo,
   FILE_LOCK_WAIT_MS,
@@ -40,6 +41,7 @@ import {
   type RunInfo,
   templateValues,
   tierMessage,
+  usageTotals,
 } from "./_writer.ts";
 
 /**
@@ -90,6 +92,8 @@ export interface RunStart {
   resumeNote?: string;
   /** Its seat in a tree of runs sharing a budget. */
   tree?: TreeSeat;
+  /** The run's span, when a tracer listens. */
+  trace?: RunTrace;
 }
 
 const MAX_NOTE = 2000;
@@ -201,6 +205,8 @@ export class Run {
   #ended = false;
   readonly #workspace: string;
   #extras: RunExtras | undefined;
+  /** The run's span, when a tracer listens (else one undefined field read per tool hook). */
+  readonly #trace: RunTrace | undefined;
 
   /** @internal */
   constructor(ctx: RunContext | undefined, start: RunStart) {
@@ -210,6 +216,7 @@ export class Run {
     this.previous = start.previous;
     this.#resume = start.previous !== undefined && { note: start.resumeNote };
     this.#workspace = start.workspace ?? "";
+    this.#trace = start.trace;
     if (start.tree) {
       this.#more.tree = start.tree;
       if (ctx) this.#seatIn(ctx, start.tree);
@@ -914,6 +921,7 @@ export class Run {
         if (calls.size > MAX_OPEN_CALLS) calls.delete(calls.keys().next().value as string);
       }
       if (timeout !== undefined) this.#armToolTimer(ctx, seq, String(tool), callId, now, timeout);
+      this.#trace?.toolStart(String(tool), callId, now);
       if (!settings.enabled) return;
       if (call?.input !== undefined) {
         // Synchronous: the tool runs next, and must find its tree stored.
@@ -974,6 +982,7 @@ export class Run {
         this.#toolError(ctx, seq < 0 ? ctx.shared.toolCount(slot) : seq, outcome.error);
       }
       ctx.shared.toolEnd(slot, seq, toolId, ok, outcome?.durationMs ?? -1, now, callId);
+      this.#trace?.toolEnd(String(tool), callId, ok, outcome?.error, now);
       if (!settings.enabled) return;
       const ws = ctx.workspaces;
       if (ws && this.#workspace !== "") {
@@ -1384,6 +1393,22 @@ export class Run {
     });
   }
 
+  /** Tell the run's span how the run ended, with its figures. */
+  #endTrace(ctx: RunContext, status: EndStatus, summary: unknown, now: number): void {
+    const slot = this.#info.slot;
+    const shared = ctx.shared;
+    const usage = usageTotals(shared, slot);
+    const figures: RunFigures = {
+      turnsUsed: shared.turns(slot),
+      elapsedSeconds: Math.round(this.#elapsed(ctx, now) * 1000) / 1000,
+      tier: shared.tierClaimed(slot, 2) ? 2 : shared.tierClaimed(slot, 1) ? 1 : 0,
+      inputTokens: usage?.inputTokens ?? 0,
+      outputTokens: usage?.outputTokens ?? 0,
+    };
+    if (usage?.usd !== undefined) figures.usd = usage.usd;
+    this.#trace!.end(status, summary === undefined ? undefined : String(summary), figures, now);
+  }
+
   /**
    * End the run: when it has a checkpoint file, its block records how it
    * ended; the watchdog stops watching it and its hooks become no-ops. Safe
@@ -1445,6 +1470,7 @@ export class Run {
         });
         ctx.trees?.leave(this.runId);
       }
+      if (this.#trace) this.#endTrace(ctx, status, outcome?.summary, now);
       const event: PersistEvent = outcome?.summary === undefined
         ? { kind: "end", status }
         : { kind: "end", status, summary: String(outcome.summary) };
@@ -1469,6 +1495,97 @@ export class Run {
       commit();
     }) ?? Promise.resolve();
   }
+}
+
+// What the core tells a tracer: the `otel/` subsystem implements it and mod.ts plugs it in.
+
+/** A span's ids as the run ledger keeps them, so a later attempt can link to it. @internal */
+export interface TraceRef {
+  /** 32 lowercase hex digits. */
+  traceId: string;
+  /** 16 lowercase hex digits. */
+  spanId: string;
+}
+
+/** Where an earlier attempt of a run had got to, and its span's ids, from the run ledger. @internal */
+export interface EarlierTrace {
+  /** The earlier attempt's span. */
+  trace: TraceRef;
+  /** Its attempt number. */
+  attempt: number;
+  /** `live` (another process still runs it), `cut-off`, or how it ended. */
+  state: "live" | "cut-off" | EndStatus;
+  /** When it started, ms since the epoch. */
+  startedAt: number;
+  /** Its last sign of life (its record or its process's heartbeat), ms since the epoch. */
+  lastSeen: number;
+  /** Model calls it had made. */
+  turnsUsed: number;
+  /** Seconds it had run. */
+  elapsedSeconds: number;
+  /** The budget tier it had reached. */
+  tier: number;
+  /** The tools of the calls in flight when it stopped. */
+  inFlight: string[];
+}
+
+/** A run as its span starts. @internal */
+export interface TraceStart {
+  runId: string;
+  attempt: number;
+  dialect: string;
+  caps: RunCaps;
+  /** When the run started, ms since the epoch. */
+  startedAt: number;
+  /** The run's checkpoint file. */
+  checkpointFile: string;
+  /** The agent's name (`gen_ai.agent.name`), when the host gave one. */
+  agentName?: string;
+  /** The model the run calls, when known. */
+  model?: string;
+  /** The earlier attempt, when this one resumes a run the ledger recorded with a span. */
+  earlier?: EarlierTrace;
+}
+
+/** A run's figures as it ends. @internal */
+export interface RunFigures {
+  turnsUsed: number;
+  elapsedSeconds: number;
+  tier: number;
+  inputTokens: number;
+  outputTokens: number;
+  /** Dollars, when known. */
+  usd?: number;
+}
+
+/** One run's span. Never throws. @internal */
+export interface RunTrace {
+  /** The span's ids, for the run ledger. */
+  readonly ref: TraceRef;
+  /** A tool call started (`at`: ms since the epoch). */
+  toolStart(tool: string, callId: string | undefined, at: number): void;
+  /** A tool call ended. */
+  toolEnd(
+    tool: string,
+    callId: string | undefined,
+    ok: boolean | undefined,
+    error: unknown,
+    at: number,
+  ): void;
+  /** The run ended. */
+  end(status: EndStatus, summary: string | undefined, figures: RunFigures, at: number): void;
+}
+
+/** The tracer the keeper works with (runs as OpenTelemetry traces, `otel/`). Never throws. @internal */
+export interface Tracing {
+  /** A run starts: its span, or undefined when no tracer provider listens (or `otel` is off). */
+  start(run: TraceStart): RunTrace | undefined;
+  /** A checkpoint file was written (the watchdog's writes included): an event on its run's span. */
+  written(event: CheckpointEvent): void;
+  /** The keeper closes: the spans of runs never ended are ended. */
+  close(): void;
+  /** @internal Settles once the OpenTelemetry API is loaded, or known to be absent (tests). */
+  readonly ready: Promise<void>;
 }
 
 /** What a run calls of the working-tree snapshots (S19). @internal */

@@ -453,6 +453,10 @@ export const SETTINGS = {
     "Keep a record of every run, brought up to date throughout, in <home>/checkpoints/runs.db.",
     true,
   ),
+  otel: boolean(
+    "Trace runs with OpenTelemetry when @opentelemetry/api is present and a tracer provider is registered.",
+    true,
+  ),
   progress_interval_seconds: number(
     { exclusiveMinimum: 0 },
     "A run's ledger record is at most this many seconds behind the run.",

@@ -120,6 +120,24 @@ export const NPM_DEPS: NpmDep[] = [
   { spec: "npm:ai@5.0.277", node: "ai-v5", install: "ai-v5@npm:ai@5.0.277" },
   { spec: "npm:ai@6.0.326", node: "ai-v6", install: "ai-v6@npm:ai@6.0.326" },
   { spec: "npm:ai@7.0.173", node: "ai-v7", install: "ai-v7@npm:ai@7.0.173" },
+  // Runs as OpenTelemetry traces: the API as the host has it (loaded only once a tracer provider
+  // is registered), and the SDK and OTLP/HTTP exporter its tests and benchmark use (tests only).
+  {
+    spec: "npm:@opentelemetry/api@^1.9.0",
+    node: "@opentelemetry/api",
+    install: "@opentelemetry/api@1.9.0",
+    peer: { name: "@opentelemetry/api", range: "^1.0.0" },
+  },
+  {
+    spec: "npm:@opentelemetry/sdk-trace-base@^2.2.0",
+    node: "@opentelemetry/sdk-trace-base",
+    install: "@opentelemetry/sdk-trace-base@2.2.0",
+  },
+  {
+    spec: "npm:@opentelemetry/exporter-trace-otlp-http@^0.208.0",
+    node: "@opentelemetry/exporter-trace-otlp-http",
+    install: "@opentelemetry/exporter-trace-otlp-http@0.208.0",
+  },
   // The web view's browser tests and benchmark drive the system's Chromium with it (tests only).
   { spec: "npm:playwright-core@1", node: "playwright-core", install: "playwright-core@1.65.1" },
 ];
@@ -205,6 +223,7 @@ const SUBSYSTEMS = {
   imports: [
     `import { openRunStore, thisHost } from "./store/mod.ts";`,
     `import { Workspaces } from "./workspace/mod.ts";`,
+    `import { openTelemetry } from "./otel/mod.ts";`,
   ],
   eager: "_subsystems.ts",
   lazy: "_subsystems_lazy.ts",
@@ -223,6 +242,7 @@ const SUBSYSTEMS_LAZY =
 import { createRequire } from "node:module";
 import type * as Store from "./store/mod.ts";
 import type * as Workspace from "./workspace/mod.ts";
+import type * as Otel from "./otel/mod.ts";
 import type * as Eager from "./_subsystems.ts";
 
 // Made on first use too: a process's first createRequire costs most of a millisecond.
@@ -244,10 +264,14 @@ class LazyWorkspaces {
   }
 }
 export const Workspaces = LazyWorkspaces as unknown as typeof Eager.Workspaces;
+
+let otel: typeof Otel | undefined;
+export const openTelemetry: typeof Eager.openTelemetry = (options) =>
+  (otel ??= load("./otel/mod.js") as typeof Otel).openTelemetry(options);
 `;
 
 /** The library's subsystems, each a folder with its own `mod.ts`, compiled and shipped. */
-export const ROOMS = ["adapters", "cli", "supervise", "workspace", "store", "serve"];
+export const ROOMS = ["adapters", "cli", "supervise", "workspace", "store", "serve", "otel"];
 
 /** The sources tsc compiles: the library, the worker, its subsystems, the tests and the demo. */
 function sources(): string[] {

@@ -108,6 +108,8 @@ export interface RunRecord {
   usage?: UsageTotals;
   /** Its place in a tree of runs sharing a budget, and the tree's totals as it last knew them. */
   tree?: TreeRecord;
+  /** The attempt's OpenTelemetry span, when it had one: a later attempt links to it. */
+  trace?: { traceId: string; spanId: string };
   /** The process the run ran in. */
   host: HostId;
   /** `live`, or how it ended. */

@@ -37,7 +37,7 @@ test(
 );
 
 /** The folders of the subsystems; everything else at the root is the core. */
-const SUBSYSTEMS = ["cli", "supervise", "workspace", "serve", "adapters", "store"];
+const SUBSYSTEMS = ["cli", "supervise", "workspace", "serve", "adapters", "store", "otel"];
 
 /** The library's sources (not tests/, scripts/, docs/), relative to the root, `/`-separated. */
 function librarySources(): string[] {
@@ -73,6 +73,7 @@ test(
       // The composition root: mod.ts plugs the run store and the snapshots into the keeper.
       "mod.ts -> store/mod.ts",
       "mod.ts -> workspace/mod.ts",
+      "mod.ts -> otel/mod.ts",
       // The run store's interface and the watchdog's writes to it; to follow the two above.
       // The rest of the core (the keeper, its run ledger writes, a run's earlier attempts) takes
       // the store's record types from `_ledger.ts`, types only.

@@ -289,6 +289,7 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
   workspace_shell_tools: [[{ names: ["run_command"], command_keys: ["cmd"] }], [{ names: [""] }]],
   max_tree_files: [[1, 200_000], [0, 1.5, "9"]],
   ledger: [[true, false], ["on", 1]],
+  otel: [[true, false], ["on", 1]],
   progress_interval_seconds: [[0.25, 1, 5], [0, -1, true, "1"]],
   host_timeout_seconds: [[30, 2.5], [0, false, "30"]],
   ledger_retention_days: [[30, 0.5], [0, -7, "30"]],
