@@ -1,5 +1,6 @@
 /**
- * The README's code compiles: every ```ts / ```js block is type-checked with
+ * The README's code compiles, and so does the reference's (`docs/*.md`) it links to: every
+ * ```ts / ```js block is type-checked with
  * `deno check` against this repository's own modules (the package's names,
  * `agent-checkpoint` and `agent-checkpoint/<adapter>`, and `./mod.ts` are
  * rewritten to the files they name).
@@ -16,7 +17,7 @@ import * as path from "node:path";
 import { execFileSync } from "node:child_process";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { README, tempHome, underDeno } from "./_helpers.ts";
+import { doc, markdownFiles, README, tempHome, underDeno } from "./_helpers.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -92,19 +93,38 @@ function rewrite(code: string, map: Map<string, string>): string {
   );
 }
 
-test("README: every ts/js snippet type-checks against this repository", (t) => {
+/** A page's name in a snippet's file name: `README`, or `docs-settings` for `docs/settings.md`. */
+function pageTag(file: string): string {
+  const base = path.basename(file, ".md");
+  return file === README ? base : `docs-${base}`;
+}
+
+/** The page a snippet's file name tags, as a reader would look for it. */
+function pageName(tag: string): string {
+  return tag.startsWith("docs-") ? `docs/${tag.slice(5)}.md` : `${tag}.md`;
+}
+
+test("README and docs/: every ts/js snippet type-checks against this repository", (t) => {
   if (!underDeno) return t.skip("deno check runs under Deno");
-  const readme = fs.readFileSync(README, "utf8");
-  const found = snippets(readme);
-  assert.ok(found.filter((s) => !s.ignore && s.lang === "ts").length >= 1, "a snippet to paste");
+  const pages = markdownFiles();
+  assert.ok(pages.length > 1, "the README links to pages of docs/");
+  const readme = snippets(fs.readFileSync(README, "utf8"));
+  assert.ok(readme.filter((s) => !s.ignore && s.lang === "ts").length >= 1, "a snippet to paste");
+  const found = pages.flatMap((page) =>
+    snippets(fs.readFileSync(page, "utf8")).map((s) => ({ ...s, tag: pageTag(page) }))
+  );
+  assert.ok(
+    found.some((s) => s.tag !== "README" && !s.ignore && s.lang === "ts"),
+    "docs/ has snippets of its own, checked as the README's are",
+  );
   const dir = fs.mkdtempSync(path.join(ROOT, "tests", ".readme-"));
   try {
     const map = specifierMap(dir);
-    const core = found.find((s) => !s.ignore && /createAgentCheckpoint\(/.test(s.code));
+    const core = readme.find((s) => !s.ignore && /createAgentCheckpoint\(/.test(s.code));
     assert.ok(core, "the README shows how to create the keeper");
     const files: string[] = [];
     for (const s of found) {
-      const name = path.join(dir, `line_${s.line}.${s.lang}`);
+      const name = path.join(dir, `${s.tag}_line_${s.line}.${s.lang}`);
       let code = rewrite(s.code, map);
       if (s.ignore && s.lang === "ts") {
         // The keeper as the README's first snippet makes it, and what the reader brings.
@@ -136,9 +156,12 @@ test("README: every ts/js snippet type-checks against this repository", (t) => {
       const e = error as { stdout?: string; stderr?: string };
       output = `${e.stdout ?? ""}${e.stderr ?? ""}`;
     }
-    // deno check names the file; the file names the README's line.
-    const where = output.replace(/file:\/\/\S*\/line_(\d+)\.(ts|js)/g, "README.md line $1");
-    assert.equal(where, "", `README snippets that do not compile:\n${where}`);
+    // deno check names the file; the file names the page and its line.
+    const where = output.replace(
+      /file:\/\/\S*\/([A-Za-z-]+)_line_(\d+)\.(ts|js)/g,
+      (_all, tag: string, line: string) => `${pageName(tag)} line ${line}`,
+    );
+    assert.equal(where, "", `README and docs/ snippets that do not compile:\n${where}`);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
@@ -152,8 +175,8 @@ test("README: the snippet scanner finds blocks, their language and the ignore ma
   ]);
 });
 
-test("README: a resumed attempt gets a fresh budget, as it says", async () => {
-  const readme = fs.readFileSync(README, "utf8");
+test("docs/resume.md: a resumed attempt gets a fresh budget, as it says", async () => {
+  const readme = fs.readFileSync(doc("resume.md"), "utf8");
   assert.match(readme, /Each attempt gets a fresh budget/);
   const { createAgentCheckpoint } = await import("../mod.ts");
   const { readCheckpoint } = await import("../persist.ts");
