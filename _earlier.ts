@@ -256,6 +256,8 @@ export interface Resumed {
   previous: PreviousAttempt;
   /** Sentences the resume text adds (calls of unknown outcome, a shrunk budget). */
   resumeNote?: string;
+  /** True when the earlier attempt left no checkpoint file: the resume text then names none. */
+  noFile?: true;
 }
 
 /**
@@ -324,11 +326,8 @@ export function resume(
     ? remainingCaps(info.caps, earlier.prior)
     : undefined;
   if (remaining) info.caps = remaining;
-  const note = resumeNote(
-    earlier.previous.inFlight ?? [],
-    remaining,
-    fileExists(info.checkpointFile),
-  );
+  const hasFile = fileExists(info.checkpointFile);
+  const note = resumeNote(earlier.previous.inFlight ?? [], remaining, hasFile);
   parts.log("info", `resuming: ${earlier.previous.summary}`, runId);
   // The record names what the attempt starts with: its number, caps and what came before.
   if (ledger.recorded) {
@@ -336,5 +335,6 @@ export function resume(
   }
   const resumed: Resumed = { previous: earlier.previous };
   if (note !== undefined) resumed.resumeNote = note;
+  if (!hasFile) resumed.noFile = true;
   return resumed;
 }

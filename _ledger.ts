@@ -714,7 +714,8 @@ export function resumeNote(
   const parts: string[] = [];
   if (!hasFile) {
     parts.push(
-      "It stopped before it wrote a checkpoint file; the figures above are from the run ledger.",
+      "It stopped before it wrote a checkpoint file; the figures above are from the run ledger. " +
+        "Continue from where it stopped, and do not redo finished work.",
     );
   }
   if (calls.length > 0) {

@@ -26,7 +26,7 @@ import {
 import { budgetValue, type ModelPrice, type Settings } from "./settings.ts";
 import type { SettingsReading, SettingsSource } from "./config.ts";
 import { MAX_NAME_BYTES, nowMs, type RunTable } from "./_run_table.ts";
-import { renderTemplate } from "./template.ts";
+import { renderTemplate, withoutSentencesNaming } from "./template.ts";
 import { fireTier, tierFor, type TierPlan, TierPlans } from "./tier.ts";
 import {
   type CheckpointWriter,
@@ -85,6 +85,8 @@ export interface RunStart {
   previous?: PreviousAttempt;
   /** Sentences the resume text adds (calls of unknown outcome, a shrunk budget). */
   resumeNote?: string;
+  /** True when the earlier attempt left no checkpoint file: the resume text names none. */
+  noFile?: true;
 }
 
 const MAX_NOTE = 2000;
@@ -184,7 +186,7 @@ export class Run {
   #planVersion = -1;
   #prologue = 0;
   /** The resumed run's note until its resume text has gone out; `false` once it has, or for a fresh run. */
-  #resume: { note: string | undefined } | false;
+  #resume: { note: string | undefined; noFile: boolean } | false;
   /** Sequence numbers of the tool calls in flight, by call id, made on first use. */
   #calls: Map<string, number> | undefined;
   #ended = false;
@@ -197,7 +199,8 @@ export class Run {
     this.#info = start.info;
     this.attempt = start.attempt;
     this.previous = start.previous;
-    this.#resume = start.previous !== undefined && { note: start.resumeNote };
+    this.#resume = start.previous !== undefined &&
+      { note: start.resumeNote, noFile: start.noFile === true };
     this.#workspace = start.workspace ?? "";
   }
 
@@ -377,6 +380,7 @@ export class Run {
     elapsed: number,
   ): string | undefined {
     const note = this.#resume ? this.#resume.note : undefined;
+    const noFile = this.#resume ? this.#resume.noFile : false;
     this.#resume = false;
     const previous = this.previous;
     if (!previous) return undefined;
@@ -384,12 +388,16 @@ export class Run {
       ctx.log("info", `resumed as attempt ${this.attempt}: ${previous.summary}`, this.runId);
       return undefined;
     }
-    let text = renderTemplate(settings.resume_template, {
+    // No file to point at: the template's sentences that name one are left out.
+    const template = noFile
+      ? withoutSentencesNaming(settings.resume_template, "checkpoint_file")
+      : settings.resume_template;
+    let text = renderTemplate(template, {
       ...templateValues(this.#info, used, elapsed),
       previous: previous.summary,
       attempt: this.attempt,
     });
-    if (note !== undefined) text += ` ${note}`;
+    if (note !== undefined) text = text === "" ? note : `${text} ${note}`;
     if (this.dialect === "kanban") {
       text += ` The task's comments hold the earlier attempts' checkpoints too.`;
     }

@@ -175,6 +175,11 @@ test("a host killed inside turn 4's tool is cut off at turn 4 with that tool in 
   assert.match(resume, /inside tool deploy \(call id call-4, for /);
   assert.match(resume, /outcome unknown: deploy \(call id call-4/);
   assert.match(resume, /Check whether each took effect before you repeat it/);
+  // It left no file: the text names none, and says the figures are the ledger's.
+  assert.ok(!resume.includes(retry.file), resume);
+  assert.doesNotMatch(resume, /checkpoint is in|read it first/, resume);
+  assert.match(resume, /stopped before it wrote a checkpoint file/);
+  assert.match(resume, /do not redo finished work/);
   // The retry ended done: the run is ended, attempt 2.
   const [done] = await ls(home);
   assert.equal(done?.state, "ended");
