@@ -11,7 +11,7 @@ import { existsSync } from "node:fs";
 import { failOpen, type Log } from "./log.ts";
 import { ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { type EndStatus, MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
-import type { PreviousAttempt } from "./run.ts";
+import { attemptHost, type PreviousAttempt } from "./run.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import type { RunInfo } from "./_writer.ts";
@@ -73,7 +73,7 @@ function ledgerAttempt(
   if (r.status === "done") return undefined;
   const same = file && file.previous.attempt === r.attempt ? file.previous : undefined;
   const status = view.state === "ended" ? r.status as EndStatus : view.state;
-  const host = { machine: r.host.machine, pid: r.host.pid };
+  const host = attemptHost(r.host.machine, r.host.pid);
   if (same && Date.parse(same.persistedAt) > r.updatedAt) {
     // The file was written after the ledger's last record (the process died within an interval).
     return {

@@ -70,10 +70,58 @@ export interface PreviousAttempt {
   summary: string;
   /** From the run ledger: `live` (another process still runs it), `cut-off`, or how it ended. */
   status?: "live" | "cut-off" | EndStatus;
-  /** From the run ledger: where it ran. */
-  host?: { machine: string; pid: number };
+  /**
+   * From the run ledger: where it ran, the machine and the process id. As text (`${host}`) it
+   * reads `machine (pid N)`; `JSON.stringify` gives `{ machine, pid }`.
+   */
+  host?: AttemptHost;
   /** From the run ledger: the tool calls in flight when it stopped, whose outcome is unknown. */
   inFlight?: { tool: string; callId?: string; runningSeconds: number; timedOut?: boolean }[];
+}
+
+/**
+ * Where an earlier attempt ran: its machine and process id, as the run ledger
+ * recorded them. `String(host)` reads `machine (pid N)`.
+ *
+ * @example
+ * ```ts
+ * import { attemptHost } from "./run.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const host = attemptHost("ci-7", 4121);
+ * assert.equal(`${host}`, "ci-7 (pid 4121)");
+ * assert.deepEqual(JSON.parse(JSON.stringify(host)), { machine: "ci-7", pid: 4121 });
+ * ```
+ */
+export interface AttemptHost {
+  /** The machine's name. */
+  machine: string;
+  /** The process id on that machine. */
+  pid: number;
+  /** `machine (pid N)`. */
+  toString(): string;
+}
+
+/**
+ * An {@link AttemptHost}: `{ machine, pid }` with a `toString()` of its own
+ * that JSON and `deepEqual` do not see (it is not enumerable). @internal
+ *
+ * @example
+ * ```ts
+ * import { attemptHost } from "./run.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(String(attemptHost("m", 1)), "m (pid 1)");
+ * ```
+ */
+export function attemptHost(machine: string, pid: number): AttemptHost {
+  const host = { machine, pid } as AttemptHost;
+  Object.defineProperty(host, "toString", {
+    value: function (this: AttemptHost) {
+      return `${this.machine} (pid ${this.pid})`;
+    },
+  });
+  return host;
 }
 
 /** What a run starts with besides its context. @internal */

@@ -45,7 +45,7 @@ interface LedgerRun {
   status: string;
   turnsUsed: number;
   inFlight: { tool: string; callId?: string }[];
-  host: { pid: number };
+  host: { machine: string; pid: number };
 }
 
 async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -185,6 +185,30 @@ test("a host killed inside turn 4's tool is cut off at turn 4 with that tool in 
   assert.equal(done?.state, "ended");
   assert.equal(done.status, "done");
   assert.equal(done.attempt, 2);
+});
+
+test("run.previous.host reads as `machine (pid N)`, and is `{ machine, pid }` as JSON", async () => {
+  const home = tempHome();
+  await attempt(home, { sessionId: "where", turns: 12, calls: 2 }); // exits with no end
+  const [cut] = await ls(home, "cut-off");
+  assert.equal(cut?.runId, "where");
+  const ac = createAgentCheckpoint({ home, env: {} });
+  try {
+    const run = ac.startRun({ sessionId: "where", caps: { turns: 12 } });
+    assert.equal(run.attempt, 2);
+    const host = run.previous?.host;
+    assert.equal(`${host}`, `${cut.host.machine} (pid ${cut.host.pid})`);
+    assert.deepEqual(
+      JSON.parse(JSON.stringify(host)),
+      {
+        machine: cut.host.machine,
+        pid: cut.host.pid,
+      },
+    );
+    await run.end();
+  } finally {
+    await ac.close();
+  }
 });
 
 test("resume_budget: remaining gives the next attempt the turns the earlier one left", async () => {
