@@ -17,6 +17,7 @@ import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../pers
 import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
 import { PgRunStore } from "../store/postgres.ts";
+import type { RunView } from "../store/types.ts";
 import {
   homeSettings,
   ledgerAuditText,
@@ -346,6 +347,21 @@ function findRun(dir: string, runId: string): CheckpointFile | undefined {
   return listCheckpoints(dir).find((f) => f.runId === runId);
 }
 
+/**
+ * Whose the file on this machine is, when it is not the newest attempt's: the
+ * attempt it records, and where the newest one ran.
+ */
+function localFileNote(local: CheckpointFile): string {
+  const mine = local.record
+    ? `attempt ${local.record.attempt ?? 1}'s`
+    : "one with no record of this run's attempts";
+  return `the checkpoint file on this machine, ${terminalSafe(local.file)}, is ${mine}`;
+}
+
+/** Where a record's attempt ran: `machine (pid N)`. */
+const ranOn = (view: RunView) =>
+  `${terminalSafe(view.record.host.machine)} (pid ${view.record.host.pid})`;
+
 /** The line heading `show`: how the run ended, or that it was cut off. */
 function stateLine(f: CheckpointFile): string | undefined {
   const s = runState(f);
@@ -429,7 +445,13 @@ export const showCommand: Command = {
         await ledger.close();
       }
     }
-    const found = findRun(dir, runId);
+    const local = findRun(dir, runId);
+    // A file here that is another attempt's (the newest ran on another machine of the fleet) does
+    // not go under the newest attempt's header: the store's copy of that attempt's file does.
+    const otherAttempt = view !== undefined && local !== undefined &&
+      (local.record?.attempt ?? (local.record ? 1 : undefined)) !== view.record.attempt;
+    const found = otherAttempt && stored !== undefined ? undefined : local;
+    const whose = otherAttempt && local ? localFileNote(local) : undefined;
     if (view && !found) {
       if (parsed.switches.has("--json")) {
         writeJson(io, {
@@ -442,8 +464,8 @@ export const showCommand: Command = {
           `${ledgerShowText(view, io)}\n${
             paint(io).dim(
               `(its checkpoint file, as the fleet store keeps it; written on ${
-                terminalSafe(view.record.host.machine)
-              })`,
+                whose ? ranOn(view) : terminalSafe(view.record.host.machine)
+              }${whose ? `; ${whose}` : ""})`,
             )
           }\n${terminalSafe(stored, { lines: true })}\n`,
         );
@@ -469,6 +491,16 @@ export const showCommand: Command = {
     const state = view ? undefined : stateLine(found);
     const head = `${view ? `${ledgerShowText(view, io)}\n` : ""}${
       state ? `${p.bold(state)}\n` : ""
+    }${
+      whose
+        ? `${
+          p.dim(
+            `(${whose}; attempt ${view!.record.attempt} ran on ${
+              ranOn(view!)
+            }, and neither this machine nor the store has its file)`,
+          )
+        }\n`
+        : ""
     }${p.bold(terminalSafe(found.file))}\n`;
     if (found.state === "not a regular file") {
       io.stdout(`${head}${p.dim(terminalSafe(notRegularText(found)))}\n`);

@@ -211,6 +211,24 @@ test("run.previous.host reads as `machine (pid N)`, and is `{ machine, pid }` as
   }
 });
 
+test("show says whose file it prints when the newest attempt wrote none", async () => {
+  const home = tempHome();
+  // Attempt 1 writes its file at tier 1 (turn 6) and exits with no end; attempt 2 writes none.
+  await attempt(home, { sessionId: "whose", turns: 12, calls: 7 });
+  await attempt(home, { sessionId: "whose", turns: 12, calls: 1 });
+  const [cut] = await ls(home, "cut-off");
+  assert.equal(cut?.attempt, 2);
+  const show = await cli(["show", "whose", "--home", home]);
+  assert.equal(show.code, 0, show.stderr);
+  assert.match(show.stdout, /^Run whose, attempt 2: cut off/);
+  assert.match(
+    show.stdout,
+    new RegExp(
+      `\\(the checkpoint file on this machine, \\S+whose\\.md, is attempt 1's; attempt 2 ran on ${cut.host.machine} \\(pid ${cut.host.pid}\\), and neither this machine nor the store has its file\\)`,
+    ),
+  );
+});
+
 test("resume_budget: remaining gives the next attempt the turns the earlier one left", async () => {
   const home = tempHome();
   writeConfig(home, "agent_checkpoint:\n  resume_budget: remaining\n");
