@@ -40,7 +40,7 @@ import {
   type PlanEntry,
   planRollback,
   relativeToRoot,
-  resultTree,
+  resultPatch,
   treeChanges,
 } from "./_restore.ts";
 import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts";
@@ -646,9 +646,7 @@ function preview(
       ...summarize(plan),
     };
     if (withPatch) {
-      const after = resultTree(view, current, plan);
-      const args = ["diff-tree", "-p", "-r", "--no-renames", "--no-color", current, after];
-      result.patch = view.git(args).toString("utf8");
+      result.patch = resultPatch(view, current, plan);
     }
     return result;
   });
