@@ -230,10 +230,12 @@ never recorded its end shows its last checkpoint's kind ("tier 2", "stall",
 resumed run adds ", attempt N".
 
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
-  --json       one JSON object: { store, counts, runs } from the ledger (each run with
-               state: "live" | "ended" | "cut-off"); { dir, files } for the
-               files (each file with run: "ended" | "cut off" | null, ended:
-               its end status, and attempt)`;
+  --json       one JSON object: { store, counts, shown, limit, runs } from the
+               ledger, paged like the table: runs holds the newest --limit runs
+               (100 by default; limit is null with --limit 0), shown how many,
+               and counts every run (each run with state: "live" | "ended" |
+               "cut-off"); { dir, files } for the files (each file with run:
+               "ended" | "cut off" | null, ended: its end status, and attempt)`;
 
 /**
  * `agent-checkpoint ls`.
@@ -288,6 +290,9 @@ export const lsCommand: Command = {
           writeJson(io, {
             store: ledger.location,
             counts: counts.byState,
+            // Paged like the table: the newest `limit` runs (null: every run), `shown` of them.
+            shown: runs.length,
+            limit: limit === 0 ? null : limit,
             runs: runs.map(runJson),
           });
         } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io)));

@@ -229,6 +229,29 @@ test("show says whose file it prints when the newest attempt wrote none", async 
   );
 });
 
+test("ls --json pages like the table, and says so: shown and limit beside the counts", async () => {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {} });
+  for (const id of ["p1", "p2", "p3"]) await ac.startRun({ sessionId: id }).end();
+  await ac.close();
+  const page = async (...args: string[]) => {
+    const { code, stdout, stderr } = await cli(["ls", "--home", home, "--json", ...args]);
+    assert.equal(code, 0, stderr);
+    return JSON.parse(stdout);
+  };
+  const two = await page("--limit", "2");
+  assert.equal(two.runs.length, 2);
+  assert.equal(two.shown, 2);
+  assert.equal(two.limit, 2);
+  assert.equal(two.counts.ended, 3, JSON.stringify(two.counts));
+  const all = await page();
+  assert.deepEqual([all.shown, all.limit], [3, 100]);
+  const every = await page("--limit", "0");
+  assert.deepEqual([every.shown, every.limit], [3, null]);
+  const help = await cli(["ls", "--help"]);
+  assert.match(help.stdout.replace(/\s+/g, " "), /--json .*paged like the table/);
+});
+
 test("resume_budget: remaining gives the next attempt the turns the earlier one left", async () => {
   const home = tempHome();
   writeConfig(home, "agent_checkpoint:\n  resume_budget: remaining\n");
