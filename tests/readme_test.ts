@@ -167,6 +167,39 @@ test("README and docs/: every ts/js snippet type-checks against this repository"
   }
 });
 
+/** Packages the library loads only when a setting asks for them. */
+const OPTIONAL = new Set(["postgres"]);
+
+test("README: the npm packages the library names are the ones the README lists", (t) => {
+  if (!underDeno) return t.skip("the sources are read under Deno");
+  const named = new Set<string>();
+  const walk = (dir: string) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) {
+        // The adapters name their frameworks (a sentence of their own); tests and scripts are
+        // not the library.
+        if (dir === ROOT && !["adapters", "tests", "scripts", "npm", "docs"].includes(e.name)) {
+          if (!e.name.startsWith(".")) walk(p);
+        }
+      } else if (e.name.endsWith(".ts")) {
+        const code = fs.readFileSync(p, "utf8").split("\n").filter((l) => !/^\s*(\*|\/\/)/.test(l))
+          .join("\n");
+        for (const m of code.matchAll(/["']npm:((?:@[\w.-]+\/)?[\w.-]+)@/g)) named.add(m[1]!);
+      }
+    }
+  };
+  walk(ROOT);
+  assert.ok(named.has("js-yaml"), [...named].join(", "));
+  const readme = fs.readFileSync(README, "utf8");
+  const section = readme.split(/^### By URL, in Deno$/m)[1]?.split(/^#/m)[0] ?? "";
+  const listed = new Set([...section.matchAll(/`([^`]+)`/g)].map((m) => m[1]!));
+  assert.deepEqual([...named].filter((n) => !listed.has(n)).sort(), [], section);
+  const count = /names its (\w+) dependencies/.exec(section)?.[1];
+  const required = [...named].filter((n) => !OPTIONAL.has(n));
+  assert.equal(count, ["zero", "one", "two", "three", "four"][required.length], section);
+});
+
 test("README: the snippet scanner finds blocks, their language and the ignore mark", () => {
   const md = "text\n```ts\nconst a = 1;\n```\n```js ignore\nx\n```\n```sh\nls\n```\n";
   assert.deepEqual(snippets(md), [
