@@ -125,6 +125,13 @@ export function recordOf(
     updatedAt: Math.round(now),
   };
   if (info.taskId !== undefined) record.taskId = info.taskId;
+  const tier1 = shared.tierAt(slot, 1);
+  const tier2 = shared.tierAt(slot, 2);
+  if (tier1 !== undefined || tier2 !== undefined) {
+    record.tierAt = {};
+    if (tier1 !== undefined) record.tierAt[1] = Math.round(tier1);
+    if (tier2 !== undefined) record.tierAt[2] = Math.round(tier2);
+  }
   if (info.attempts?.length) record.attempts = info.attempts;
   if (info.prior) record.prior = info.prior;
   const usage = usageTotals(shared, slot);

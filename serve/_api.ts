@@ -368,8 +368,9 @@ function capUses(record: RunRecord, elapsed: number, settings: Settings): CapUse
 }
 
 /**
- * The marks of a run's time line: each tier it reached (when the time axis
- * got there, else estimated from its turns), its checkpoint file's last
+ * The marks of a run's time line: each tier it reached (when the ledger
+ * recorded the crossing; for a record without those times, when the time
+ * axis got there, else estimated from its turns), its checkpoint file's last
  * write, and its end.
  */
 function marks(
@@ -382,6 +383,12 @@ function marks(
   const plan = tierPlan(capValues(record.caps), settings);
   for (const tier of [1, 2] as const) {
     if (record.tier < tier) continue;
+    if (record.tierAt) {
+      // Recorded when crossed; a tier skipped (tier 2 claimed first) has no time and no mark.
+      const at = record.tierAt[tier];
+      if (typeof at === "number") out.push({ kind: "tier", tier, at });
+      continue;
+    }
     const byTime = timeCrossing(plan, tier);
     if (byTime !== undefined && byTime <= elapsed) {
       out.push({ kind: "tier", tier, at: record.startedAt + byTime * 1000 });

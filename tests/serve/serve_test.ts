@@ -166,6 +166,41 @@ test("a run's detail lists every attempt the store keeps, newest first", async (
   }
 });
 
+test("a tier mark sits when the ledger recorded the crossing, not where its turns would put it", async () => {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  const run = ac.startRun({ sessionId: "early-tier", caps: { turns: 20 } });
+  // Tier 1 at half of the 20 turns: the call whose prologue is its directive.
+  let before = 0;
+  let after = 0;
+  for (let i = 0; i < 12 && after === 0; i++) {
+    const at = Date.now();
+    if (run.preLlmCall() !== undefined) [before, after] = [at, Date.now()];
+  }
+  assert.ok(after > 0, "tier 1 came within 12 turns");
+  // Then a long quiet stretch, with no more turns: an estimate from the turns would put tier 1
+  // at the end of the run.
+  await waitFor(() => Date.now() > after + 400, 10_000);
+  await run.end({ status: "done" });
+  await ac.close();
+  const { settings } = loadSettings({ home, env: {} });
+  const store = openStore({ home, settings, mode: "read" })!;
+  const own = await serveRuns({ store, settings, port: 0 });
+  try {
+    const body = await (await fetch(`${own.url}api/runs`)).json() as RunsPayload;
+    const row = body.runs.find((r) => r.runId === "early-tier")!;
+    const tier = row.marks.find((m) => m.kind === "tier" && m.tier === 1);
+    assert.ok(tier, JSON.stringify(row.marks));
+    assert.equal(tier.estimated, undefined, "the time is recorded, not estimated");
+    assert.ok(tier.at >= before - 1 && tier.at <= after + 1, `${tier.at} in [${before}, ${after}]`);
+    const ended = row.marks.find((m) => m.kind === "end")!;
+    assert.ok(ended.at - tier.at >= 400, "well before the end");
+  } finally {
+    await own.close();
+    await store.close();
+  }
+});
+
 test("token and dollar caps are drawn against the use the run reported", async () => {
   const home = tempHome();
   const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
