@@ -178,6 +178,8 @@ export interface ListQuery {
   machine?: string;
   /** Only this run id (every attempt kept). */
   runId?: string;
+  /** Only the earlier attempts (every one but the newest) of these run ids; wins over `runId`. */
+  earlierOf?: string[];
   /** The most runs returned, the newest first. @default {1000} */
   limit?: number;
 }

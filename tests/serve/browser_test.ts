@@ -4,7 +4,21 @@ import assert from "node:assert/strict";
 import type { Browser, Page } from "npm:playwright-core@1";
 import { type RunServer, serveRuns } from "../../serve/mod.ts";
 import { CHROMIUM, haveBrowser, launchBrowser } from "./_browser.ts";
-import { AGENT_TEXT, EVIL_ID, EVIL_TEXT, type Fleet, makeFleet, PAYLOAD } from "./_fleet.ts";
+import * as path from "node:path";
+import { fileURLToPath } from "node:url";
+import {
+  AGENT_TEXT,
+  EVIL_ID,
+  EVIL_TEXT,
+  type Fleet,
+  LONG_TOOL,
+  makeFleet,
+  makeRetried,
+  PAYLOAD,
+} from "./_fleet.ts";
+
+/** Where the screenshots the docs show are saved (docs/serve-*.png). */
+const DOCS = fileURLToPath(new URL("../../docs/", import.meta.url));
 
 if (!haveBrowser) {
   console.log(
@@ -176,3 +190,47 @@ test("the page updates when a run changes, without a reload", { skip }, async ()
     await page.close();
   }
 });
+
+test(
+  "a run cut off three times shows each attempt's end on its bar; a tool in flight has its full name and age",
+  { skip },
+  async () => {
+    const retried = await makeRetried();
+    const own = await serveRuns({ store: retried.store, settings: retried.settings, port: 0 });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 520 } });
+    try {
+      await page.goto(own.url + "#run=retried");
+      // A mark is a zero-width line (its shape is drawn by ::before): attached, not "visible".
+      await page.waitForSelector('#rows [data-run="retried"] .mark.attempt', { state: "attached" });
+      const row = page.locator('#rows [data-run="retried"]');
+      assert.equal(await row.getAttribute("data-status"), "aborted");
+      assert.deepEqual(
+        await row.locator(".mark.attempt").evaluateAll((els) =>
+          els.map((e) => [e.getAttribute("data-attempt"), e.getAttribute("title")])
+        ).then((marks) => marks.map(([n, title]) => [n, /^attempt \d cut off at /.test(title!)])),
+        [["1", true], ["2", true], ["3", true]],
+      );
+      assert.match(
+        await row.locator(".meta").textContent() ?? "",
+        /attempt 4 \(3 cut off before\)/,
+      );
+      assert.match(
+        await page.textContent('#status-filter [data-status="cut-off"]') ?? "",
+        /\(\+3 earlier attempts\)/,
+      );
+      // The tool in flight: its whole name and its age in the label, its call id in the tooltip.
+      const busy = page.locator('#rows [data-run="busy"] .meta');
+      assert.match(await busy.textContent() ?? "", new RegExp(`in ${LONG_TOOL} \\d+s`));
+      assert.match(
+        await busy.getAttribute("title") ?? "",
+        /in flight: .* \(call id call-long\) since /,
+      );
+      await page.locator("#d-attempts").filter({ hasText: "cut off" }).waitFor();
+      await page.screenshot({ path: path.join(DOCS, "serve-attempts.png") });
+    } finally {
+      await page.close();
+      await own.close();
+      await retried.close();
+    }
+  },
+);

@@ -11,7 +11,7 @@ import { openStore, thisHost } from "../../store/mod.ts";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { loadSettings } from "../../config.ts";
 import { scriptCommand, tempHome, waitFor } from "../_helpers.ts";
-import { AGENT_TEXT, EVIL_ID, EVIL_TEXT, type Fleet, makeFleet } from "./_fleet.ts";
+import { AGENT_TEXT, EVIL_ID, EVIL_TEXT, type Fleet, makeFleet, makeRetried } from "./_fleet.ts";
 
 let fleet: Fleet;
 let server: RunServer;
@@ -163,6 +163,38 @@ test("a run's detail lists every attempt the store keeps, newest first", async (
   } finally {
     await own.close();
     await store.close();
+  }
+});
+
+test("a run cut off three times, then aborted: its row has every attempt's end, and the cut-off attempts are counted", async () => {
+  const retried = await makeRetried();
+  const own = await serveRuns({ store: retried.store, settings: retried.settings, port: 0 });
+  try {
+    const body = await (await fetch(`${own.url}api/runs`)).json() as RunsPayload;
+    const row = body.runs.find((r) => r.runId === "retried")!;
+    assert.equal(row.status, "aborted");
+    assert.equal(row.attempt, 4);
+    assert.deepEqual(row.attempts.map((a) => [a.attempt, a.status]), [
+      [1, "cut-off"],
+      [2, "cut-off"],
+      [3, "cut-off"],
+      [4, "aborted"],
+    ]);
+    // Each attempt ends before the next starts, and each has its end on the time line.
+    for (let i = 0; i < 3; i++) {
+      const [a, b] = [row.attempts[i]!, row.attempts[i + 1]!];
+      assert.ok(a.endAt !== undefined && a.startedAt <= a.endAt && a.endAt <= b.startedAt, `${i}`);
+    }
+    assert.equal(body.counts["cut-off"], 0, "counts count each run's newest attempt");
+    assert.equal(body.earlierCutOff, 3);
+    // A run never retried has its one attempt.
+    const busy = body.runs.find((r) => r.runId === "busy")!;
+    assert.deepEqual(busy.attempts.map((a) => [a.attempt, a.status, a.endAt]), [
+      [1, "live", undefined],
+    ]);
+  } finally {
+    await own.close();
+    await retried.close();
   }
 });
 
