@@ -47,6 +47,19 @@ function raw(
   });
 }
 
+/** What a server of `home`'s ledger answers at `p` (the server and its store closed after). */
+async function answerOf<T>(home: string, p: string): Promise<T> {
+  const { settings } = loadSettings({ home, env: {} });
+  const store = openStore({ home, settings, mode: "read" })!;
+  const own = await serveRuns({ store, settings, port: 0 });
+  try {
+    return await (await fetch(new URL(p, own.url))).json() as T;
+  } finally {
+    await own.close();
+    await store.close();
+  }
+}
+
 test("GET /api/runs lists live, ended and cut-off runs, newest first, with the store's counts", async () => {
   const { status, body } = await get<RunsPayload>("/api/runs");
   assert.equal(status, 200);
@@ -152,18 +165,10 @@ test("a run's detail lists every attempt the store keeps, newest first", async (
   second.preLlmCall();
   await second.end({ status: "done" });
   await ac.close();
-  const { settings } = loadSettings({ home, env: {} });
-  const store = openStore({ home, settings, mode: "read" })!;
-  const own = await serveRuns({ store, settings, port: 0 });
-  try {
-    const body = await (await fetch(`${own.url}api/runs/again`)).json() as RunPayload;
-    assert.deepEqual(body.attempts.map((a) => [a.attempt, a.status]), [[2, "done"], [1, "failed"]]);
-    assert.match(body.attempts[1]!.summary, /ended failed .*: the API was down/);
-    assert.equal(body.run.earlierAttempts, 1);
-  } finally {
-    await own.close();
-    await store.close();
-  }
+  const body = await answerOf<RunPayload>(home, "/api/runs/again");
+  assert.deepEqual(body.attempts.map((a) => [a.attempt, a.status]), [[2, "done"], [1, "failed"]]);
+  assert.match(body.attempts[1]!.summary, /ended failed .*: the API was down/);
+  assert.equal(body.run.earlierAttempts, 1);
 });
 
 test("a run cut off three times, then aborted: its row has every attempt's end, and the cut-off attempts are counted", async () => {
@@ -215,22 +220,14 @@ test("a tier mark sits when the ledger recorded the crossing, not where its turn
   await waitFor(() => Date.now() > after + 400, 10_000);
   await run.end({ status: "done" });
   await ac.close();
-  const { settings } = loadSettings({ home, env: {} });
-  const store = openStore({ home, settings, mode: "read" })!;
-  const own = await serveRuns({ store, settings, port: 0 });
-  try {
-    const body = await (await fetch(`${own.url}api/runs`)).json() as RunsPayload;
-    const row = body.runs.find((r) => r.runId === "early-tier")!;
-    const tier = row.marks.find((m) => m.kind === "tier" && m.tier === 1);
-    assert.ok(tier, JSON.stringify(row.marks));
-    assert.equal(tier.estimated, undefined, "the time is recorded, not estimated");
-    assert.ok(tier.at >= before - 1 && tier.at <= after + 1, `${tier.at} in [${before}, ${after}]`);
-    const ended = row.marks.find((m) => m.kind === "end")!;
-    assert.ok(ended.at - tier.at >= 400, "well before the end");
-  } finally {
-    await own.close();
-    await store.close();
-  }
+  const body = await answerOf<RunsPayload>(home, "/api/runs");
+  const row = body.runs.find((r) => r.runId === "early-tier")!;
+  const tier = row.marks.find((m) => m.kind === "tier" && m.tier === 1);
+  assert.ok(tier, JSON.stringify(row.marks));
+  assert.equal(tier.estimated, undefined, "the time is recorded, not estimated");
+  assert.ok(tier.at >= before - 1 && tier.at <= after + 1, `${tier.at} in [${before}, ${after}]`);
+  const ended = row.marks.find((m) => m.kind === "end")!;
+  assert.ok(ended.at - tier.at >= 400, "well before the end");
 });
 
 test("token and dollar caps are drawn against the use the run reported", async () => {
@@ -241,24 +238,16 @@ test("token and dollar caps are drawn against the use the run reported", async (
   run.usage({ inputTokens: 3000, outputTokens: 1000, usd: 0.5 });
   await run.end({ status: "done" });
   await ac.close();
-  const { settings } = loadSettings({ home, env: {} });
-  const store = openStore({ home, settings, mode: "read" })!;
-  const own = await serveRuns({ store, settings, port: 0 });
-  try {
-    const body = await (await fetch(`${own.url}api/runs`)).json() as RunsPayload;
-    const caps = body.runs.find((r) => r.runId === "priced")!.caps;
-    assert.deepEqual(
-      caps.filter((c) => c.axis === "tokens" || c.axis === "usd").map((c) => [
-        c.axis,
-        c.used,
-        c.cap,
-      ]),
-      [["tokens", 4000, 10_000], ["usd", 0.5, 2]],
-    );
-  } finally {
-    await own.close();
-    await store.close();
-  }
+  const body = await answerOf<RunsPayload>(home, "/api/runs");
+  const caps = body.runs.find((r) => r.runId === "priced")!.caps;
+  assert.deepEqual(
+    caps.filter((c) => c.axis === "tokens" || c.axis === "usd").map((c) => [
+      c.axis,
+      c.used,
+      c.cap,
+    ]),
+    [["tokens", 4000, 10_000], ["usd", 0.5, 2]],
+  );
 });
 
 test("a checkpoint file outside the home's checkpoint directory, or a link to one, is not read", async () => {
