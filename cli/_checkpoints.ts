@@ -453,8 +453,9 @@ export const showCommand: Command = {
     const local = findRun(dir, runId);
     // A file here that is another attempt's (the newest ran on another machine of the fleet) does
     // not go under the newest attempt's header: the store's copy of that attempt's file does.
+    const localAttempt = local?.record ? local.record.attempt ?? 1 : undefined;
     const otherAttempt = view !== undefined && local !== undefined &&
-      (local.record?.attempt ?? (local.record ? 1 : undefined)) !== view.record.attempt;
+      localAttempt !== view.record.attempt;
     const found = otherAttempt && stored !== undefined ? undefined : local;
     const whose = otherAttempt && local ? localFileNote(local) : undefined;
     if (view && !found) {
