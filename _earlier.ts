@@ -11,7 +11,7 @@ import { existsSync } from "node:fs";
 import { failOpen, type Log } from "./log.ts";
 import { ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { type EndStatus, MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
-import type { EarlierTrace, PreviousAttempt } from "./run.ts";
+import { attemptHost, type EarlierTrace, type PreviousAttempt } from "./run.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import type { RunInfo } from "./_writer.ts";
@@ -92,7 +92,7 @@ function ledgerAttempt(
   if (r.status === "done") return undefined;
   const same = file && file.previous.attempt === r.attempt ? file.previous : undefined;
   const status = view.state === "ended" ? r.status as EndStatus : view.state;
-  const host = { machine: r.host.machine, pid: r.host.pid };
+  const host = attemptHost(r.host.machine, r.host.pid);
   const trace = traceOf(view, status);
   if (same && Date.parse(same.persistedAt) > r.updatedAt) {
     // The file was written after the ledger's last record (the process died within an interval).
@@ -280,6 +280,8 @@ export interface Resumed {
   resumeNote?: string;
   /** The earlier attempt's span, when the ledger kept one: the new span links to it. */
   trace?: EarlierTrace;
+  /** True when the earlier attempt left no checkpoint file: the resume text then names none. */
+  noFile?: true;
 }
 
 /**
@@ -348,11 +350,8 @@ export function resume(
     ? remainingCaps(info.caps, earlier.prior)
     : undefined;
   if (remaining) info.caps = remaining;
-  const note = resumeNote(
-    earlier.previous.inFlight ?? [],
-    remaining,
-    fileExists(info.checkpointFile),
-  );
+  const hasFile = fileExists(info.checkpointFile);
+  const note = resumeNote(earlier.previous.inFlight ?? [], remaining, hasFile);
   parts.log("info", `resuming: ${earlier.previous.summary}`, runId);
   // The record names what the attempt starts with: its number, caps and what came before.
   if (ledger.recorded) {
@@ -361,5 +360,6 @@ export function resume(
   const resumed: Resumed = { previous: earlier.previous };
   if (note !== undefined) resumed.resumeNote = note;
   if (earlier.trace) resumed.trace = earlier.trace;
+  if (!hasFile) resumed.noFile = true;
   return resumed;
 }

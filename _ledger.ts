@@ -134,6 +134,13 @@ export function recordOf(
     updatedAt: Math.round(now),
   };
   if (info.taskId !== undefined) record.taskId = info.taskId;
+  const tier1 = shared.tierAt(slot, 1);
+  const tier2 = shared.tierAt(slot, 2);
+  if (tier1 !== undefined || tier2 !== undefined) {
+    record.tierAt = {};
+    if (tier1 !== undefined) record.tierAt[1] = Math.round(tier1);
+    if (tier2 !== undefined) record.tierAt[2] = Math.round(tier2);
+  }
   if (info.attempts?.length) record.attempts = info.attempts;
   if (info.prior) record.prior = info.prior;
   if (info.tree) record.tree = info.tree;
@@ -725,7 +732,8 @@ export function resumeNote(
   const parts: string[] = [];
   if (!hasFile) {
     parts.push(
-      "It stopped before it wrote a checkpoint file; the figures above are from the run ledger.",
+      "It stopped before it wrote a checkpoint file; the figures above are from the run ledger. " +
+        "Continue from where it stopped, and do not redo finished work.",
     );
   }
   if (calls.length > 0) {

@@ -43,7 +43,8 @@ const IN_TOKENS = RING_F + TOOL_RING * 2; // input tokens reported so far
 const OUT_TOKENS = IN_TOKENS + 1; // output tokens reported so far
 const USD = IN_TOKENS + 2; // dollars spent so far; NaN once a call's cost was not known
 const TOOL_DEADLINE = IN_TOKENS + 3; // TOOL_RING × when the call times out, ms; 0 for never
-const F64_PER_SLOT = TOOL_DEADLINE + TOOL_RING;
+const TIER_AT = TOOL_DEADLINE + TOOL_RING; // 2 × when tier 1, tier 2 was claimed, ms; 0 before
+const F64_PER_SLOT = TIER_AT + 2;
 
 // Int32 fields of a slot.
 const GEN = 0; // bumped when the slot is freed, so stale handles see it
@@ -642,8 +643,18 @@ export class RunTable {
       const old = Atomics.load(this.#i, i);
       const next = fireTier(old, tier);
       if (next === undefined) return false;
-      if (Atomics.compareExchange(this.#i, i, old, next) === old) return true;
+      if (Atomics.compareExchange(this.#i, i, old, next) === old) {
+        // When it was crossed, for the run's record (the time line places its tier marks there).
+        this.#f[this.#fAt(slot) + TIER_AT + tier - 1] = nowMs();
+        return true;
+      }
     }
+  }
+
+  /** When the mid-run surface claimed this tier, ms on the shared clock; undefined before. */
+  tierAt(slot: number, tier: 1 | 2): number | undefined {
+    const at = this.#f[this.#fAt(slot) + TIER_AT + tier - 1]!;
+    return at > 0 ? at : undefined;
   }
 
   /** Whether the mid-run surface already has this tier (or a higher one). */

@@ -410,6 +410,7 @@ export class AgentCheckpoint {
       if (resumed) start.previous = resumed.previous;
       if (resumed?.resumeNote !== undefined) start.resumeNote = resumed.resumeNote;
       if (trace) start.trace = trace;
+      if (resumed?.noFile) start.noFile = true;
       return new Run(own?.context ?? this.#context, start);
     }, (error) => {
       if (claimed && !taken) this.#slots.unclaim(claimed.slot);

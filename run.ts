@@ -28,7 +28,7 @@ import {
 import { budgetValue, type ModelPrice, type Settings } from "./settings.ts";
 import type { SettingsReading, SettingsSource } from "./config.ts";
 import { MAX_NAME_BYTES, nowMs, type RunTable } from "./_run_table.ts";
-import { renderTemplate } from "./template.ts";
+import { renderTemplate, withoutSentencesNaming } from "./template.ts";
 import { fireTier, type Tier, tierFor, type TierPlan, TierPlans } from "./tier.ts";
 import { passedCap, type TreeRow, type TreeSeat, type TreeSeats, type TreeUse } from "./_tree.ts";
 import {
@@ -75,10 +75,58 @@ export interface PreviousAttempt {
   summary: string;
   /** From the run ledger: `live` (another process still runs it), `cut-off`, or how it ended. */
   status?: "live" | "cut-off" | EndStatus;
-  /** From the run ledger: where it ran. */
-  host?: { machine: string; pid: number };
+  /**
+   * From the run ledger: where it ran, the machine and the process id. As text (`${host}`) it
+   * reads `machine (pid N)`; `JSON.stringify` gives `{ machine, pid }`.
+   */
+  host?: AttemptHost;
   /** From the run ledger: the tool calls in flight when it stopped, whose outcome is unknown. */
   inFlight?: { tool: string; callId?: string; runningSeconds: number; timedOut?: boolean }[];
+}
+
+/**
+ * Where an earlier attempt ran: its machine and process id, as the run ledger
+ * recorded them. `String(host)` reads `machine (pid N)`.
+ *
+ * @example
+ * ```ts
+ * import { attemptHost } from "./run.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const host = attemptHost("ci-7", 4121);
+ * assert.equal(`${host}`, "ci-7 (pid 4121)");
+ * assert.deepEqual(JSON.parse(JSON.stringify(host)), { machine: "ci-7", pid: 4121 });
+ * ```
+ */
+export interface AttemptHost {
+  /** The machine's name. */
+  machine: string;
+  /** The process id on that machine. */
+  pid: number;
+  /** `machine (pid N)`. */
+  toString(): string;
+}
+
+/**
+ * An {@link AttemptHost}: `{ machine, pid }` with a `toString()` of its own
+ * that JSON and `deepEqual` do not see (it is not enumerable). @internal
+ *
+ * @example
+ * ```ts
+ * import { attemptHost } from "./run.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(String(attemptHost("m", 1)), "m (pid 1)");
+ * ```
+ */
+export function attemptHost(machine: string, pid: number): AttemptHost {
+  const host = { machine, pid } as AttemptHost;
+  Object.defineProperty(host, "toString", {
+    value: function (this: AttemptHost) {
+      return `${this.machine} (pid ${this.pid})`;
+    },
+  });
+  return host;
 }
 
 /** What a run starts with besides its context. @internal */
@@ -94,6 +142,8 @@ export interface RunStart {
   tree?: TreeSeat;
   /** The run's span, when a tracer listens. */
   trace?: RunTrace;
+  /** True when the earlier attempt left no checkpoint file: the resume text names none. */
+  noFile?: true;
 }
 
 const MAX_NOTE = 2000;
@@ -199,7 +249,7 @@ export class Run {
   #planVersion = -1;
   #prologue = 0;
   /** The resumed run's note until its resume text has gone out; `false` once it has, or for a fresh run. */
-  #resume: { note: string | undefined } | false;
+  #resume: { note: string | undefined; noFile: boolean } | false;
   /** Sequence numbers of the tool calls in flight, by call id, made on first use. */
   #calls: Map<string, number> | undefined;
   #ended = false;
@@ -214,7 +264,8 @@ export class Run {
     this.#info = start.info;
     this.attempt = start.attempt;
     this.previous = start.previous;
-    this.#resume = start.previous !== undefined && { note: start.resumeNote };
+    this.#resume = start.previous !== undefined &&
+      { note: start.resumeNote, noFile: start.noFile === true };
     this.#workspace = start.workspace ?? "";
     this.#trace = start.trace;
     if (start.tree) {
@@ -486,6 +537,7 @@ export class Run {
     elapsed: number,
   ): string | undefined {
     const note = this.#resume ? this.#resume.note : undefined;
+    const noFile = this.#resume ? this.#resume.noFile : false;
     this.#resume = false;
     const previous = this.previous;
     if (!previous) return undefined;
@@ -493,12 +545,16 @@ export class Run {
       ctx.log("info", `resumed as attempt ${this.attempt}: ${previous.summary}`, this.runId);
       return undefined;
     }
-    let text = renderTemplate(settings.resume_template, {
+    // No file to point at: the template's sentences that name one are left out.
+    const template = noFile
+      ? withoutSentencesNaming(settings.resume_template, "checkpoint_file")
+      : settings.resume_template;
+    let text = renderTemplate(template, {
       ...templateValues(this.#info, used, elapsed),
       previous: previous.summary,
       attempt: this.attempt,
     });
-    if (note !== undefined) text += ` ${note}`;
+    if (note !== undefined) text = text === "" ? note : `${text} ${note}`;
     if (this.dialect === "kanban") {
       text += ` The task's comments hold the earlier attempts' checkpoints too.`;
     }

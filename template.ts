@@ -292,6 +292,37 @@ export function renderTemplate(template: string, values: TemplateValues): string
 }
 
 /**
+ * A template without its sentences that use `{name}`: a resumed run whose
+ * earlier attempt left no checkpoint file is not told to read one.
+ *
+ * @param template A tier or resume template.
+ * @param name A placeholder's name, without braces.
+ * @returns The template with every sentence naming `{name}` left out.
+ *
+ * @example
+ * ```ts
+ * import { withoutSentencesNaming } from "./template.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(
+ *   withoutSentencesNaming("It stopped. Read {checkpoint_file} first. Go on.", "checkpoint_file"),
+ *   "It stopped. Go on.",
+ * );
+ * ```
+ */
+export function withoutSentencesNaming(template: string, name: string): string {
+  const placeholder = `{${name}}`;
+  // Sentences alternate with the spaces after their ends.
+  const pieces = String(template).split(/(?<=[.!?])(\s+)/);
+  let out = "";
+  for (let i = 0; i < pieces.length; i += 2) {
+    if (pieces[i]!.includes(placeholder)) continue;
+    out += (out === "" ? "" : pieces[i - 1] ?? " ") + pieces[i];
+  }
+  return out.trim();
+}
+
+/**
  * Seconds in a DURATION such as `90s`, `30m`, `12h`, `7d`, `2w`; a bare
  * number is seconds only with `bareSeconds`.
  *

@@ -17,6 +17,7 @@ import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../pers
 import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
 import { PgRunStore } from "../store/postgres.ts";
+import type { RunView } from "../store/types.ts";
 import {
   homeSettings,
   ledgerAuditText,
@@ -229,10 +230,12 @@ never recorded its end shows its last checkpoint's kind ("tier 2", "stall",
 resumed run adds ", attempt N".
 
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
-  --json       one JSON object: { store, counts, runs } from the ledger (each run with
-               state: "live" | "ended" | "cut-off"); { dir, files } for the
-               files (each file with run: "ended" | "cut off" | null, ended:
-               its end status, and attempt)`;
+  --json       one JSON object: { store, counts, shown, limit, runs } from the
+               ledger, paged like the table: runs holds the newest --limit runs
+               (100 by default; limit is null with --limit 0), shown how many,
+               and counts every run (each run with state: "live" | "ended" |
+               "cut-off"); { dir, files } for the files (each file with run:
+               "ended" | "cut off" | null, ended: its end status, and attempt)`;
 
 /**
  * `agent-checkpoint ls`.
@@ -287,6 +290,9 @@ export const lsCommand: Command = {
           writeJson(io, {
             store: ledger.location,
             counts: counts.byState,
+            // Paged like the table: the newest `limit` runs (null: every run), `shown` of them.
+            shown: runs.length,
+            limit: limit === 0 ? null : limit,
             runs: runs.map(runJson),
           });
         } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io)));
@@ -345,6 +351,21 @@ function findRun(dir: string, runId: string): CheckpointFile | undefined {
   }
   return listCheckpoints(dir).find((f) => f.runId === runId);
 }
+
+/**
+ * Whose the file on this machine is, when it is not the newest attempt's: the
+ * attempt it records, and where the newest one ran.
+ */
+function localFileNote(local: CheckpointFile): string {
+  const mine = local.record
+    ? `attempt ${local.record.attempt ?? 1}'s`
+    : "one with no record of this run's attempts";
+  return `the checkpoint file on this machine, ${terminalSafe(local.file)}, is ${mine}`;
+}
+
+/** Where a record's attempt ran: `machine (pid N)`. */
+const ranOn = (view: RunView) =>
+  `${terminalSafe(view.record.host.machine)} (pid ${view.record.host.pid})`;
 
 /** The line heading `show`: how the run ended, or that it was cut off. */
 function stateLine(f: CheckpointFile): string | undefined {
@@ -429,7 +450,14 @@ export const showCommand: Command = {
         await ledger.close();
       }
     }
-    const found = findRun(dir, runId);
+    const local = findRun(dir, runId);
+    // A file here that is another attempt's (the newest ran on another machine of the fleet) does
+    // not go under the newest attempt's header: the store's copy of that attempt's file does.
+    const localAttempt = local?.record ? local.record.attempt ?? 1 : undefined;
+    const otherAttempt = view !== undefined && local !== undefined &&
+      localAttempt !== view.record.attempt;
+    const found = otherAttempt && stored !== undefined ? undefined : local;
+    const whose = otherAttempt && local ? localFileNote(local) : undefined;
     if (view && !found) {
       if (parsed.switches.has("--json")) {
         writeJson(io, {
@@ -442,8 +470,8 @@ export const showCommand: Command = {
           `${ledgerShowText(view, io)}\n${
             paint(io).dim(
               `(its checkpoint file, as the fleet store keeps it; written on ${
-                terminalSafe(view.record.host.machine)
-              })`,
+                whose ? ranOn(view) : terminalSafe(view.record.host.machine)
+              }${whose ? `; ${whose}` : ""})`,
             )
           }\n${terminalSafe(stored, { lines: true })}\n`,
         );
@@ -469,6 +497,16 @@ export const showCommand: Command = {
     const state = view ? undefined : stateLine(found);
     const head = `${view ? `${ledgerShowText(view, io)}\n` : ""}${
       state ? `${p.bold(state)}\n` : ""
+    }${
+      whose
+        ? `${
+          p.dim(
+            `(${whose}; attempt ${view!.record.attempt} ran on ${
+              ranOn(view!)
+            }, and neither this machine nor the store has its file)`,
+          )
+        }\n`
+        : ""
     }${p.bold(terminalSafe(found.file))}\n`;
     if (found.state === "not a regular file") {
       io.stdout(`${head}${p.dim(terminalSafe(notRegularText(found)))}\n`);

@@ -554,6 +554,7 @@ function packageJson(): void {
       "esm/scripts/*.js",
       "esm/scripts/*.d.ts",
       "README.md",
+      "docs/*.md",
       "LICENSE",
     ],
     engines: { node: ">=20" },
@@ -569,6 +570,11 @@ function packageJson(): void {
   fs.writeFileSync(path.join(out, "package.json"), JSON.stringify(pkg, null, 2) + "\n");
   for (const file of ["README.md", "LICENSE"]) {
     fs.copyFileSync(path.join(root, file), path.join(out, file));
+  }
+  // The reference the README links to, which the tests check as they check the README.
+  fs.mkdirSync(path.join(out, "docs"), { recursive: true });
+  for (const file of fs.readdirSync(path.join(root, "docs")).filter((f) => f.endsWith(".md"))) {
+    fs.copyFileSync(path.join(root, "docs", file), path.join(out, "docs", file));
   }
   // The compiled tests resolve their dependencies from the tools' node_modules.
   fs.symlinkSync(path.join(tools, "node_modules"), path.join(out, "node_modules"), "dir");

@@ -45,6 +45,20 @@ export const SCAN_LIMIT = 20_000;
 export const FILE_CHARS = 1024 * 1024;
 /** The most attempts of one run listed in its detail. */
 export const ATTEMPTS_LIMIT = 100;
+/** The most earlier attempts of one run drawn in its row (the newest of them). */
+export const ROW_ATTEMPTS = 20;
+
+/** One attempt of a run, as its row draws it: a stretch of its time bar and how it ended. */
+export interface AttemptSpan {
+  /** The attempt number. */
+  attempt: number;
+  /** Its status: live, cut off, or how it ended. */
+  status: ShownStatus;
+  /** When it started, ms. */
+  startedAt: number;
+  /** When it ended, or was last heard of (cut off); undefined while live. */
+  endAt?: number;
+}
 
 /** One cap of a run: what it used of it, and where its tiers fall. */
 export interface CapUse {
@@ -111,6 +125,11 @@ export interface RunRow {
   hasFile: boolean;
   /** How many earlier attempts its record names. */
   earlierAttempts: number;
+  /**
+   * Every attempt the store keeps of the run, oldest first, the newest (this row's) last; the
+   * earlier ones only in `GET /api/runs` (at most {@linkcode ROW_ATTEMPTS} of them).
+   */
+  attempts: AttemptSpan[];
 }
 
 /** What `GET /api/runs` answers. */
@@ -125,6 +144,11 @@ export interface RunsPayload {
   counts: Record<ShownStatus, number>;
   /** Runs matching the filters, all statuses together. */
   total: number;
+  /**
+   * Earlier attempts of the runs listed that were cut off (`counts` counts each run's newest
+   * attempt only: a run cut off three times and then aborted counts as aborted there).
+   */
+  earlierCutOff: number;
   /** Every machine of the store (within `since`), with its runs' count. */
   hosts: Record<string, number>;
   /** The runs listed, newest first. */
@@ -368,8 +392,9 @@ function capUses(record: RunRecord, elapsed: number, settings: Settings): CapUse
 }
 
 /**
- * The marks of a run's time line: each tier it reached (when the time axis
- * got there, else estimated from its turns), its checkpoint file's last
+ * The marks of a run's time line: each tier it reached (when the ledger
+ * recorded the crossing; for a record without those times, when the time
+ * axis got there, else estimated from its turns), its checkpoint file's last
  * write, and its end.
  */
 function marks(
@@ -382,6 +407,12 @@ function marks(
   const plan = tierPlan(capValues(record.caps), settings);
   for (const tier of [1, 2] as const) {
     if (record.tier < tier) continue;
+    if (record.tierAt) {
+      // Recorded when crossed; a tier skipped (tier 2 claimed first) has no time and no mark.
+      const at = record.tierAt[tier];
+      if (typeof at === "number") out.push({ kind: "tier", tier, at });
+      continue;
+    }
     const byTime = timeCrossing(plan, tier);
     if (byTime !== undefined && byTime <= elapsed) {
       out.push({ kind: "tier", tier, at: record.startedAt + byTime * 1000 });
@@ -428,9 +459,22 @@ function runRow(view: RunView, settings: Settings, dir: CheckpointDir, now: numb
     marks: marks(r, elapsed, settings, file),
     hasFile: file !== undefined,
     earlierAttempts: r.attempts?.length ?? 0,
+    attempts: [],
   };
   if (view.state !== "live") row.endAt = seen;
+  row.attempts = [attemptSpan(view, now)];
   return row;
+}
+
+/** An attempt as its run's row draws it. */
+function attemptSpan(view: RunView, now: number): AttemptSpan {
+  const span: AttemptSpan = {
+    attempt: view.record.attempt,
+    status: shownStatus(view),
+    startedAt: view.record.startedAt,
+  };
+  if (view.state !== "live") span.endAt = view.record.end?.at ?? lastSeen(view, now);
+  return span;
 }
 
 const STATE_OF: Record<ShownStatus, RunState> = {
@@ -505,14 +549,37 @@ export async function runsPayload(ctx: ApiContext, params: URLSearchParams): Pro
       query.limit,
     );
   }
+  const runs = views.map((v) => runRow(v, ctx.settings, dir, now));
+  // Every earlier attempt of the retried runs listed, in one read: each row draws them all.
+  const retried = runs.filter((r) => r.attempt > 1);
+  let earlierCutOff = 0;
+  if (retried.length > 0) {
+    const earlier = await ctx.store.list({
+      earlierOf: retried.map((r) => r.runId),
+      limit: retried.length * ROW_ATTEMPTS,
+    });
+    const byRun = new Map<string, AttemptSpan[]>();
+    for (const v of earlier) {
+      const spans = byRun.get(v.record.runId) ?? [];
+      if (spans.length >= ROW_ATTEMPTS) continue;
+      spans.push(attemptSpan(v, now));
+      byRun.set(v.record.runId, spans);
+    }
+    for (const row of retried) {
+      const spans = (byRun.get(row.runId) ?? []).sort((a, b) => a.attempt - b.attempt);
+      earlierCutOff += spans.filter((s) => s.status === "cut-off").length;
+      row.attempts = [...spans, ...row.attempts];
+    }
+  }
   const out: RunsPayload = {
     now,
     store: { engine: ctx.store.engine, location: ctx.store.location },
     query,
     counts,
     total: query.status.reduce((n, s) => n + counts[s], 0),
+    earlierCutOff,
     hosts,
-    runs: views.map((v) => runRow(v, ctx.settings, dir, now)),
+    runs,
   };
   if (scanLimited !== undefined) out.scanLimited = scanLimited;
   return out;

@@ -106,6 +106,9 @@ main { display: flex; align-items: flex-start; }
 .mark.tier.estimated::before { border-style: dotted; }
 .mark.checkpoint { border-left: 2px solid var(--fg); }
 .mark.end::before { content: ""; position: absolute; left: -1px; top: 2px; width: 2px; height: 14px; background: var(--fg); opacity: .45; }
+.bar.earlier { top: 6px; height: 6px; opacity: .8; }
+.mark.attempt::before { content: ""; position: absolute; left: -3px; top: 3px; width: 4px; height: 12px; background: var(--cut-off); border: 1px solid #fff; border-radius: 1px; }
+.mark.attempt.ended::before { background: var(--fg); }
 .caps { display: flex; flex-direction: column; gap: 2px; }
 .cap { display: grid; grid-template-columns: 38px 1fr 112px; gap: 6px; align-items: center; font-size: 11px; color: var(--muted); }
 .meter { position: relative; height: 7px; background: var(--line); border-radius: 3px; overflow: hidden; }
@@ -240,7 +243,8 @@ export const APP_JS = String.raw`"use strict";
       legend.appendChild(k);
     });
     [["mark tier", "tier reached"], ["mark tier estimated", "tier reached (time estimated from turns)"],
-      ["mark checkpoint", "checkpoint file written (last)"], ["mark end", "end"]].forEach(function (m) {
+      ["mark checkpoint", "checkpoint file written (last)"], ["mark end", "end"],
+      ["mark attempt", "an earlier attempt cut off"], ["mark attempt ended", "an earlier attempt ended"]].forEach(function (m) {
       var k = el("span", "key");
       k.appendChild(el("span", m[0]));
       k.appendChild(document.createTextNode(m[1]));
@@ -256,7 +260,8 @@ export const APP_JS = String.raw`"use strict";
   function drawCounts(data) {
     document.querySelectorAll("#status-filter label").forEach(function (l) {
       var s = l.getAttribute("data-status");
-      l.querySelector(".count").textContent = " " + (data.counts[s] || 0);
+      l.querySelector(".count").textContent = " " + (data.counts[s] || 0) +
+        (s === "cut-off" && data.earlierCutOff ? " (+" + data.earlierCutOff + " earlier attempts)" : "");
     });
     var sel = $("host");
     var hosts = Object.keys(data.hosts).sort();
@@ -315,7 +320,10 @@ export const APP_JS = String.raw`"use strict";
     var runs = state.status.length ? data.runs : [];
     var now = data.now;
     var first = now;
-    runs.forEach(function (r) { if (r.startedAt < first) first = r.startedAt; });
+    runs.forEach(function (r) {
+      (r.attempts || []).forEach(function (a) { if (a.startedAt < first) first = a.startedAt; });
+      if (r.startedAt < first) first = r.startedAt;
+    });
     // A little room before the first start, and at least ten seconds across.
     var t0 = first - Math.max(1000, (now - first) * 0.02);
     if (now - t0 < 10000) t0 = now - 10000;
@@ -334,10 +342,21 @@ export const APP_JS = String.raw`"use strict";
       id.appendChild(document.createTextNode(r.runId));
       id.setAttribute("title", r.runId);
       lab.appendChild(id);
-      var meta = label(r.status) + " · " + r.machine + (r.attempt > 1 ? " · attempt " + r.attempt : "") +
+      var earlier = (r.attempts || []).slice(0, -1);
+      var cut = earlier.filter(function (a) { return a.status === "cut-off"; }).length;
+      // Each tool in flight by its full name and how long the call has run (from its last record).
+      var calls = r.inFlight.map(function (c) {
+        return c.tool + " " + duration(((r.endAt === undefined ? now : r.endAt) - c.startedAt) / 1000);
+      });
+      var meta = label(r.status) + " · " + r.machine +
+        (r.attempt > 1 ? " · attempt " + r.attempt + (cut ? " (" + cut + " cut off before)" : "") : "") +
         " · " + r.turnsUsed + " turns · " + duration(r.elapsedSeconds) + (r.tier ? " · tier " + r.tier : "") +
-        (r.inFlight.length ? " · in " + r.inFlight.map(function (c) { return c.tool; }).join(", ") : "");
-      lab.appendChild(el("span", "meta", meta));
+        (calls.length ? " · in " + calls.join(", ") : "");
+      var metaEl = el("span", "meta", meta);
+      metaEl.setAttribute("title", meta + (r.inFlight.length ? "\n" + r.inFlight.map(function (c) {
+        return "in flight: " + c.tool + (c.callId ? " (call id " + c.callId + ")" : "") + " since " + when(c.startedAt);
+      }).join("\n") : ""));
+      lab.appendChild(metaEl);
       row.appendChild(lab);
       var lane = el("div", "lane");
       var end = r.endAt === undefined ? now : r.endAt;
@@ -345,6 +364,20 @@ export const APP_JS = String.raw`"use strict";
       bar.style.left = at(r.startedAt);
       bar.style.width = pct((end - r.startedAt) / span);
       bar.setAttribute("title", label(r.status) + ": " + when(r.startedAt) + " to " + (r.endAt === undefined ? "now" : when(r.endAt)));
+      // The earlier attempts: each a thin stretch of the bar, and a mark where it ended.
+      earlier.forEach(function (a) {
+        var stop = a.endAt === undefined ? now : a.endAt;
+        var seg = el("div", "bar earlier " + statusClass(a.status));
+        seg.style.left = at(a.startedAt);
+        seg.style.width = pct((stop - a.startedAt) / span);
+        lane.appendChild(seg);
+        var mk = el("div", "mark attempt" + (a.status === "cut-off" ? "" : " ended"));
+        mk.setAttribute("data-attempt", String(a.attempt));
+        mk.style.left = at(stop);
+        mk.setAttribute("title", "attempt " + a.attempt + " " + (a.status === "cut-off" ? "cut off" : a.status === "live" ? "still live" : "ended " + label(a.status)) +
+          " at " + when(stop));
+        lane.appendChild(mk);
+      });
       lane.appendChild(bar);
       r.marks.forEach(function (m) {
         var mk = el("div", "mark " + (m.kind === "tier" ? "tier" : m.kind === "checkpoint" ? "checkpoint" : "end") + (m.estimated ? " estimated" : ""));

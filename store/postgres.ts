@@ -612,7 +612,10 @@ export class PgRunStore implements RunStore {
       params.push(v);
       return `$${params.length}`;
     };
-    if (query.runId !== undefined) where.push(`r.run_id = ${param(query.runId)}`);
+    if (query.earlierOf !== undefined) {
+      where.push(`r.run_id IN (${query.earlierOf.map(param).join(", ") || "NULL"})`);
+      where.push("NOT r.newest");
+    } else if (query.runId !== undefined) where.push(`r.run_id = ${param(query.runId)}`);
     else where.push("r.newest");
     if (query.since !== undefined) {
       where.push(`r.updated_at >= ${param(String(Math.floor(query.since)))}`);

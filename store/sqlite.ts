@@ -455,7 +455,11 @@ export class SqliteRunStore implements RunStore {
   listSync(query: ListQuery = {}): RunView[] {
     const where: string[] = [];
     const params: unknown[] = [];
-    if (query.runId !== undefined) {
+    if (query.earlierOf !== undefined) {
+      where.push(`r.run_id IN (${query.earlierOf.map(() => "?").join(", ") || "NULL"})`);
+      where.push("r.newest = 0");
+      params.push(...query.earlierOf);
+    } else if (query.runId !== undefined) {
       where.push("r.run_id = ?");
       params.push(query.runId);
     } else where.push("r.newest = 1");

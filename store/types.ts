@@ -86,6 +86,8 @@ export interface RunRecord {
   elapsedSeconds: number;
   /** The budget tier reached, 0 for none. */
   tier: number;
+  /** When each tier reached was crossed, ms since the epoch (records written before it: none). */
+  tierAt?: { 1?: number; 2?: number };
   /** Tool calls started and not ended, oldest first. */
   inFlight: CallInFlight[];
   /** The most recent finished tool calls, oldest first (`startedAt` in seconds after the run's start). */
@@ -180,6 +182,8 @@ export interface ListQuery {
   machine?: string;
   /** Only this run id (every attempt kept). */
   runId?: string;
+  /** Only the earlier attempts (every one but the newest) of these run ids; wins over `runId`. */
+  earlierOf?: string[];
   /** The most runs returned, the newest first. @default {1000} */
   limit?: number;
 }

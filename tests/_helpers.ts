@@ -70,6 +70,20 @@ export const README = fileURLToPath(
   new URL(underDeno ? "../README.md" : "../../README.md", import.meta.url),
 );
 
+/** The reference the README links to, `docs/*.md` (copied into the npm package as well). */
+export const DOCS = fileURLToPath(new URL(underDeno ? "../docs/" : "../../docs/", import.meta.url));
+
+/** One page of the reference, `docs/<name>`. */
+export function doc(name: string): string {
+  return path.join(DOCS, name);
+}
+
+/** The README and every page of `docs/`, the Markdown a reader is shown. */
+export function markdownFiles(): string[] {
+  const pages = fs.readdirSync(DOCS).filter((f) => f.endsWith(".md")).sort();
+  return [README, ...pages.map(doc)];
+}
+
 /** The file of a fixture script beside this one, in this runtime's extension. */
 export function fixture(name: string): string {
   const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";

@@ -1,5 +1,6 @@
 /**
- * The README's code compiles: every ```ts / ```js block is type-checked with
+ * The README's code compiles, and so does the reference's (`docs/*.md`) it links to: every
+ * ```ts / ```js block is type-checked with
  * `deno check` against this repository's own modules (the package's names,
  * `agent-checkpoint` and `agent-checkpoint/<adapter>`, and `./mod.ts` are
  * rewritten to the files they name).
@@ -16,7 +17,7 @@ import * as path from "node:path";
 import { execFileSync } from "node:child_process";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { README, tempHome, underDeno } from "./_helpers.ts";
+import { doc, markdownFiles, README, tempHome, underDeno } from "./_helpers.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -92,19 +93,38 @@ function rewrite(code: string, map: Map<string, string>): string {
   );
 }
 
-test("README: every ts/js snippet type-checks against this repository", (t) => {
+/** A page's name in a snippet's file name: `README`, or `docs-settings` for `docs/settings.md`. */
+function pageTag(file: string): string {
+  const base = path.basename(file, ".md");
+  return file === README ? base : `docs-${base}`;
+}
+
+/** The page a snippet's file name tags, as a reader would look for it. */
+function pageName(tag: string): string {
+  return tag.startsWith("docs-") ? `docs/${tag.slice(5)}.md` : `${tag}.md`;
+}
+
+test("README and docs/: every ts/js snippet type-checks against this repository", (t) => {
   if (!underDeno) return t.skip("deno check runs under Deno");
-  const readme = fs.readFileSync(README, "utf8");
-  const found = snippets(readme);
-  assert.ok(found.filter((s) => !s.ignore && s.lang === "ts").length >= 1, "a snippet to paste");
+  const pages = markdownFiles();
+  assert.ok(pages.length > 1, "the README links to pages of docs/");
+  const readme = snippets(fs.readFileSync(README, "utf8"));
+  assert.ok(readme.filter((s) => !s.ignore && s.lang === "ts").length >= 1, "a snippet to paste");
+  const found = pages.flatMap((page) =>
+    snippets(fs.readFileSync(page, "utf8")).map((s) => ({ ...s, tag: pageTag(page) }))
+  );
+  assert.ok(
+    found.some((s) => s.tag !== "README" && !s.ignore && s.lang === "ts"),
+    "docs/ has snippets of its own, checked as the README's are",
+  );
   const dir = fs.mkdtempSync(path.join(ROOT, "tests", ".readme-"));
   try {
     const map = specifierMap(dir);
-    const core = found.find((s) => !s.ignore && /createAgentCheckpoint\(/.test(s.code));
+    const core = readme.find((s) => !s.ignore && /createAgentCheckpoint\(/.test(s.code));
     assert.ok(core, "the README shows how to create the keeper");
     const files: string[] = [];
     for (const s of found) {
-      const name = path.join(dir, `line_${s.line}.${s.lang}`);
+      const name = path.join(dir, `${s.tag}_line_${s.line}.${s.lang}`);
       let code = rewrite(s.code, map);
       if (s.ignore && s.lang === "ts") {
         // The keeper as the README's first snippet makes it, and what the reader brings.
@@ -136,12 +156,48 @@ test("README: every ts/js snippet type-checks against this repository", (t) => {
       const e = error as { stdout?: string; stderr?: string };
       output = `${e.stdout ?? ""}${e.stderr ?? ""}`;
     }
-    // deno check names the file; the file names the README's line.
-    const where = output.replace(/file:\/\/\S*\/line_(\d+)\.(ts|js)/g, "README.md line $1");
-    assert.equal(where, "", `README snippets that do not compile:\n${where}`);
+    // deno check names the file; the file names the page and its line.
+    const where = output.replace(
+      /file:\/\/\S*\/([A-Za-z-]+)_line_(\d+)\.(ts|js)/g,
+      (_all, tag: string, line: string) => `${pageName(tag)} line ${line}`,
+    );
+    assert.equal(where, "", `README and docs/ snippets that do not compile:\n${where}`);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
+});
+
+/** Packages the library loads only when a setting asks for them. */
+const OPTIONAL = new Set(["postgres"]);
+
+test("README: the npm packages the library names are the ones the README lists", (t) => {
+  if (!underDeno) return t.skip("the sources are read under Deno");
+  const named = new Set<string>();
+  const walk = (dir: string) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) {
+        // The adapters name their frameworks (a sentence of their own); tests and scripts are
+        // not the library.
+        if (dir === ROOT && !["adapters", "tests", "scripts", "npm", "docs"].includes(e.name)) {
+          if (!e.name.startsWith(".")) walk(p);
+        }
+      } else if (e.name.endsWith(".ts")) {
+        const code = fs.readFileSync(p, "utf8").split("\n").filter((l) => !/^\s*(\*|\/\/)/.test(l))
+          .join("\n");
+        for (const m of code.matchAll(/["']npm:((?:@[\w.-]+\/)?[\w.-]+)@/g)) named.add(m[1]!);
+      }
+    }
+  };
+  walk(ROOT);
+  assert.ok(named.has("js-yaml"), [...named].join(", "));
+  const readme = fs.readFileSync(README, "utf8");
+  const section = readme.split(/^### By URL, in Deno$/m)[1]?.split(/^#/m)[0] ?? "";
+  const listed = new Set([...section.matchAll(/`([^`]+)`/g)].map((m) => m[1]!));
+  assert.deepEqual([...named].filter((n) => !listed.has(n)).sort(), [], section);
+  const count = /names its (\w+) dependencies/.exec(section)?.[1];
+  const required = [...named].filter((n) => !OPTIONAL.has(n));
+  assert.equal(count, ["zero", "one", "two", "three", "four"][required.length], section);
 });
 
 test("README: the snippet scanner finds blocks, their language and the ignore mark", () => {
@@ -152,8 +208,8 @@ test("README: the snippet scanner finds blocks, their language and the ignore ma
   ]);
 });
 
-test("README: a resumed attempt gets a fresh budget, as it says", async () => {
-  const readme = fs.readFileSync(README, "utf8");
+test("docs/resume.md: a resumed attempt gets a fresh budget, as it says", async () => {
+  const readme = fs.readFileSync(doc("resume.md"), "utf8");
   assert.match(readme, /Each attempt gets a fresh budget/);
   const { createAgentCheckpoint } = await import("../mod.ts");
   const { readCheckpoint } = await import("../persist.ts");

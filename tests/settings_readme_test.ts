@@ -1,16 +1,16 @@
-// The README's settings table is written for people; this keeps it true to the one settings
-// table in settings.ts: every setting listed once, with its default, and nothing else.
+// The settings table (docs/settings.md, linked from the README) is written for people; this
+// keeps it true to the one settings table in settings.ts: every setting listed once, with its default, and nothing else.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { SETTINGS, type SettingSpec } from "../settings.ts";
-import { README } from "./_helpers.ts";
+import { doc } from "./_helpers.ts";
 
 /** The rows of the README's settings table: key → the default as written. */
 function readmeRows(): Map<string, string> {
-  const text = fs.readFileSync(README, "utf8");
-  const start = text.indexOf("\n## Configuration");
-  assert.ok(start >= 0, "the README has a Configuration section");
+  const text = fs.readFileSync(doc("settings.md"), "utf8");
+  const start = text.indexOf("# Configuration");
+  assert.ok(start === 0, "docs/settings.md opens with its Configuration section");
   const end = text.indexOf("\n## ", start + 1);
   const section = text.slice(start, end < 0 ? undefined : end);
   const rows = new Map<string, string>();
@@ -53,7 +53,7 @@ function written(key: string, value: unknown): string {
   return `\`${String(value)}\``;
 }
 
-test("the README's settings table lists every setting once, with its default", () => {
+test("docs/settings.md: the settings table lists every setting once, with its default", () => {
   const rows = readmeRows();
   const missing: string[] = [];
   for (const [key, spec] of settings()) {
@@ -64,7 +64,7 @@ test("the README's settings table lists every setting once, with its default", (
   assert.deepEqual(missing, [], "settings the README does not list");
 });
 
-test("the README's settings table names no setting that does not exist", () => {
+test("docs/settings.md: the settings table names no setting that does not exist", () => {
   const known = new Set(settings().map(([key]) => key));
   const unknown = [...readmeRows().keys()].filter((key) => !known.has(key));
   assert.deepEqual(unknown, []);

@@ -136,7 +136,7 @@ export class FileLock {
         throw new LockTimeout(
           `${this.file} is held by ${
             owner ? `process ${owner.pid}` : "another process"
-          } for more than ${Math.round(waitMs / 1000)} s`,
+          } for more than ${waitMs < 1000 ? `${waitMs} ms` : `${Math.round(waitMs / 1000)} s`}`,
         );
       }
       pause(delay);

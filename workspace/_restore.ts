@@ -234,8 +234,13 @@ export function applyPlan(project: Project, plan: PlanEntry[], ledger: Ledger): 
   return done;
 }
 
-/** The tree a plan would leave: the current tree with the plan applied. */
-export function resultTree(project: Project, current: string, plan: PlanEntry[]): string {
+/**
+ * The unified diff a plan would apply to the current tree: the current tree with the plan
+ * applied in an index of its own, compared with the current tree. No tree is written, so no
+ * object of the store is written or touched (git refreshes the time of an object it is asked to
+ * write again, also where it is only an alternate's), and a preview writes nothing to the store.
+ */
+export function resultPatch(project: Project, current: string, plan: PlanEntry[]): string {
   const tmp = path.join(project.workDir, `diff-index-${process.pid}`);
   const gitDir = project.store.gitDir;
   const env = project.gitEnv();
@@ -256,7 +261,8 @@ export function resultTree(project: Project, current: string, plan: PlanEntry[])
         input: Buffer.concat(lines),
       });
     }
-    return project.store.git.run(["write-tree"], { gitDir, index: tmp, env }).toString().trim();
+    const diff = ["diff-index", "--cached", "-p", "-r", "--no-renames", "--no-color", current];
+    return project.store.git.run(diff, { gitDir, index: tmp, env }).toString("utf8");
   } finally {
     fs.rmSync(tmp, { force: true });
   }

@@ -543,6 +543,24 @@ export class Project {
   }
 
   /** Record writes of the agent (content hash, or null: deleted) by appending one line. */
+  /**
+   * Note a snapshot a hook skipped because another process held the project's lock for longer
+   * than a hook waits: one line appended to `skipped.jsonl` (no lock needed), kept under 64 KiB.
+   */
+  recordSkipped(reason: string): void {
+    fs.mkdirSync(this.dir, { recursive: true });
+    const file = path.join(this.dir, "skipped.jsonl");
+    if ((statSyncIfThere(file)?.size ?? 0) > SKIPPED_MAX_BYTES) return;
+    const line = JSON.stringify({ at: new Date().toISOString(), pid: process.pid, reason });
+    fs.appendFileSync(file, line.slice(0, 2000) + "\n");
+  }
+
+  /** How many snapshots hooks skipped (see {@link Project.recordSkipped}). */
+  skippedCount(): number {
+    const text = readIfThere(path.join(this.dir, "skipped.jsonl"))?.toString("utf8") ?? "";
+    return text.split("\n").filter((l) => l.startsWith("{")).length;
+  }
+
   recordWrites(entries: Ledger): void {
     if (Object.keys(entries).length === 0) return;
     fs.mkdirSync(this.dir, { recursive: true });
@@ -954,6 +972,15 @@ export function writeAtomic(file: string, text: string): void {
 
 /** How long a snapshot waits for another process's snapshot of the same project. */
 export const LOCK_WAIT_MS = 30_000;
+
+/**
+ * How long a hook's snapshot waits for another process's snapshot of the same project: past it
+ * the snapshot is skipped (a log line, a line in the project's `skipped.jsonl`), never the tool.
+ */
+export const HOOK_LOCK_WAIT_MS = 1000;
+
+/** `skipped.jsonl` grows no further past this (the log still says each skip). */
+const SKIPPED_MAX_BYTES = 64 * 1024;
 
 /**
  * How old an unreachable object must be before a prune that runs while other

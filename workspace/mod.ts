@@ -18,6 +18,7 @@ import {
   diskHash,
   Git,
   GuardError,
+  HOOK_LOCK_WAIT_MS,
   keptIds,
   type Ledger,
   ledgerKey,
@@ -40,7 +41,7 @@ import {
   type PlanEntry,
   planRollback,
   relativeToRoot,
-  resultTree,
+  resultPatch,
   treeChanges,
 } from "./_restore.ts";
 import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts";
@@ -72,7 +73,10 @@ export interface WorkspacesOptions {
   userHome?: string;
   /** Trees with more files than this are not snapshotted (wins over `max_tree_files`). */
   maxFiles?: number;
-  /** How long a snapshot waits while another process snapshots the same project. @default {30000} */
+  /**
+   * How long a hook's snapshot waits while another process snapshots the same project; past it
+   * the snapshot is skipped, with a log line, and noted in the store. @default {1000}
+   */
   lockWaitMs?: number;
 }
 
@@ -254,16 +258,30 @@ export class Workspaces {
       }
       const store = this.#store() as Store;
       const project = store.project(pending.root);
-      const changes = project.locked(() =>
-        store.writing(() => {
-          try {
-            const after = project.writeTree(this.#limits()).tree;
-            return after === pending.base ? [] : treeChanges(project, pending.base, after);
-          } finally {
-            if (pending.hold) project.release(pending.hold);
-          }
-        })
-      );
+      let changes: ReturnType<typeof treeChanges>;
+      try {
+        changes = project.locked(() =>
+          store.writing(() => {
+            try {
+              const after = project.writeTree(this.#limits()).tree;
+              return after === pending.base ? [] : treeChanges(project, pending.base, after);
+            } finally {
+              if (pending.hold) project.release(pending.hold);
+            }
+          })
+        );
+      } catch (error) {
+        if (!(error instanceof LockTimeout)) throw error;
+        // Not a snapshot skipped but a command's changes unseen: a rollback leaves those files be.
+        this.#say(
+          "warn",
+          `workspace: what ${tool} changed was not recorded: ${error.message} (a hook waits at most ${
+            this.#lockWaitMs() / 1000
+          } s); a rollback leaves those files as they are`,
+          options.runId,
+        );
+        return;
+      }
       const entries: Ledger = {};
       for (const c of changes) {
         const abs = Buffer.concat([Buffer.from(pending.root + "/"), c.rel]);
@@ -303,13 +321,14 @@ export class Workspaces {
     return this.#guarded(runId, () => {
       const root = this.#root(dir);
       if (root === undefined) return undefined;
-      const taken = takeSnapshot(
-        this.#store() as Store,
-        root,
-        this.#limits(),
-        reason,
-        runId === undefined ? {} : { runId },
-      );
+      const taken = this.#skipNoted(root, () =>
+        takeSnapshot(
+          this.#store() as Store,
+          root,
+          this.#limits(),
+          reason,
+          runId === undefined ? {} : { runId },
+        ));
       return taken ? { snapshot: taken.id, project: root } : undefined;
     });
   }
@@ -329,6 +348,17 @@ export class Workspaces {
       if (!this.#store()) return undefined;
       return body();
     } catch (error) {
+      if (error instanceof LockTimeout) {
+        // Another process's snapshot of the project: the hook does not wait it out.
+        this.#say(
+          "info",
+          `workspace snapshot skipped: ${error.message} (a hook waits at most ${
+            this.#lockWaitMs() / 1000
+          } s); the agent's writes are still recorded`,
+          runId,
+        );
+        return undefined;
+      }
       if (error instanceof GuardError) {
         // Not looked at again by this instance: a huge tree is costly to list.
         this.#skip.set(error.root, error.message);
@@ -360,9 +390,13 @@ export class Workspaces {
         this.#options.home,
         this.#git,
         (m) => this.#say("info", m),
-        this.#options.lockWaitMs,
+        this.#lockWaitMs(),
       )
       : undefined;
+  }
+
+  #lockWaitMs(): number {
+    return this.#options.lockWaitMs ?? HOOK_LOCK_WAIT_MS;
   }
 
   #limits() {
@@ -398,18 +432,34 @@ export class Workspaces {
     const key = `${runId ?? ""}\0${root}`;
     if (this.#turns.get(key) === turn) return undefined;
     this.#turns.set(key, turn);
-    const taken = takeSnapshot(
-      this.#store() as Store,
-      root,
-      this.#limits(),
-      `${reason} (turn ${turn})`,
-      {
-        turn,
-        ...(runId === undefined ? {} : { runId }),
-        ...(tool === undefined ? {} : { tool }),
-      },
-    );
+    const taken = this.#skipNoted(root, () =>
+      takeSnapshot(
+        this.#store() as Store,
+        root,
+        this.#limits(),
+        `${reason} (turn ${turn})`,
+        {
+          turn,
+          ...(runId === undefined ? {} : { runId }),
+          ...(tool === undefined ? {} : { tool }),
+        },
+      ));
     return taken?.created ? taken.id : undefined;
+  }
+
+  /** Run a snapshot; one skipped for another process's lock is noted in the store, then rethrown. */
+  #skipNoted<T>(root: string, take: () => T): T {
+    try {
+      return take();
+    } catch (error) {
+      if (error instanceof LockTimeout) {
+        failOpen(
+          () => (this.#store() as Store).project(root).recordSkipped(error.message),
+          () => {},
+        );
+      }
+      throw error;
+    }
   }
 }
 
@@ -646,9 +696,7 @@ function preview(
       ...summarize(plan),
     };
     if (withPatch) {
-      const after = resultTree(view, current, plan);
-      const args = ["diff-tree", "-p", "-r", "--no-renames", "--no-color", current, after];
-      result.patch = view.git(args).toString("utf8");
+      result.patch = resultPatch(view, current, plan);
     }
     return result;
   });
@@ -792,6 +840,8 @@ export interface ProjectSummary {
   exists: boolean;
   /** Files in its ledger (written by the agent). */
   ledgerFiles: number;
+  /** Snapshots hooks skipped because another process held the project's lock too long. */
+  skippedSnapshots: number;
 }
 
 /** The store's projects and size, for `snapshots`. */
@@ -836,6 +886,7 @@ export function listProjects(
         ...(snaps[0] ? { newest: snaps[0].at } : {}),
         exists: fs.existsSync(p.root),
         ledgerFiles: Object.keys(p.ledger()).length,
+        skippedSnapshots: p.skippedCount(),
       };
     }),
   };

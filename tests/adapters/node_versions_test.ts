@@ -1,5 +1,5 @@
 /**
- * The README's table of Node versions per adapter, checked against the
+ * The table of Node versions (docs/adapters.md) per adapter, checked against the
  * `engines.node` of each framework it names and of everything that framework
  * installs, as installed here: Deno's npm cache (its versions from
  * `deno.lock`) under Deno, `node_modules` under Node. A framework release that
@@ -24,11 +24,11 @@ interface Row {
   node: number;
 }
 
-/** The rows of the README's Node table, under its "### Node versions" heading. */
+/** The rows of the Node table, under the "## Node versions" heading of docs/adapters.md. */
 function readmeRows(): Row[] {
-  const readme = fs.readFileSync(path.join(root, "README.md"), "utf8");
-  const section = readme.split(/^### Node versions$/m)[1]?.split(/^#/m)[0];
-  assert.ok(section, "the README has a ### Node versions section");
+  const readme = fs.readFileSync(path.join(root, "docs", "adapters.md"), "utf8");
+  const section = readme.split(/^## Node versions$/m)[1]?.split(/^#/m)[0];
+  assert.ok(section, "docs/adapters.md has a ## Node versions section");
   const rows: Row[] = [];
   for (const line of section.split("\n")) {
     const cells = line.split("|").slice(1, -1).map((c) => c.trim());

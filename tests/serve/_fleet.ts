@@ -38,6 +38,88 @@ const holder = () => {
   return fileURLToPath(new URL(`./_holder${ext}`, import.meta.url));
 };
 
+/** A run of the holder: its session, caps and calls, the tool it holds in flight, its text. */
+interface HeldRun {
+  sessionId: string;
+  turns: number;
+  calls: number;
+  inFlight: string;
+  append?: string;
+}
+
+/**
+ * Runs of a child process held inside a tool call, then SIGKILLed where they stand once the
+ * ledger has each call in flight: they are cut off there.
+ */
+export async function cutOffInside(home: string, store: RunStore, runs: HeldRun[]): Promise<void> {
+  const before = new Map<string, number>();
+  for (const r of runs) {
+    before.set(r.sessionId, (await store.latest(r.sessionId))?.record.attempt ?? 0);
+  }
+  const [cmd, args] = scriptCommand(holder(), [home, JSON.stringify({ runs })]);
+  const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  child.stdout.on("data", (d) => out += d);
+  if (!await waitFor(() => out.includes("ready"), 60_000)) {
+    child.kill("SIGKILL");
+    throw new Error("the run holder did not start");
+  }
+  // Wait until the ledger has this attempt's call in flight, then kill the child where it stands.
+  const inFlight = async () => {
+    for (const r of runs) {
+      const view = await store.latest(r.sessionId);
+      if (view?.record.attempt !== before.get(r.sessionId)! + 1) return false;
+      if (view.record.inFlight.length !== 1) return false;
+    }
+    return true;
+  };
+  const end = Date.now() + 30_000;
+  while (!await inFlight()) {
+    if (Date.now() > end) throw new Error("the held runs' tool calls never reached the ledger");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const exited = new Promise((r) => child.once("exit", r));
+  child.kill("SIGKILL");
+  await exited;
+}
+
+/** A tool name longer than a row's label has room for. */
+export const LONG_TOOL = "write_file_to_the_workspace_with_a_long_name";
+
+/**
+ * A home with one run cut off three times (each attempt killed inside a tool call) whose fourth
+ * attempt ended aborted, and one live run inside a tool with a long name.
+ */
+export async function makeRetried(): Promise<Omit<Fleet, "live" | "ac"> & { live: Run }> {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { progress_interval_seconds: 0.1 } });
+  // The live run first: it makes the ledger, which the store below reads.
+  const live = ac.startRun({ sessionId: "busy", caps: { turns: 30 } });
+  live.preLlmCall();
+  live.preToolCall(LONG_TOOL, { callId: "call-long" });
+  const { settings } = loadSettings({ home, env: {} });
+  const store = openStore({ home, settings, mode: "read" });
+  if (!store) throw new Error("the ledger cannot be opened");
+  for (let i = 0; i < 3; i++) {
+    await cutOffInside(home, store, [
+      { sessionId: "retried", turns: 20, calls: 2 + i, inFlight: "deploy" },
+    ]);
+  }
+  const fourth = ac.startRun({ sessionId: "retried", caps: { turns: 20 } });
+  fourth.preLlmCall();
+  await fourth.end({ status: "aborted", summary: "stopped by hand" });
+  return {
+    home,
+    settings,
+    store,
+    live,
+    close: async () => {
+      await ac.close();
+      await store.close();
+    },
+  };
+}
+
 /** Make the fleet. */
 export async function makeFleet(): Promise<Fleet> {
   const home = tempHome();
@@ -50,40 +132,13 @@ export async function makeFleet(): Promise<Fleet> {
   await capped.end({ status: "capped", summary: "ran out of turns" });
 
   // A child holds two runs inside a tool call; SIGKILL cuts them off there.
-  const [cmd, args] = scriptCommand(holder(), [
-    home,
-    JSON.stringify({
-      runs: [
-        { sessionId: "cut-1", turns: 20, calls: 3, inFlight: "deploy", append: AGENT_TEXT },
-        { sessionId: EVIL_ID, turns: 8, calls: 2, inFlight: "shell", append: EVIL_TEXT },
-      ],
-    }),
-  ]);
-  const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"] });
-  let out = "";
-  child.stdout.on("data", (d) => out += d);
-  if (!await waitFor(() => out.includes("ready"), 60_000)) {
-    child.kill("SIGKILL");
-    throw new Error("the run holder did not start");
-  }
   const { settings } = loadSettings({ home, env: {} });
   const store = openStore({ home, settings, mode: "read" });
   if (!store) throw new Error("the ledger cannot be opened");
-  // Wait until the ledger has the calls in flight, then kill the child where it stands.
-  const inFlight = async () => {
-    for (const id of ["cut-1", EVIL_ID]) {
-      if ((await store.latest(id))?.record.inFlight.length !== 1) return false;
-    }
-    return true;
-  };
-  const end = Date.now() + 30_000;
-  while (!await inFlight()) {
-    if (Date.now() > end) throw new Error("the held runs' tool calls never reached the ledger");
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  const exited = new Promise((r) => child.once("exit", r));
-  child.kill("SIGKILL");
-  await exited;
+  await cutOffInside(home, store, [
+    { sessionId: "cut-1", turns: 20, calls: 3, inFlight: "deploy", append: AGENT_TEXT },
+    { sessionId: EVIL_ID, turns: 8, calls: 2, inFlight: "shell", append: EVIL_TEXT },
+  ]);
 
   const live = ac.startRun({ sessionId: "live-1", caps: { turns: 30, timeSeconds: 3600 } });
   for (let i = 0; i < 5; i++) live.preLlmCall();

@@ -4,7 +4,28 @@ import assert from "node:assert/strict";
 import type { Browser, Page } from "npm:playwright-core@1";
 import { type RunServer, serveRuns } from "../../serve/mod.ts";
 import { CHROMIUM, haveBrowser, launchBrowser } from "./_browser.ts";
-import { AGENT_TEXT, EVIL_ID, EVIL_TEXT, type Fleet, makeFleet, PAYLOAD } from "./_fleet.ts";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import process from "node:process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { fixture, scriptCommand, tempHome, waitFor } from "../_helpers.ts";
+import { freshSchema, skipFleet } from "../store/_pg.ts";
+import { openPgStore } from "../../store/postgres.ts";
+import { loadSettings } from "../../config.ts";
+import {
+  AGENT_TEXT,
+  EVIL_ID,
+  EVIL_TEXT,
+  type Fleet,
+  LONG_TOOL,
+  makeFleet,
+  makeRetried,
+  PAYLOAD,
+} from "./_fleet.ts";
+
+/** Where the screenshots the docs show are saved (docs/serve-*.png). */
+const DOCS = fileURLToPath(new URL("../../docs/", import.meta.url));
 
 if (!haveBrowser) {
   console.log(
@@ -176,3 +197,157 @@ test("the page updates when a run changes, without a reload", { skip }, async ()
     await page.close();
   }
 });
+
+test(
+  "a run cut off three times shows each attempt's end on its bar; a tool in flight has its full name and age",
+  { skip },
+  async () => {
+    const retried = await makeRetried();
+    const own = await serveRuns({ store: retried.store, settings: retried.settings, port: 0 });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 520 } });
+    try {
+      await page.goto(own.url + "#run=retried");
+      // A mark is a zero-width line (its shape is drawn by ::before): attached, not "visible".
+      await page.waitForSelector('#rows [data-run="retried"] .mark.attempt', { state: "attached" });
+      const row = page.locator('#rows [data-run="retried"]');
+      assert.equal(await row.getAttribute("data-status"), "aborted");
+      assert.deepEqual(
+        await row.locator(".mark.attempt").evaluateAll((els) =>
+          els.map((e) => [e.getAttribute("data-attempt"), e.getAttribute("title")])
+        ).then((marks) => marks.map(([n, title]) => [n, /^attempt \d cut off at /.test(title!)])),
+        [["1", true], ["2", true], ["3", true]],
+      );
+      assert.match(
+        await row.locator(".meta").textContent() ?? "",
+        /attempt 4 \(3 cut off before\)/,
+      );
+      assert.match(
+        await page.textContent('#status-filter [data-status="cut-off"]') ?? "",
+        /\(\+3 earlier attempts\)/,
+      );
+      // The tool in flight: its whole name and its age in the label, its call id in the tooltip.
+      const busy = page.locator('#rows [data-run="busy"] .meta');
+      assert.match(await busy.textContent() ?? "", new RegExp(`in ${LONG_TOOL} \\d+s`));
+      assert.match(
+        await busy.getAttribute("title") ?? "",
+        /in flight: .* \(call id call-long\) since /,
+      );
+      await page.locator("#d-attempts").filter({ hasText: "cut off" }).waitFor();
+      await page.screenshot({ path: path.join(DOCS, "serve-attempts.png") });
+    } finally {
+      await page.close();
+      await own.close();
+      await retried.close();
+    }
+  },
+);
+
+/** Whether this process may give a child a host name of its own (a UTS namespace: root, Linux). */
+const canRename = (() => {
+  try {
+    return execFileSync("unshare", ["--uts", "sh", "-c", "hostname runner-2 && hostname"], {
+      stdio: ["ignore", "pipe", "ignore"],
+    }).toString().trim() === "runner-2";
+  } catch {
+    return false;
+  }
+})();
+
+test(
+  "a fleet of two machines on one PostgreSQL store: each machine's runs, and the host filter",
+  {
+    skip: skip || skipFleet ||
+      (!canRename && "no second host name (unshare --uts needs root on Linux)"),
+  },
+  async () => {
+    const db = await freshSchema();
+    const children: ChildProcess[] = [];
+    const release = path.join(tempHome(), "release");
+    /** An attempt on `machine` (a child with that host name): ended, or held live till release. */
+    const attempt = (machine: string | undefined, plan: Record<string, unknown>) => {
+      const [cmd, argv] = scriptCommand(fixture("pg_attempt"), [tempHome(), JSON.stringify(plan)]);
+      const child = machine === undefined
+        ? spawn(cmd, argv, {
+          env: { ...process.env, AGENT_CHECKPOINT_STORE: db.url },
+          stdio: ["ignore", "pipe", "inherit"],
+        })
+        : spawn("unshare", [
+          "--uts",
+          "sh",
+          "-c",
+          `hostname ${machine} && exec "$0" "$@"`,
+          cmd,
+          ...argv,
+        ], {
+          env: { ...process.env, AGENT_CHECKPOINT_STORE: db.url },
+          stdio: ["ignore", "pipe", "inherit"],
+        });
+      children.push(child);
+      let out = "";
+      child.stdout!.on("data", (d) => out += d);
+      return { child, printed: () => out.includes("\n") };
+    };
+    const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+    const { settings } = loadSettings({ home: tempHome(), env: {} });
+    let own: RunServer | undefined;
+    try {
+      const ended = [
+        attempt("runner-2", { sessionId: "nightly-build", turns: 12, calls: 7, end: "done" }),
+        attempt("runner-2", { sessionId: "e2e-suite", turns: 10, calls: 9, end: "capped" }),
+        attempt(undefined, { sessionId: "unit-tests", turns: 20, calls: 3, end: "failed" }),
+      ];
+      const held = [
+        attempt("runner-2", { sessionId: "deploy-3", turns: 20, calls: 11, hold: release }),
+        attempt(undefined, { sessionId: "migrate-9", turns: 30, calls: 16, hold: release }),
+      ];
+      for (const a of [...ended, ...held]) {
+        assert.ok(await waitFor(a.printed, 90_000), "an attempt of the fleet started");
+      }
+      // Killed where it stands: this machine's run is cut off at once (its pid is gone).
+      const killed = held[1]!.child;
+      const exited = new Promise((r) => killed.once("exit", r));
+      killed.kill("SIGKILL");
+      await exited;
+      own = await serveRuns({ store, settings, port: 0 });
+      const page = await browser.newPage({ viewport: { width: 1400, height: 420 } });
+      try {
+        await page.goto(own.url);
+        await page.waitForSelector('#rows [data-run="migrate-9"][data-status="cut-off"]');
+        const shown = Object.fromEntries(await rows(page));
+        assert.deepEqual(shown, {
+          "nightly-build": "done",
+          "e2e-suite": "capped",
+          "unit-tests": "failed",
+          "deploy-3": "live",
+          "migrate-9": "cut-off",
+        });
+        const machines = await page.$$eval("#host option", (os) => os.map((o) => o.value));
+        assert.ok(machines.includes("runner-2") && machines.length === 3, machines.join(", "));
+        assert.match(
+          await page.textContent('#rows [data-run="deploy-3"] .meta') ?? "",
+          /^live · runner-2 · /,
+        );
+        await page.screenshot({ path: path.join(DOCS, "serve-fleet.png") });
+        // The host filter narrows the list to one machine.
+        await page.selectOption("#host", "runner-2");
+        await page.locator('#rows [data-run="unit-tests"]').waitFor({ state: "detached" });
+        assert.deepEqual(
+          (await rows(page)).map((r) => r[0]).sort(),
+          ["deploy-3", "e2e-suite", "nightly-build"],
+        );
+      } finally {
+        await page.close();
+      }
+    } finally {
+      fs.writeFileSync(release, "");
+      for (const c of children) {
+        if (c.exitCode === null && c.signalCode === null) {
+          await new Promise((r) => c.once("close", r));
+        }
+      }
+      await own?.close();
+      await store.close();
+      await db.drop();
+    }
+  },
+);

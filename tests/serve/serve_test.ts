@@ -11,7 +11,7 @@ import { openStore, thisHost } from "../../store/mod.ts";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { loadSettings } from "../../config.ts";
 import { scriptCommand, tempHome, waitFor } from "../_helpers.ts";
-import { AGENT_TEXT, EVIL_ID, EVIL_TEXT, type Fleet, makeFleet } from "./_fleet.ts";
+import { AGENT_TEXT, EVIL_ID, EVIL_TEXT, type Fleet, makeFleet, makeRetried } from "./_fleet.ts";
 
 let fleet: Fleet;
 let server: RunServer;
@@ -45,6 +45,19 @@ function raw(
     req.on("error", reject);
     req.end();
   });
+}
+
+/** What a server of `home`'s ledger answers at `p` (the server and its store closed after). */
+async function answerOf<T>(home: string, p: string): Promise<T> {
+  const { settings } = loadSettings({ home, env: {} });
+  const store = openStore({ home, settings, mode: "read" })!;
+  const own = await serveRuns({ store, settings, port: 0 });
+  try {
+    return await (await fetch(new URL(p, own.url))).json() as T;
+  } finally {
+    await own.close();
+    await store.close();
+  }
 }
 
 test("GET /api/runs lists live, ended and cut-off runs, newest first, with the store's counts", async () => {
@@ -152,18 +165,69 @@ test("a run's detail lists every attempt the store keeps, newest first", async (
   second.preLlmCall();
   await second.end({ status: "done" });
   await ac.close();
-  const { settings } = loadSettings({ home, env: {} });
-  const store = openStore({ home, settings, mode: "read" })!;
-  const own = await serveRuns({ store, settings, port: 0 });
+  const body = await answerOf<RunPayload>(home, "/api/runs/again");
+  assert.deepEqual(body.attempts.map((a) => [a.attempt, a.status]), [[2, "done"], [1, "failed"]]);
+  assert.match(body.attempts[1]!.summary, /ended failed .*: the API was down/);
+  assert.equal(body.run.earlierAttempts, 1);
+});
+
+test("a run cut off three times, then aborted: its row has every attempt's end, and the cut-off attempts are counted", async () => {
+  const retried = await makeRetried();
+  const own = await serveRuns({ store: retried.store, settings: retried.settings, port: 0 });
   try {
-    const body = await (await fetch(`${own.url}api/runs/again`)).json() as RunPayload;
-    assert.deepEqual(body.attempts.map((a) => [a.attempt, a.status]), [[2, "done"], [1, "failed"]]);
-    assert.match(body.attempts[1]!.summary, /ended failed .*: the API was down/);
-    assert.equal(body.run.earlierAttempts, 1);
+    const body = await (await fetch(`${own.url}api/runs`)).json() as RunsPayload;
+    const row = body.runs.find((r) => r.runId === "retried")!;
+    assert.equal(row.status, "aborted");
+    assert.equal(row.attempt, 4);
+    assert.deepEqual(row.attempts.map((a) => [a.attempt, a.status]), [
+      [1, "cut-off"],
+      [2, "cut-off"],
+      [3, "cut-off"],
+      [4, "aborted"],
+    ]);
+    // Each attempt ends before the next starts, and each has its end on the time line.
+    for (let i = 0; i < 3; i++) {
+      const [a, b] = [row.attempts[i]!, row.attempts[i + 1]!];
+      assert.ok(a.endAt !== undefined && a.startedAt <= a.endAt && a.endAt <= b.startedAt, `${i}`);
+    }
+    assert.equal(body.counts["cut-off"], 0, "counts count each run's newest attempt");
+    assert.equal(body.earlierCutOff, 3);
+    // A run never retried has its one attempt.
+    const busy = body.runs.find((r) => r.runId === "busy")!;
+    assert.deepEqual(busy.attempts.map((a) => [a.attempt, a.status, a.endAt]), [
+      [1, "live", undefined],
+    ]);
   } finally {
     await own.close();
-    await store.close();
+    await retried.close();
   }
+});
+
+test("a tier mark sits when the ledger recorded the crossing, not where its turns would put it", async () => {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  const run = ac.startRun({ sessionId: "early-tier", caps: { turns: 20 } });
+  // Tier 1 at half of the 20 turns: the call whose prologue is its directive.
+  let before = 0;
+  let after = 0;
+  for (let i = 0; i < 12 && after === 0; i++) {
+    const at = Date.now();
+    if (run.preLlmCall() !== undefined) [before, after] = [at, Date.now()];
+  }
+  assert.ok(after > 0, "tier 1 came within 12 turns");
+  // Then a long quiet stretch, with no more turns: an estimate from the turns would put tier 1
+  // at the end of the run.
+  await waitFor(() => Date.now() > after + 400, 10_000);
+  await run.end({ status: "done" });
+  await ac.close();
+  const body = await answerOf<RunsPayload>(home, "/api/runs");
+  const row = body.runs.find((r) => r.runId === "early-tier")!;
+  const tier = row.marks.find((m) => m.kind === "tier" && m.tier === 1);
+  assert.ok(tier, JSON.stringify(row.marks));
+  assert.equal(tier.estimated, undefined, "the time is recorded, not estimated");
+  assert.ok(tier.at >= before - 1 && tier.at <= after + 1, `${tier.at} in [${before}, ${after}]`);
+  const ended = row.marks.find((m) => m.kind === "end")!;
+  assert.ok(ended.at - tier.at >= 400, "well before the end");
 });
 
 test("token and dollar caps are drawn against the use the run reported", async () => {
@@ -174,24 +238,16 @@ test("token and dollar caps are drawn against the use the run reported", async (
   run.usage({ inputTokens: 3000, outputTokens: 1000, usd: 0.5 });
   await run.end({ status: "done" });
   await ac.close();
-  const { settings } = loadSettings({ home, env: {} });
-  const store = openStore({ home, settings, mode: "read" })!;
-  const own = await serveRuns({ store, settings, port: 0 });
-  try {
-    const body = await (await fetch(`${own.url}api/runs`)).json() as RunsPayload;
-    const caps = body.runs.find((r) => r.runId === "priced")!.caps;
-    assert.deepEqual(
-      caps.filter((c) => c.axis === "tokens" || c.axis === "usd").map((c) => [
-        c.axis,
-        c.used,
-        c.cap,
-      ]),
-      [["tokens", 4000, 10_000], ["usd", 0.5, 2]],
-    );
-  } finally {
-    await own.close();
-    await store.close();
-  }
+  const body = await answerOf<RunsPayload>(home, "/api/runs");
+  const caps = body.runs.find((r) => r.runId === "priced")!.caps;
+  assert.deepEqual(
+    caps.filter((c) => c.axis === "tokens" || c.axis === "usd").map((c) => [
+      c.axis,
+      c.used,
+      c.cap,
+    ]),
+    [["tokens", 4000, 10_000], ["usd", 0.5, 2]],
+  );
 });
 
 test("a checkpoint file outside the home's checkpoint directory, or a link to one, is not read", async () => {

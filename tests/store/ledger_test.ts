@@ -45,7 +45,7 @@ interface LedgerRun {
   status: string;
   turnsUsed: number;
   inFlight: { tool: string; callId?: string }[];
-  host: { pid: number };
+  host: { machine: string; pid: number };
 }
 
 async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -175,11 +175,81 @@ test("a host killed inside turn 4's tool is cut off at turn 4 with that tool in 
   assert.match(resume, /inside tool deploy \(call id call-4, for /);
   assert.match(resume, /outcome unknown: deploy \(call id call-4/);
   assert.match(resume, /Check whether each took effect before you repeat it/);
+  // It left no file: the text names none, and says the figures are the ledger's.
+  assert.ok(!resume.includes(retry.file), resume);
+  assert.doesNotMatch(resume, /checkpoint is in|read it first/, resume);
+  assert.match(resume, /stopped before it wrote a checkpoint file/);
+  assert.match(resume, /do not redo finished work/);
   // The retry ended done: the run is ended, attempt 2.
   const [done] = await ls(home);
   assert.equal(done?.state, "ended");
   assert.equal(done.status, "done");
   assert.equal(done.attempt, 2);
+});
+
+test("run.previous.host reads as `machine (pid N)`, and is `{ machine, pid }` as JSON", async () => {
+  const home = tempHome();
+  await attempt(home, { sessionId: "where", turns: 12, calls: 2 }); // exits with no end
+  const [cut] = await ls(home, "cut-off");
+  assert.equal(cut?.runId, "where");
+  const ac = createAgentCheckpoint({ home, env: {} });
+  try {
+    const run = ac.startRun({ sessionId: "where", caps: { turns: 12 } });
+    assert.equal(run.attempt, 2);
+    const host = run.previous?.host;
+    assert.equal(`${host}`, `${cut.host.machine} (pid ${cut.host.pid})`);
+    assert.deepEqual(
+      JSON.parse(JSON.stringify(host)),
+      {
+        machine: cut.host.machine,
+        pid: cut.host.pid,
+      },
+    );
+    await run.end();
+  } finally {
+    await ac.close();
+  }
+});
+
+test("show says whose file it prints when the newest attempt wrote none", async () => {
+  const home = tempHome();
+  // Attempt 1 writes its file at tier 1 (turn 6) and exits with no end; attempt 2 writes none.
+  await attempt(home, { sessionId: "whose", turns: 12, calls: 7 });
+  await attempt(home, { sessionId: "whose", turns: 12, calls: 1 });
+  const [cut] = await ls(home, "cut-off");
+  assert.equal(cut?.attempt, 2);
+  const show = await cli(["show", "whose", "--home", home]);
+  assert.equal(show.code, 0, show.stderr);
+  assert.match(show.stdout, /^Run whose, attempt 2: cut off/);
+  assert.match(
+    show.stdout,
+    new RegExp(
+      `\\(the checkpoint file on this machine, \\S+whose\\.md, is attempt 1's; attempt 2 ran on ${cut.host.machine} \\(pid ${cut.host.pid}\\), and neither this machine nor the store has its file\\)`,
+    ),
+  );
+});
+
+test("ls --json pages like the table, and says so: shown and limit beside the counts", async () => {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {} });
+  for (const id of ["p1", "p2", "p3"]) await ac.startRun({ sessionId: id }).end();
+  await ac.close();
+  const page = async (...args: string[]) => {
+    const { code, stdout, stderr } = await cli(["ls", "--home", home, "--json", ...args]);
+    assert.equal(code, 0, stderr);
+    return JSON.parse(stdout);
+  };
+  const two = await page("--limit", "2");
+  assert.equal(two.runs.length, 2);
+  assert.equal(two.shown, 2);
+  assert.equal(two.limit, 2);
+  assert.equal(two.counts.ended, 3, JSON.stringify(two.counts));
+  const all = await page();
+  assert.deepEqual([all.shown, all.limit], [3, 100]);
+  const every = await page("--limit", "0");
+  assert.deepEqual([every.shown, every.limit], [3, null]);
+  const help = await cli(["ls", "--help"]);
+  assert.match(help.stdout.replace(/\s+/g, " "), /--json .*paged like the table/);
 });
 
 test("resume_budget: remaining gives the next attempt the turns the earlier one left", async () => {

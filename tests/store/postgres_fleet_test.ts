@@ -19,6 +19,9 @@ import { admin, freshSchema, PG_URL, skipFleet } from "./_pg.ts";
 import { openPgStore, type PgRunStore } from "../../store/postgres.ts";
 import { runState, type RunView } from "../../store/types.ts";
 import { createAgentCheckpoint } from "../../mod.ts";
+import { main } from "../../cli/mod.ts";
+import { memoryIo } from "../../cli/_io.ts";
+import { parseRecord } from "../../_record.ts";
 import { supervise } from "../../supervise/mod.ts";
 import { Worker } from "node:worker_threads";
 
@@ -72,7 +75,12 @@ test(
       assert.equal(one.attempt, 1);
       assert.ok(fs.readFileSync(one.file, "utf8").includes(text));
       // The second machine has never seen this run.
-      const two = await attempt(second, db.url, { sessionId: "task-42", turns: 6, calls: 1 });
+      const two = await attempt(second, db.url, {
+        sessionId: "task-42",
+        turns: 6,
+        calls: 1,
+        end: "capped",
+      });
       assert.ok(!two.file.startsWith(first));
       assert.equal(two.attempt, 2);
       assert.equal(two.previous?.attempt, 1);
@@ -83,6 +91,17 @@ test(
       assert.ok(two.logs.some((l) => /recreated the checkpoint file from the fleet store/.test(l)));
       assert.ok(two.prologues.length > 0 && /attempt 1/i.test(two.prologues[0]![1]));
       assert.ok(fs.readFileSync(two.file, "utf8").includes("Migrated 3 of 7 tables"));
+      // `show` on the first machine heads attempt 2 with attempt 2's file (the store's copy), not
+      // with its own file of attempt 1, and says whose file it has.
+      const m = memoryIo();
+      assert.equal(await main(["show", "task-42", "--home", first, "--store", db.url], m.io), 0);
+      const out = m.stdout();
+      assert.match(out, /^Run task-42, attempt 2: ended capped/m);
+      assert.match(out, /as the fleet store keeps it/);
+      assert.match(out, /the checkpoint file on this machine, \S+task-42\.md, is attempt 1's/);
+      const shown = parseRecord(new TextEncoder().encode(out.slice(out.indexOf("<!--"))));
+      assert.equal(shown?.attempt, 2, out);
+      assert.equal(shown?.end?.status, "capped", out);
     } finally {
       await db.drop();
     }

@@ -168,6 +168,8 @@ test("the same records give the same answers as the embedded store", {
     return {
       all: (await store.list()).map(shown),
       attempts: (await store.list({ runId: "d" })).map(shown),
+      earlier: (await store.list({ earlierOf: ["d", "a", "nothing"] })).map(shown),
+      none: (await store.list({ earlierOf: [] })).map(shown),
       live: (await store.list({ state: "live" })).map(shown),
       cut: (await store.list({ state: "cut-off" })).map(shown),
       far: (await store.list({ machine: "far-away" })).map(shown),
@@ -187,6 +189,13 @@ test("the same records give the same answers as the embedded store", {
       "failed",
     ]]);
     assert.deepEqual(fromPg.after.map((v) => v.runId).sort(), ["a", "b", "c"]);
+    // The earlier attempts of the runs asked for: d's first; a has none.
+    assert.deepEqual(fromPg.earlier.map((v) => [v.runId, v.attempt, v.status]), [[
+      "d",
+      1,
+      "failed",
+    ]]);
+    assert.deepEqual(fromPg.none, []);
   } finally {
     await pg.close();
     await lite.close();

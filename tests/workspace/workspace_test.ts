@@ -677,20 +677,56 @@ test("--dry-run and diff write nothing to the store, and work on a read-only sto
     assert.match(await run(["diff", "2"]), /-a3\n\+a1/);
     const one = await run(["diff", "1", "--all", "a.txt"]);
     assert.match(one, /-a3\n\+a2/);
+    const all = await run(["diff", "1", "--all"]);
+    assert.match(all, /-a3\n\+a2/);
+    assert.match(all, /new\.txt/);
+    assert.match(await run(["1", "--all", "--dry-run"]), /would restore +a\.txt/);
     assert.match(await run(["2", "--dry-run", "--json"]), /"dryRun": true/);
     assert.deepEqual(fullState(checkpoints), expected, "the store is as it was");
     assert.deepEqual(fullState(dir), tree, "the tree is as it was");
   };
   await check(before);
-  // Read-only: tests may run as root, who writes anyway, so the check above
-  // (nothing changed) is what proves it; this proves nothing needs writing.
-  execFileSync("chmod", ["-R", "a-w", checkpoints]);
+  // Not even an object's time: `diff 1 --all` leaves the tree of the snapshot itself, an object
+  // the store has, which git would refresh if it were asked to write it.
+  const objects = path.join(checkpoints, "store", "objects");
+  const old = new Date(1_000_000_000_000);
+  const files = [...fullState(objects).entries()].filter(([, v]) => !v.startsWith("dir:"));
+  for (const [file] of files) fs.utimesSync(file, old, old);
+  assert.match(await run(["diff", "1", "--all"]), /-a3\n\+a2/);
+  assert.match(await run(["1", "--all", "--dry-run"]), /would restore +a\.txt/);
+  const touched = files.filter(([file]) => fs.statSync(file).mtimeMs !== old.getTime());
+  assert.deepEqual(touched.map(([file]) => path.relative(objects, file)), []);
+  // Read-only: tests may run as root, who writes anyway through permissions; where root may
+  // mount, a read-only bind mount of the store refuses root too.
+  const mounted = readOnlyMount(checkpoints);
+  if (!mounted) execFileSync("chmod", ["-R", "a-w", checkpoints]);
   try {
+    if (mounted) {
+      assert.throws(() => fs.writeFileSync(path.join(checkpoints, "probe"), ""), /EROFS/);
+    }
     await check(fullState(checkpoints));
   } finally {
-    execFileSync("chmod", ["-R", "u+w", checkpoints]);
+    if (mounted) execFileSync("umount", [checkpoints]);
+    else execFileSync("chmod", ["-R", "u+w", checkpoints]);
   }
 });
+
+/** Make `dir` a read-only bind mount of itself, where this process may mount (root, Linux). */
+function readOnlyMount(dir: string): boolean {
+  if (process.platform !== "linux" || process.getuid?.() !== 0) return false;
+  try {
+    execFileSync("mount", ["--bind", dir, dir], { stdio: "pipe" });
+  } catch {
+    return false;
+  }
+  try {
+    execFileSync("mount", ["-o", "remount,bind,ro", dir], { stdio: "pipe" });
+    return true;
+  } catch {
+    execFileSync("umount", [dir]);
+    return false;
+  }
+}
 
 test("snapshots list numbers the agent's snapshots; a rollback's are marked and reached by id", async () => {
   const dir = project({ "a.txt": "a1\n", "b.txt": "b1\n" });
