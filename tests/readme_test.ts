@@ -168,7 +168,7 @@ test("README and docs/: every ts/js snippet type-checks against this repository"
 });
 
 /** Packages the library loads only when a setting asks for them. */
-const OPTIONAL = new Set(["postgres"]);
+const OPTIONAL = new Set(["postgres", "@opentelemetry/api"]);
 
 test("README: the npm packages the library names are the ones the README lists", (t) => {
   if (!underDeno) return t.skip("the sources are read under Deno");
