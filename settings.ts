@@ -450,7 +450,7 @@ export const SETTINGS = {
     200_000,
   ),
   ledger: boolean(
-    "Keep a record of every run, brought up to date throughout, in <home>/checkpoints/runs.db.",
+    "Keep a record of every run, brought up to date throughout, in <home>/agent-checkpoint/runs.db.",
     true,
   ),
   progress_interval_seconds: number(

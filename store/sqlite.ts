@@ -1,6 +1,6 @@
 /**
  * The embedded run store: one SQLite database per home,
- * `<home>/checkpoints/runs.db`, in WAL mode so that several processes share it
+ * `<home>/agent-checkpoint/runs.db`, in WAL mode so that several processes share it
  * (one writer at a time, readers never blocked), through the library's SQLite
  * driver. Its reads and writes are synchronous underneath, so `startRun`,
  * which is synchronous, can use them directly ({@linkcode SqliteRunStore}'s
@@ -17,6 +17,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { type SqliteDb, type SqliteDriver, sqliteDriver } from "../_sqlite.ts";
+import { stateDir } from "../_home.ts";
 import type { EndStatus } from "../_record.ts";
 import { here } from "./_host.ts";
 import {
@@ -50,7 +51,8 @@ const MIGRATE_WAIT_MS = 2000;
 const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
 
 /**
- * The embedded store's file in a home.
+ * The embedded store's file in a home: `runs.db` in the library's folder
+ * (state an earlier version left in the old place is moved in first).
  *
  * @example
  * ```ts
@@ -58,10 +60,10 @@ const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
  * import assert from "node:assert/strict";
  * import { join } from "node:path";
  *
- * assert.equal(storeFile("/h"), join("/h", "checkpoints", "runs.db"));
+ * assert.equal(storeFile("/h"), join("/h", "agent-checkpoint", "runs.db"));
  * ```
  */
-export const storeFile = (home: string): string => path.join(home, "checkpoints", "runs.db");
+export const storeFile = (home: string): string => path.join(stateDir(home), "runs.db");
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

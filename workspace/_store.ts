@@ -26,6 +26,7 @@ import {
   statSyncIfThere,
 } from "../_file_ops.ts";
 import { writeFileAtomicSync } from "../persist.ts";
+import { STATE_DIR_NAME, stateDir } from "../_home.ts";
 import { SETTINGS, type Settings } from "../settings.ts";
 import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
 
@@ -962,12 +963,14 @@ export const LOCK_WAIT_MS = 30_000;
  */
 export const PRUNE_GRACE = "1.hour.ago";
 
-/** The shared store under `<home>/checkpoints/`. */
+/** The shared store in the library's folder, `<home>/agent-checkpoint/`. */
 export class Store {
   readonly base: string;
   readonly gitDir: string;
   readonly projectsDir: string;
   readonly locksDir: string;
+  /** False in a read-only home whose state is still in the old place: no store is made there. */
+  readonly movedIn: boolean;
   /**
    * @param home The home directory.
    * @param git The git runner.
@@ -980,7 +983,8 @@ export class Store {
     readonly log: (message: string) => void = () => {},
     readonly lockWaitMs = LOCK_WAIT_MS,
   ) {
-    this.base = path.join(home, "checkpoints");
+    this.base = stateDir(home);
+    this.movedIn = this.base === path.join(path.resolve(home), STATE_DIR_NAME);
     this.gitDir = path.join(this.base, "store");
     this.projectsDir = path.join(this.base, "projects");
     this.locksDir = path.join(this.base, "locks");
@@ -1046,6 +1050,9 @@ export class Store {
    */
   ensure(): void {
     if (this.exists()) return;
+    if (!this.movedIn) {
+      throw new GitError(`no store is made in ${this.base}: the home is read-only`);
+    }
     fs.mkdirSync(this.base, { recursive: true });
     const tmp = path.join(this.base, `store.${process.pid}.${Math.random().toString(36).slice(2)}`);
     try {
@@ -1236,6 +1243,7 @@ export class Store {
    * @returns Whether the prune ran at once (false: deferred in part).
    */
   prune(repack = false): boolean {
+    if (!this.movedIn) return false; // the old place, read only: it may be shared with Hermes
     const lock = new FileLock(path.join(this.locksDir, "prune.lock"), this.log);
     if (!lock.tryAcquire()) return false;
     try {
