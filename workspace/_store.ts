@@ -27,7 +27,7 @@ import {
 } from "../_file_ops.ts";
 import { writeFileAtomicSync } from "../persist.ts";
 import { STATE_DIR_NAME, stateDir } from "../_home.ts";
-import { SETTINGS, type Settings } from "../settings.ts";
+import { SETTINGS, type Settings, WORKSPACE_SECRETS } from "../settings.ts";
 import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
 
 // `node:child_process` and `node:zlib` cost a Node host about 4 ms to load, and only a
@@ -45,7 +45,9 @@ type WorkspaceKey =
   | "max_file_size_mb"
   | "max_total_size_mb"
   | "max_snapshots"
-  | "max_tree_files";
+  | "max_tree_files"
+  | "workspace_exclude"
+  | "workspace_include";
 
 /**
  * Settings the workspace snapshots read, all optional until read (a missing
@@ -65,6 +67,27 @@ export interface Limits {
   maxTotalBytes: number;
   maxSnapshots: number;
   maxFiles: number;
+  /** What is left out beside the fixed list: gitignore lines (see {@link excludesOf}). */
+  excludes: string;
+}
+
+/**
+ * The gitignore lines snapshots leave out beside the fixed list:
+ * `workspace_exclude` (else its default), the secrets, then what
+ * `workspace_include` puts back (later lines win).
+ */
+export function excludesOf(settings: WorkspaceSettings): string {
+  const patterns = (v: unknown, d: readonly string[]) =>
+    Array.isArray(v) && v.every((p) => typeof p === "string" && !/[\r\n]/.test(p)) ? v : d;
+  const exclude = patterns(settings.workspace_exclude, SETTINGS.workspace_exclude.default);
+  const include = patterns(settings.workspace_include, []);
+  return [
+    "# agent-checkpoint: left out (workspace_exclude, secrets), then put back (workspace_include)",
+    ...exclude,
+    ...WORKSPACE_SECRETS,
+    ...include.map((p) => `!${p.replace(/^!/, "")}`),
+    "",
+  ].join("\n");
 }
 
 /** From this many files to add, staging lets `git add -A` walk the tree itself. */
@@ -93,6 +116,7 @@ export function limitsOf(settings: WorkspaceSettings, maxFiles?: number): Limits
       1,
       Math.floor(maxFiles ?? positive(settings.max_tree_files, MAX_TREE_FILES)),
     ),
+    excludes: excludesOf(settings),
   };
 }
 
@@ -226,12 +250,15 @@ export class Git {
       input?: Buffer | string;
       maxBuffer?: number;
       env?: Record<string, string>;
+      /** A file of gitignore lines read after the store's `info/exclude`. */
+      excludesFile?: string;
     },
   ): Buffer {
     const env: Record<string, string> = { ...this.#env, GIT_DIR: o.gitDir, ...o.env };
     if (o.index) env.GIT_INDEX_FILE = o.index;
     if (o.workTree) env.GIT_WORK_TREE = o.workTree;
-    const r = childProcess().spawnSync(this.bin, [...CONFIG, ...args], {
+    const config = o.excludesFile ? ["-c", `core.excludesFile=${o.excludesFile}`] : [];
+    const r = childProcess().spawnSync(this.bin, [...CONFIG, ...config, ...args], {
       cwd: o.cwd ?? o.gitDir,
       env,
       input: o.input,
@@ -350,6 +377,8 @@ export interface ProjectState {
   head?: string;
   /** The tree the index held when last written. */
   indexTree?: string;
+  /** The hash of the excludes the index was staged with (others: it is staged anew). */
+  excludes?: string;
   /** The ref's value when `ids` was read, the snapshot ids it lists, and their kinds. */
   list?: string;
   ids?: string[];
@@ -495,8 +524,12 @@ export class Project {
     return this.store.git.attempt(args, this.#gitOptions({}));
   }
 
+  /** The excludes file of the staging in progress (see {@link Project.stage}). */
+  #excludesFile: string | undefined;
+
   #gitOptions(o: GitCallOptions): Parameters<Git["run"]>[1] {
     return {
+      ...(this.#excludesFile === undefined ? {} : { excludesFile: this.#excludesFile }),
       gitDir: this.store.gitDir,
       index: this.index,
       workTree: this.root,
@@ -747,6 +780,16 @@ export class Project {
    */
   stage(limits: Limits): { changed: boolean; tooBig: Buffer[]; bytes: number } {
     fs.mkdirSync(this.workDir, { recursive: true });
+    const hash = nodeCrypto().createHash("sha1").update(limits.excludes).digest("hex").slice(0, 16);
+    this.#excludesFile = this.excludesFile(hash, limits.excludes);
+    const state = this.state();
+    if (state.excludes !== hash) {
+      // Staged with other excludes (or before they were kept): what they now leave out must
+      // leave the index too, so it is staged anew.
+      fs.rmSync(this.index, { force: true });
+      const { indexTree: _, ...rest } = state;
+      this.saveState({ ...rest, excludes: hash });
+    }
     // Nested repositories are listed as "dir/" until their files are in the
     // index; list their files with their own work tree and an empty index.
     const budget = limits.maxFiles * 512;
@@ -853,6 +896,19 @@ export class Project {
     return { changed: true, tooBig, bytes };
   }
 
+  /**
+   * The file holding `text`, named by its hash, in the store's `info/` (in a
+   * read-only view's scratch directory when the store does not have it yet).
+   */
+  excludesFile(hash: string, text: string): string {
+    const name = `exclude-${hash}`;
+    const inStore = path.join(this.store.gitDir, "info", name);
+    if (fs.existsSync(inStore)) return inStore;
+    const file = this.scratch === undefined ? inStore : path.join(this.scratch, name);
+    writeAtomic(file, text);
+    return file;
+  }
+
   /** A store kept inside the project's tree must not be snapshotted into itself. */
   excludeStore(): string[] {
     return this.storeInside().map((rel) => `--exclude=/${rel.toString("utf8")}/`);
@@ -870,6 +926,7 @@ export class Project {
     const tmpIndex = path.join(this.workDir, "nested-index");
     fs.rmSync(tmpIndex, { force: true });
     const out = this.store.git.run(["ls-files", "-z", "-o", "--exclude-standard"], {
+      ...(this.#excludesFile === undefined ? {} : { excludesFile: this.#excludesFile }),
       gitDir: this.store.gitDir,
       index: tmpIndex,
       workTree: dir,
