@@ -349,6 +349,13 @@ function oursAlone(gitDir: string): boolean {
  */
 function moveStore(old: string, target: string, moved: string[]): void {
   const dest = path.join(target, "store");
+  // A store a move killed midway left half made (its process is gone).
+  for (const name of readdirIfThere(target) ?? []) {
+    const pid = /^store\.(\d+)\.\w+$/.exec(name)?.[1];
+    if (pid !== undefined && !alive(Number(pid), undefined)) {
+      fs.rmSync(path.join(target, name), { recursive: true, force: true });
+    }
+  }
   if (!fs.existsSync(dest) && oursAlone(old)) {
     fs.renameSync(old, dest);
     moved.push("store");

@@ -16,7 +16,7 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { type SqliteDb, type SqliteDriver, sqliteDriver } from "../_sqlite.ts";
+import { readMode, type SqliteDb, type SqliteDriver, sqliteDriver } from "../_sqlite.ts";
 import { stateDir } from "../_home.ts";
 import type { EndStatus } from "../_record.ts";
 import { here } from "./_host.ts";
@@ -538,6 +538,28 @@ function run<T>(body: () => T): Promise<T> {
   }
 }
 
+/**
+ * Open a ledger to read. A write-ahead-logged database in a folder no one can
+ * write (a read-only home) cannot be opened so (SQLite cannot make its
+ * shared-memory file): when it has no write-ahead log, so that the main file
+ * holds every committed row, it is read as immutable instead.
+ */
+function openToRead(driver: SqliteDriver, file: string): SqliteDb {
+  const db = driver.open(file, { readOnly: true });
+  try {
+    db.get("SELECT count(*) AS n FROM sqlite_master");
+    return db;
+  } catch {
+    let immutable = false;
+    try {
+      immutable = readMode(file) === "immutable";
+    } catch { /* not there, or not a database: the first error says so */ }
+    if (!immutable) return db; // its next statement fails as this one did, and says why
+    db.close();
+    return driver.open(file, { readOnly: true, immutable: true });
+  }
+}
+
 /** What to say when there is no driver: the ledger is off. */
 export const NO_DRIVER = "no SQLite driver";
 
@@ -581,7 +603,7 @@ export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
   const mode = options.mode ?? "durable";
   const file = options.file;
   if (mode !== "read") fs.mkdirSync(path.dirname(file), { recursive: true });
-  const db = driver.open(file, { readOnly: mode === "read" });
+  const db = mode === "read" ? openToRead(driver, file) : driver.open(file, { readOnly: false });
   try {
     const busy = Math.max(0, Math.floor(options.busyMs ?? (mode === "quick" ? 20 : 250)));
     db.exec(`PRAGMA busy_timeout = ${busy}`);
