@@ -12,7 +12,6 @@ import process from "node:process";
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { fileURLToPath } from "node:url";
-import { createAgentCheckpoint } from "../mod.ts";
 import { main } from "../cli/mod.ts";
 import { memoryIo } from "../cli/_io.ts";
 import { listSnapshots, rollback, Workspaces } from "../workspace/mod.ts";
@@ -32,23 +31,14 @@ function project(): string {
 
 /**
  * Three ended runs in `home`, each writing `a.txt` of `dir` through a file tool (with
- * snapshots on, a snapshot before each write).
+ * snapshots on, a snapshot before each write), by a host in another process: once it has
+ * exited, none of its threads touches the home.
  */
 async function populate(home: string, dir: string, snapshots = true): Promise<void> {
-  const ac = createAgentCheckpoint({
-    home,
-    env: ENV,
-    settings: { watchdog: false, workspace_snapshots: snapshots },
+  const r = await runScript(fixture("home_runs"), [home, dir, String(snapshots)], {
+    timeoutMs: 120_000,
   });
-  for (const [i, id] of RUNS.entries()) {
-    const run = ac.startRun({ sessionId: id, caps: { turns: 10 }, workspace: dir });
-    run.preLlmCall();
-    run.preToolCall("write_file", { callId: `w${i}`, input: { path: "a.txt" } });
-    fs.writeFileSync(path.join(dir, "a.txt"), `as run ${id} wrote it\n`);
-    run.postToolCall("write_file", { callId: `w${i}`, ok: true });
-    await run.end();
-  }
-  await ac.close();
+  assert.equal(r.code, 0, r.stderr);
 }
 
 /** The layout of earlier versions: the library's state in `<home>/checkpoints/`. */
