@@ -43,7 +43,9 @@ async function populate(home: string, dir: string, snapshots = true): Promise<vo
 
 /** The layout of earlier versions: the library's state in `<home>/checkpoints/`. */
 function oldLayout(home: string): void {
-  fs.renameSync(path.join(home, "agent-checkpoint"), path.join(home, "checkpoints"));
+  const state = path.join(home, "agent-checkpoint");
+  // (An earlier version wrote it there itself.)
+  if (fs.existsSync(state)) fs.renameSync(state, path.join(home, "checkpoints"));
 }
 
 /** `agent-checkpoint ls --json`: the run ids, and what it said on stderr. */
