@@ -349,7 +349,8 @@ function oursAlone(gitDir: string): boolean {
  * Move the old store: renamed whole when it is this library's alone; else
  * (shared with Hermes, or a store is there already) only this library's refs
  * and the objects they reach are fetched, and then those refs are removed
- * from the old store, which is otherwise left as it is.
+ * from the old store, which is otherwise left as it is when Hermes's (and
+ * removed when it is this library's alone).
  */
 function moveStore(old: string, target: string, moved: string[]): void {
   const dest = path.join(target, "store");
@@ -360,7 +361,8 @@ function moveStore(old: string, target: string, moved: string[]): void {
       fs.rmSync(path.join(target, name), { recursive: true, force: true });
     }
   }
-  if (!fs.existsSync(dest) && oursAlone(old)) {
+  const alone = oursAlone(old);
+  if (!fs.existsSync(dest) && alone) {
     fs.renameSync(old, dest);
     moved.push("store");
     return;
@@ -419,7 +421,12 @@ function moveStore(old: string, target: string, moved: string[]): void {
       refs.map(([id, ref]) => `delete ${ref} ${id}\n`).join(""),
     );
   }
-  moved.push(`${refs.length} snapshot refs of a store shared with Hermes`);
+  if (alone) {
+    // Ours alone, and a store was here already: emptied of its refs, it would only be in the way
+    // of Hermes's set-up.
+    fs.rmSync(old, { recursive: true, force: true });
+    moved.push(`the ${refs.length} snapshot refs of ${old}`);
+  } else moved.push(`${refs.length} snapshot refs of a store shared with Hermes`);
 }
 
 /** Run git on a repository with no user or system configuration and no hooks; its output lines. */

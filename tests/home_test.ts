@@ -436,6 +436,29 @@ test("state Hermes moved into legacy-* beside a newer ledger: both are kept, not
   assert.ok(fs.existsSync(path.join(state, "runs.db")));
 });
 
+test("an old store of ours beside a new one: its snapshots join the new store, and it goes", async () => {
+  const home = tempHome();
+  const dir = project();
+  await populate(home, dir);
+  // An earlier version, meanwhile, kept another project's snapshots in checkpoints/.
+  const other = tempHome();
+  const otherDir = project();
+  await populate(other, otherDir);
+  const before = snapshotIds(other, otherDir);
+  fs.mkdirSync(path.join(home, "checkpoints"));
+  for (const name of ["store", "projects"]) {
+    fs.renameSync(path.join(other, "agent-checkpoint", name), path.join(home, "checkpoints", name));
+  }
+  const lines: string[] = [];
+  moveIn(home, (_l, m) => lines.push(m));
+  assert.equal(lines.length, 1, lines.join("\n"));
+  assert.deepEqual(fs.readdirSync(path.join(home, "checkpoints")), []);
+  assert.deepEqual(snapshotIds(home, otherDir), before);
+  assert.equal(snapshotIds(home, dir).length, RUNS.length);
+  rollsBack(home, otherDir);
+  rollsBack(home, dir);
+});
+
 /** A tmpfs this test mounts (we may be root), or undefined when it cannot. */
 function tmpfs(): string | undefined {
   if (process.platform !== "linux" || process.getuid?.() !== 0) return undefined;
