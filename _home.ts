@@ -242,7 +242,7 @@ function takeLock(file: string): boolean {
   try {
     held = JSON.parse(text);
   } catch { /* torn: being written */ }
-  if (typeof held.pid !== "number" || alive(held.pid, held.start)) return false;
+  if (typeof held.pid === "number" ? alive(held.pid, held.start) : !tornLong(file)) return false;
   // Its process is gone (killed mid-move): take it over, unless another did first.
   const stale = `${file}.${process.pid}.stale`;
   try {
@@ -256,6 +256,12 @@ function takeLock(file: string): boolean {
   }
   fs.rmSync(stale, { force: true });
   return takeLock(file);
+}
+
+/** Whether a lock file with no owner in it was left so by a process killed as it made it. */
+function tornLong(file: string): boolean {
+  const at = lstatSyncIfThere(file)?.mtimeMs;
+  return at !== undefined && Date.now() - at > 10_000;
 }
 
 /** A process's start time (Linux), so that a reused pid does not keep a lock alive. */

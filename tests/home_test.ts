@@ -394,6 +394,23 @@ test("a start SIGKILLed midway leaves a move the next start completes", async ()
   rollsBack(home, dir);
 });
 
+test("a move-in lock left empty by a process killed as it made it does not hold starts up", async () => {
+  const home = tempHome();
+  const dir = project();
+  await populate(home, dir, false);
+  oldLayout(home);
+  const lock = path.join(home, "agent-checkpoint", "move-in.lock");
+  fs.mkdirSync(path.dirname(lock));
+  fs.writeFileSync(lock, "");
+  const minuteAgo = new Date(Date.now() - 60_000);
+  fs.utimesSync(lock, minuteAgo, minuteAgo);
+  const lines: string[] = [];
+  assert.equal(moveIn(home, (_l, m) => lines.push(m)), path.dirname(lock));
+  assert.match(lines.join("\n"), /moved this library's state/);
+  assert.equal(fs.existsSync(lock), false);
+  assert.deepEqual((await ls(home)).runs, RUNS);
+});
+
 test("a start SIGKILLed while it copies our refs from a store shared with Hermes", async () => {
   const home = tempHome();
   const dir = project();
