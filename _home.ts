@@ -21,7 +21,14 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
-import { builtin, codeOf, lstatSyncIfThere, readdirIfThere, readTextIfThere } from "./_file_ops.ts";
+import {
+  builtin,
+  codeOf,
+  ensureDir,
+  lstatSyncIfThere,
+  readdirIfThere,
+  readTextIfThere,
+} from "./_file_ops.ts";
 import { createLog, errorText, type Log } from "./log.ts";
 
 /** The name of the library's folder in a home. */
@@ -163,7 +170,8 @@ const readOnly = (error: unknown) => ["EROFS", "EACCES", "EPERM"].includes(codeO
 /** The move, under the lock; returns the folder in use. */
 function moveLocked(home: string, target: string, log: Log): string {
   try {
-    fs.mkdirSync(target, { recursive: true });
+    // Not mkdir's recursive form: Node's says ENOENT where the file system is read-only.
+    ensureDir(target);
   } catch (error) {
     if (!readOnly(error)) throw error;
     return readOnlyHome(home, target, log, error);
