@@ -38,6 +38,7 @@ import { type TreePlace, TreeSeats } from "./_tree.ts";
 import { RunSlots } from "./_slots.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
+import { moveIn } from "./_home.ts";
 
 /** A kanban task comment (S8). */
 export interface TaskComment {
@@ -169,6 +170,8 @@ export class AgentCheckpoint {
     this.#env = envOf(options.env);
     this.#home = resolveHome(options.home, this.#env);
     this.#log = createLog(this.#home, options.logger);
+    // State an earlier version left in Hermes's folder is moved into the library's own, once.
+    moveIn(this.#home, this.#log);
     this.#source = new SettingsSource(
       this.#home,
       this.#env,

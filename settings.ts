@@ -332,6 +332,67 @@ function toolSet<const K extends string>(
   });
 }
 
+/** A list of gitignore patterns, one line each: no line breaks, not a comment. */
+function patterns(doc: string, defaultValue: string[]): SettingSpec<string[]> {
+  const rule = "must be a list of gitignore patterns (non-empty strings without line breaks)";
+  const ok = (v: unknown) => typeof v === "string" && /\S/.test(v) && !/[\r\n]/.test(v);
+  return spec(doc, defaultValue, {
+    type: "array",
+    items: { type: "string", minLength: 1, pattern: "^[^\\r\\n]*\\S[^\\r\\n]*$" },
+  }, (v) => Array.isArray(v) && v.every(ok) ? accept([...v] as string[]) : reject(rule));
+}
+
+/**
+ * What workspace snapshots leave out by default beside the fixed list (`.git`,
+ * `node_modules/`, virtual environments, caches): what Hermes's checkpoints
+ * leave out, logs, build output, archives and shared objects. The setting
+ * `workspace_exclude` replaces it.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { DEFAULT_WORKSPACE_EXCLUDE } from "./settings.ts";
+ *
+ * assert.ok(DEFAULT_WORKSPACE_EXCLUDE.includes("*.log"));
+ * ```
+ */
+export const DEFAULT_WORKSPACE_EXCLUDE: readonly string[] = [
+  "*.log",
+  "dist/",
+  "build/",
+  "target/",
+  "out/",
+  ".next/",
+  "env/",
+  "*.zip",
+  "*.tar",
+  "*.tar.gz",
+  "*.tgz",
+  "*.tar.bz2",
+  "*.tbz2",
+  "*.tar.xz",
+  "*.txz",
+  "*.7z",
+  "*.rar",
+  "*.so",
+  "*.so.*",
+  "*.dylib",
+  "*.dll",
+];
+
+/**
+ * Secrets, left out of workspace snapshots unless `workspace_include` names them.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { WORKSPACE_SECRETS } from "./settings.ts";
+ *
+ * assert.deepEqual(WORKSPACE_SECRETS, [".env", ".env.*"]);
+ * ```
+ */
+export const WORKSPACE_SECRETS: readonly string[] = [".env", ".env.*"];
+
 /**
  * Every setting, each described once: what it does, its default, its JSON
  * Schema and its check. {@linkcode Settings}, {@linkcode defaultSettings},
@@ -444,13 +505,21 @@ export const SETTINGS = {
       command_keys: ["command", "cmd"],
     },
   ),
+  workspace_exclude: patterns(
+    "Gitignore patterns workspace snapshots leave out beside the fixed list; replaces the default list.",
+    [...DEFAULT_WORKSPACE_EXCLUDE],
+  ),
+  workspace_include: patterns(
+    "Gitignore patterns put back into workspace snapshots: secrets (.env, .env.*) only when named here.",
+    [],
+  ),
   max_tree_files: number(
     { integer: true, minimum: 1 },
     "Trees with more files than this are not snapshotted.",
     200_000,
   ),
   ledger: boolean(
-    "Keep a record of every run, brought up to date throughout, in <home>/checkpoints/runs.db.",
+    "Keep a record of every run, brought up to date throughout, in <home>/agent-checkpoint/runs.db.",
     true,
   ),
   otel: boolean(

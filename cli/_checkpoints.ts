@@ -634,7 +634,7 @@ function auditText(a: AuditSummary, dir: string, since: string | undefined): str
     ) => `${label(k)}: ${n}`).join(" · ");
   const endedTotal = Object.values(a.ended).reduce((x, y) => x + y, 0);
   return table([
-    ["checkpoints", `${dir}${since ? ` (persisted in the last ${since})` : ""}`],
+    ["checkpoint files", `${dir}${since ? ` (persisted in the last ${since})` : ""}`],
     ["runs with a record", String(a.withRecord)],
     ["  ended", endedTotal === 0 ? "0" : `${endedTotal}  (${list(a.ended)})`],
     ["  cut off", String(a.cutOff)],

@@ -9,6 +9,7 @@ import * as path from "node:path";
 import { type Env, loadSettings, resolveHome } from "../config.ts";
 import type { ParsedArgs } from "./_args.ts";
 import type { CliIo } from "./_io.ts";
+import { moveIn } from "../_home.ts";
 
 /**
  * The `--home` a command was given, resolved against `io.cwd` (the one way
@@ -52,9 +53,12 @@ export function homeOption(
  */
 export function homeDir(
   parsed: Pick<ParsedArgs, "values">,
-  io: Pick<CliIo, "cwd" | "env">,
+  io: Pick<CliIo, "cwd" | "env"> & Partial<Pick<CliIo, "stderr">>,
 ): string {
-  return resolveHome(homeOption(parsed, io), io.env);
+  const home = resolveHome(homeOption(parsed, io), io.env);
+  // State an earlier version left in Hermes's folder is moved in before a command reads it.
+  moveIn(home, (_level, message) => io.stderr?.(`agent-checkpoint: ${message}\n`));
+  return home;
 }
 
 /**

@@ -6,13 +6,13 @@
  */
 import * as fs from "node:fs";
 import process from "node:process";
-import { loadSettings, resolveHome } from "../config.ts";
+import { loadSettings } from "../config.ts";
 import { errorText } from "../log.ts";
 import { DEFAULT_PORT, isLoopback, serveRuns } from "../serve/mod.ts";
 import { openStore, storeFile } from "../store/mod.ts";
 import type { RunStore } from "../store/types.ts";
 import { type CliIo, type Command, NAME } from "./_io.ts";
-import { homeOption } from "./_home.ts";
+import { homeDir } from "./_home.ts";
 import { parseArgs, UsageError } from "./_args.ts";
 
 const SERVE_HELP = `Usage: ${NAME} serve [--port N] [--host ADDR] [--home DIR] [--store URL]
@@ -50,7 +50,7 @@ export async function runServe(
     throw new UsageError(`--store takes a postgres:// or postgresql:// URL, not "${url}"`);
   }
   const host = parsed.values["--host"] ?? "127.0.0.1";
-  const home = resolveHome(homeOption(parsed, io), io.env);
+  const home = homeDir(parsed, io);
   const loaded = loadSettings({ home, env: io.env });
   const settings = url === undefined ? loaded.settings : { ...loaded.settings, store: url };
   const open = async (): Promise<RunStore> => {

@@ -191,7 +191,9 @@ const keeper = setInterval(() => void beat().catch(() => {}), 1000);
 console.log(
   `bench_serve: ${N.toLocaleString("en")} runs written in ${
     fmtMs(performance.now() - fillStart)
-  } (${(fs.statSync(path.join(home, "checkpoints", "runs.db")).size / 1048576).toFixed(0)} MiB)`,
+  } (${
+    (fs.statSync(path.join(home, "agent-checkpoint", "runs.db")).size / 1048576).toFixed(0)
+  } MiB)`,
 );
 
 // The opened run's checkpoint file, as the library writes one, and the agent's own text.

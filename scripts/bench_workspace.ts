@@ -270,7 +270,7 @@ for (const { files, mb } of SIZES) {
   // Store growth per snapshot against the bytes changed (incompressible content).
   let growth: Record<string, number> | undefined;
   if (mb > 0) {
-    const storeDir = path.join(home, "checkpoints", "store");
+    const storeDir = path.join(home, "agent-checkpoint", "store");
     const plainDir = path.join(base, "plain.git");
     ws.beforeWrite(tree, ++turn);
     plain.snapshot();

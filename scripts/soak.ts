@@ -309,7 +309,7 @@ console.log(`  agent lines appended: ${lines}, lost: ${lost}`);
 const ledger = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" });
 const summary = ledger?.summarySync();
 ledger?.closeSync();
-const db = path.join(home, "checkpoints", "runs.db");
+const db = path.join(home, "agent-checkpoint", "runs.db");
 const dbBytes = ["", "-wal", "-shm"].reduce(
   (n, ext) => n + (fs.existsSync(db + ext) ? fs.statSync(db + ext).size : 0),
   0,

@@ -2,7 +2,7 @@
  * The run store (the ledger): a record of every run, from its start to its
  * end, at most a progress interval behind it. {@linkcode openStore} opens the
  * store a home's settings name; the embedded one is a SQLite database,
- * `<home>/checkpoints/runs.db`.
+ * `<home>/agent-checkpoint/runs.db`.
  *
  * @module
  */

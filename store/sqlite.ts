@@ -1,6 +1,6 @@
 /**
  * The embedded run store: one SQLite database per home,
- * `<home>/checkpoints/runs.db`, in WAL mode so that several processes share it
+ * `<home>/agent-checkpoint/runs.db`, in WAL mode so that several processes share it
  * (one writer at a time, readers never blocked), through the library's SQLite
  * driver. Its reads and writes are synchronous underneath, so `startRun`,
  * which is synchronous, can use them directly ({@linkcode SqliteRunStore}'s
@@ -16,7 +16,8 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { type SqliteDb, type SqliteDriver, sqliteDriver } from "../_sqlite.ts";
+import { readMode, type SqliteDb, type SqliteDriver, sqliteDriver } from "../_sqlite.ts";
+import { stateDir } from "../_home.ts";
 import type { EndStatus } from "../_record.ts";
 import type { TreeRow } from "../_tree.ts";
 import { here } from "./_host.ts";
@@ -51,7 +52,8 @@ const MIGRATE_WAIT_MS = 2000;
 const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
 
 /**
- * The embedded store's file in a home.
+ * The embedded store's file in a home: `runs.db` in the library's folder
+ * (state an earlier version left in the old place is moved in first).
  *
  * @example
  * ```ts
@@ -59,10 +61,10 @@ const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
  * import assert from "node:assert/strict";
  * import { join } from "node:path";
  *
- * assert.equal(storeFile("/h"), join("/h", "checkpoints", "runs.db"));
+ * assert.equal(storeFile("/h"), join("/h", "agent-checkpoint", "runs.db"));
  * ```
  */
-export const storeFile = (home: string): string => path.join(home, "checkpoints", "runs.db");
+export const storeFile = (home: string): string => path.join(stateDir(home), "runs.db");
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -651,6 +653,28 @@ function run<T>(body: () => T): Promise<T> {
   }
 }
 
+/**
+ * Open a ledger to read. A write-ahead-logged database in a folder no one can
+ * write (a read-only home) cannot be opened so (SQLite cannot make its
+ * shared-memory file): when it has no write-ahead log, so that the main file
+ * holds every committed row, it is read as immutable instead.
+ */
+function openToRead(driver: SqliteDriver, file: string): SqliteDb {
+  const db = driver.open(file, { readOnly: true });
+  try {
+    db.get("SELECT count(*) AS n FROM sqlite_master");
+    return db;
+  } catch {
+    let immutable = false;
+    try {
+      immutable = readMode(file) === "immutable";
+    } catch { /* not there, or not a database: the first error says so */ }
+    if (!immutable) return db; // its next statement fails as this one did, and says why
+    db.close();
+    return driver.open(file, { readOnly: true, immutable: true });
+  }
+}
+
 /** What to say when there is no driver: the ledger is off. */
 export const NO_DRIVER = "no SQLite driver";
 
@@ -694,7 +718,7 @@ export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
   const mode = options.mode ?? "durable";
   const file = options.file;
   if (mode !== "read") fs.mkdirSync(path.dirname(file), { recursive: true });
-  const db = driver.open(file, { readOnly: mode === "read" });
+  const db = mode === "read" ? openToRead(driver, file) : driver.open(file, { readOnly: false });
   try {
     const busy = Math.max(0, Math.floor(options.busyMs ?? (mode === "quick" ? 20 : 250)));
     db.exec(`PRAGMA busy_timeout = ${busy}`);

@@ -315,7 +315,7 @@ export function runState(
 
 /** What opening a store needs. */
 export interface StoreOptions {
-  /** The profile directory: the embedded store is `<home>/checkpoints/runs.db`. */
+  /** The profile directory: the embedded store is `<home>/agent-checkpoint/runs.db`. */
   home: string;
   /** The settings in force (`host_timeout_seconds`, and the store's own). */
   settings: { host_timeout_seconds: number } & Record<string, unknown>;

@@ -41,6 +41,7 @@ function settings(): [string, SettingSpec<unknown>][] {
 /** How the README writes a default. */
 function written(key: string, value: unknown): string {
   if (key.endsWith("_template")) return "built in";
+  if (key === "workspace_exclude") return "built in"; // a long list, shown in its own section
   if (key === "checkpoint_dir") return "`<home>/agent-checkpoints/`";
   if (value === undefined || value === "" || (Array.isArray(value) && value.length === 0)) {
     return "none";

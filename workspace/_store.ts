@@ -26,7 +26,8 @@ import {
   statSyncIfThere,
 } from "../_file_ops.ts";
 import { writeFileAtomicSync } from "../persist.ts";
-import { SETTINGS, type Settings } from "../settings.ts";
+import { STATE_DIR_NAME, stateDir } from "../_home.ts";
+import { SETTINGS, type Settings, WORKSPACE_SECRETS } from "../settings.ts";
 import { FileLock, isHeld, LockTimeout, me, ownerAlive, readOwner } from "./_lock.ts";
 
 // `node:child_process` and `node:zlib` cost a Node host about 4 ms to load, and only a
@@ -44,7 +45,9 @@ type WorkspaceKey =
   | "max_file_size_mb"
   | "max_total_size_mb"
   | "max_snapshots"
-  | "max_tree_files";
+  | "max_tree_files"
+  | "workspace_exclude"
+  | "workspace_include";
 
 /**
  * Settings the workspace snapshots read, all optional until read (a missing
@@ -64,6 +67,27 @@ export interface Limits {
   maxTotalBytes: number;
   maxSnapshots: number;
   maxFiles: number;
+  /** What is left out beside the fixed list: gitignore lines (see {@link excludesOf}). */
+  excludes: string;
+}
+
+/**
+ * The gitignore lines snapshots leave out beside the fixed list:
+ * `workspace_exclude` (else its default), the secrets, then what
+ * `workspace_include` puts back (later lines win).
+ */
+export function excludesOf(settings: WorkspaceSettings): string {
+  const patterns = (v: unknown, d: readonly string[]) =>
+    Array.isArray(v) && v.every((p) => typeof p === "string" && !/[\r\n]/.test(p)) ? v : d;
+  const exclude = patterns(settings.workspace_exclude, SETTINGS.workspace_exclude.default);
+  const include = patterns(settings.workspace_include, []);
+  return [
+    "# agent-checkpoint: left out (workspace_exclude, secrets), then put back (workspace_include)",
+    ...exclude,
+    ...WORKSPACE_SECRETS,
+    ...include.map((p) => `!${p.replace(/^!/, "")}`),
+    "",
+  ].join("\n");
 }
 
 /** From this many files to add, staging lets `git add -A` walk the tree itself. */
@@ -92,6 +116,7 @@ export function limitsOf(settings: WorkspaceSettings, maxFiles?: number): Limits
       1,
       Math.floor(maxFiles ?? positive(settings.max_tree_files, MAX_TREE_FILES)),
     ),
+    excludes: excludesOf(settings),
   };
 }
 
@@ -225,12 +250,15 @@ export class Git {
       input?: Buffer | string;
       maxBuffer?: number;
       env?: Record<string, string>;
+      /** A file of gitignore lines read after the store's `info/exclude`. */
+      excludesFile?: string;
     },
   ): Buffer {
     const env: Record<string, string> = { ...this.#env, GIT_DIR: o.gitDir, ...o.env };
     if (o.index) env.GIT_INDEX_FILE = o.index;
     if (o.workTree) env.GIT_WORK_TREE = o.workTree;
-    const r = childProcess().spawnSync(this.bin, [...CONFIG, ...args], {
+    const config = o.excludesFile ? ["-c", `core.excludesFile=${o.excludesFile}`] : [];
+    const r = childProcess().spawnSync(this.bin, [...CONFIG, ...config, ...args], {
       cwd: o.cwd ?? o.gitDir,
       env,
       input: o.input,
@@ -349,6 +377,8 @@ export interface ProjectState {
   head?: string;
   /** The tree the index held when last written. */
   indexTree?: string;
+  /** The hash of the excludes the index was staged with (others: it is staged anew). */
+  excludes?: string;
   /** The ref's value when `ids` was read, the snapshot ids it lists, and their kinds. */
   list?: string;
   ids?: string[];
@@ -494,8 +524,12 @@ export class Project {
     return this.store.git.attempt(args, this.#gitOptions({}));
   }
 
+  /** The excludes file of the staging in progress (see {@link Project.stage}). */
+  #excludesFile: string | undefined;
+
   #gitOptions(o: GitCallOptions): Parameters<Git["run"]>[1] {
     return {
+      ...(this.#excludesFile === undefined ? {} : { excludesFile: this.#excludesFile }),
       gitDir: this.store.gitDir,
       index: this.index,
       workTree: this.root,
@@ -764,6 +798,16 @@ export class Project {
    */
   stage(limits: Limits): { changed: boolean; tooBig: Buffer[]; bytes: number } {
     fs.mkdirSync(this.workDir, { recursive: true });
+    const hash = nodeCrypto().createHash("sha1").update(limits.excludes).digest("hex").slice(0, 16);
+    this.#excludesFile = this.excludesFile(hash, limits.excludes);
+    const state = this.state();
+    if (state.excludes !== hash) {
+      // Staged with other excludes (or before they were kept): what they now leave out must
+      // leave the index too, so it is staged anew.
+      fs.rmSync(this.index, { force: true });
+      const { indexTree: _, ...rest } = state;
+      this.saveState({ ...rest, excludes: hash });
+    }
     // Nested repositories are listed as "dir/" until their files are in the
     // index; list their files with their own work tree and an empty index.
     const budget = limits.maxFiles * 512;
@@ -870,6 +914,19 @@ export class Project {
     return { changed: true, tooBig, bytes };
   }
 
+  /**
+   * The file holding `text`, named by its hash, in the store's `info/` (in a
+   * read-only view's scratch directory when the store does not have it yet).
+   */
+  excludesFile(hash: string, text: string): string {
+    const name = `exclude-${hash}`;
+    const inStore = path.join(this.store.gitDir, "info", name);
+    if (fs.existsSync(inStore)) return inStore;
+    const file = this.scratch === undefined ? inStore : path.join(this.scratch, name);
+    writeAtomic(file, text);
+    return file;
+  }
+
   /** A store kept inside the project's tree must not be snapshotted into itself. */
   excludeStore(): string[] {
     return this.storeInside().map((rel) => `--exclude=/${rel.toString("utf8")}/`);
@@ -887,6 +944,7 @@ export class Project {
     const tmpIndex = path.join(this.workDir, "nested-index");
     fs.rmSync(tmpIndex, { force: true });
     const out = this.store.git.run(["ls-files", "-z", "-o", "--exclude-standard"], {
+      ...(this.#excludesFile === undefined ? {} : { excludesFile: this.#excludesFile }),
       gitDir: this.store.gitDir,
       index: tmpIndex,
       workTree: dir,
@@ -989,12 +1047,14 @@ const SKIPPED_MAX_BYTES = 64 * 1024;
  */
 export const PRUNE_GRACE = "1.hour.ago";
 
-/** The shared store under `<home>/checkpoints/`. */
+/** The shared store in the library's folder, `<home>/agent-checkpoint/`. */
 export class Store {
   readonly base: string;
   readonly gitDir: string;
   readonly projectsDir: string;
   readonly locksDir: string;
+  /** False in a read-only home whose state is still in the old place: no store is made there. */
+  readonly movedIn: boolean;
   /**
    * @param home The home directory.
    * @param git The git runner.
@@ -1007,7 +1067,8 @@ export class Store {
     readonly log: (message: string) => void = () => {},
     readonly lockWaitMs = LOCK_WAIT_MS,
   ) {
-    this.base = path.join(home, "checkpoints");
+    this.base = stateDir(home);
+    this.movedIn = this.base === path.join(path.resolve(home), STATE_DIR_NAME);
     this.gitDir = path.join(this.base, "store");
     this.projectsDir = path.join(this.base, "projects");
     this.locksDir = path.join(this.base, "locks");
@@ -1073,6 +1134,9 @@ export class Store {
    */
   ensure(): void {
     if (this.exists()) return;
+    if (!this.movedIn) {
+      throw new GitError(`no store is made in ${this.base}: the home is read-only`);
+    }
     fs.mkdirSync(this.base, { recursive: true });
     const tmp = path.join(this.base, `store.${process.pid}.${Math.random().toString(36).slice(2)}`);
     try {
@@ -1263,6 +1327,7 @@ export class Store {
    * @returns Whether the prune ran at once (false: deferred in part).
    */
   prune(repack = false): boolean {
+    if (!this.movedIn) return false; // the old place, read only: it may be shared with Hermes
     const lock = new FileLock(path.join(this.locksDir, "prune.lock"), this.log);
     if (!lock.tryAcquire()) return false;
     try {

@@ -48,6 +48,7 @@ import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts"
 import { LockTimeout } from "./_lock.ts";
 import { readdirIfThere, realpathIfThere } from "../_file_ops.ts";
 import { failOpen } from "../log.ts";
+import { moveIn, STATE_DIR_NAME, stateDir } from "../_home.ts";
 
 export type { SnapshotInfo, SnapshotKind, WorkspaceSettings };
 export { isDestructiveCommand };
@@ -61,7 +62,7 @@ export type WorkspaceLog = (
 
 /** How {@link Workspaces} is set up. */
 export interface WorkspacesOptions {
-  /** The home directory; the store is `<home>/checkpoints/`. */
+  /** The home directory; the store is in `<home>/agent-checkpoint/`. */
   home: string;
   /** Where log lines go. */
   log: WorkspaceLog;
@@ -378,6 +379,11 @@ export class Workspaces {
 
   #store(): Store | undefined {
     if (this.#git === undefined) {
+      // State an earlier version left in Hermes's folder is moved in first, said in this log.
+      moveIn(
+        this.#options.home,
+        (level, message) => this.#say(level === "info" ? "info" : "warn", message),
+      );
       const git = new Git("git", this.#options.env ?? process.env);
       const problem = git.probe();
       if (problem) {
@@ -537,7 +543,7 @@ function takeSnapshot(
 
 /** How {@link rollback} and {@link rollbackDiff} find the store and the project. */
 export interface RollbackOptions {
-  /** The home directory holding `checkpoints/`. */
+  /** The home directory (the store is in `<home>/agent-checkpoint/`). */
   home: string;
   /** A directory inside the project. @default {process.cwd()} */
   project?: string;
@@ -937,7 +943,8 @@ export function pruneStore(
 
 /**
  * Delete the whole store: every snapshot of every project, and the ledgers of
- * agent writes. The run ledger beside it (`runs.db`) is kept.
+ * agent writes. The run ledger beside it (`runs.db`) and anything else in the
+ * library's folder is kept.
  *
  * @example
  * ```ts
@@ -948,19 +955,23 @@ export function pruneStore(
  * import { clearStore } from "./mod.ts";
  *
  * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-clear-doc-"));
- * fs.mkdirSync(path.join(home, "checkpoints", "store"), { recursive: true });
+ * fs.mkdirSync(path.join(home, "agent-checkpoint", "store"), { recursive: true });
  * clearStore({ home });
- * assert.equal(fs.existsSync(path.join(home, "checkpoints")), false);
+ * assert.equal(fs.existsSync(path.join(home, "agent-checkpoint")), false);
  * ```
  */
 export function clearStore(options: { home: string }): void {
-  const base = path.join(options.home, "checkpoints");
+  const base = stateDir(options.home);
+  if (base !== path.join(path.resolve(options.home), STATE_DIR_NAME)) {
+    throw new Error(`${base} is read here, not cleared: the home is read-only`);
+  }
   const names = readdirIfThere(base);
   if (names === undefined) return; // no store
-  // The run ledger (runs.db) shares the directory and is not the snapshots'.
-  const kept = names.filter((name) => /^runs\.db(-wal|-shm|-journal)?$/.test(name));
-  for (const name of names) {
-    if (!kept.includes(name)) fs.rmSync(path.join(base, name), { recursive: true, force: true });
+  // The store, its projects, locks, size record, and stores a killed process left half made;
+  // the run ledger (runs.db) shares the folder and is not the snapshots'.
+  const ours = (name: string) => /^(store(\.\d+\.\w+)?|projects|locks|size\.json)$/.test(name);
+  for (const name of names.filter(ours)) {
+    fs.rmSync(path.join(base, name), { recursive: true, force: true });
   }
-  if (kept.length === 0) fs.rmSync(base, { recursive: true, force: true });
+  if (names.every(ours)) fs.rmSync(base, { recursive: true, force: true });
 }

@@ -346,7 +346,7 @@ test("the server waits for a ledger that is not there yet, and says so", async (
   const own = await serveRuns({
     store: () => {
       calls++;
-      const store = fs.existsSync(path.join(home, "checkpoints", "runs.db"))
+      const store = fs.existsSync(path.join(home, "agent-checkpoint", "runs.db"))
         ? openStore({ home, settings, mode: "read" })
         : undefined;
       return store ? Promise.resolve(store) : Promise.reject(new Error("no run ledger yet"));

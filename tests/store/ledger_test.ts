@@ -341,7 +341,7 @@ test("the supervisor's deadline record is in the ledger, on the attempt the libr
 
 test("a corrupt store costs log lines, never the run", async () => {
   const home = tempHome();
-  fs.mkdirSync(path.join(home, "checkpoints"));
+  fs.mkdirSync(path.join(home, "agent-checkpoint"));
   fs.writeFileSync(
     storeFile(home),
     "this is not a database, and it is long enough to be read".repeat(20),
@@ -407,8 +407,8 @@ test("a locked store costs log lines, never a hook's time; the worker writes the
 test("clearing the workspace snapshots keeps the run ledger beside them", async () => {
   const home = tempHome();
   await attempt(home, { sessionId: "kept", turns: 12, calls: 2, end: "done" });
-  fs.mkdirSync(path.join(home, "checkpoints", "store"), { recursive: true });
+  fs.mkdirSync(path.join(home, "agent-checkpoint", "store"), { recursive: true });
   clearStore({ home });
-  assert.equal(fs.existsSync(path.join(home, "checkpoints", "store")), false);
+  assert.equal(fs.existsSync(path.join(home, "agent-checkpoint", "store")), false);
   assert.deepEqual((await ls(home)).map((r) => [r.runId, r.status]), [["kept", "done"]]);
 });

@@ -600,7 +600,7 @@ test("the supervisor's end goes to the fleet store, on the attempt the library i
     assert.equal(recorded?.state, "ended");
     assert.ok(!notices.some((n) => /run ledger/.test(n)), notices.join("\n"));
     // Nothing of it went to the embedded store in the home.
-    assert.ok(!fs.existsSync(path.join(home, "checkpoints", "runs.db")));
+    assert.ok(!fs.existsSync(path.join(home, "agent-checkpoint", "runs.db")));
   } finally {
     await store.close();
     await db.drop();

@@ -69,5 +69,5 @@ test("with workspace_snapshots off, file tools take no snapshot", async () => {
   run.preToolCall("write_file", { input: { path: "a.txt" } });
   run.beforeWrite(["b.txt"]);
   await ac.close();
-  assert.equal(fs.existsSync(path.join(home, "checkpoints")), false);
+  assert.equal(fs.existsSync(path.join(home, "agent-checkpoint")), false);
 });

@@ -50,7 +50,7 @@ function loop(args: string[]): Promise<LoopResult> {
 
 const storeGit = (home: string, ...args: string[]) =>
   execFileSync("git", args, {
-    env: { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") },
+    env: { ...GIT_ENV, GIT_DIR: path.join(home, "agent-checkpoint", "store") },
     stdio: ["ignore", "pipe", "pipe"],
   }).toString();
 
@@ -98,7 +98,7 @@ test("a snapshot waits for another process's, and a write is recorded even when 
   const holder = spawn("sleep", ["60"], { stdio: "ignore" });
   try {
     const key = listProjects({ home }).projects[0]!.key;
-    const lock = path.join(home, "checkpoints", "projects", key, "lock");
+    const lock = path.join(home, "agent-checkpoint", "projects", key, "lock");
     fs.writeFileSync(
       lock,
       JSON.stringify({
@@ -196,7 +196,7 @@ test("a process group killed mid-snapshot leaves nothing that blocks a snapshot 
   for (let round = 0; round < 40 && landed === 0; round++) {
     const child = spawn(cmd, argv, { stdio: ["ignore", "pipe", "inherit"], detached: true });
     await new Promise<void>((resolve) => child.stdout.once("data", () => resolve()));
-    const projectDir = path.join(home, "checkpoints", "projects", key() ?? "");
+    const projectDir = path.join(home, "agent-checkpoint", "projects", key() ?? "");
     const indexLock = path.join(projectDir, "index.lock");
     // Wait (bounded) for git to be at work on the project's index, then kill
     // the whole group at once, as the supervisor does at the end of its grace.

@@ -90,7 +90,7 @@ function hashTree(dir: string): Map<string, string> {
 /** The paths (and modes) of a store snapshot's tree. */
 function snapshotFiles(home: string, id: string): Map<string, string> {
   const out = execFileSync("git", ["ls-tree", "-r", "-z", id], {
-    env: { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") },
+    env: { ...GIT_ENV, GIT_DIR: path.join(home, "agent-checkpoint", "store") },
   });
   const files = new Map<string, string>();
   for (const rec of out.toString("latin1").split("\0").filter(Boolean)) {
@@ -286,7 +286,7 @@ test("--dry-run and diff change nothing", async () => {
   write(dir, "new.txt", "n\n");
   ws.afterWrite(dir, ["a.txt", "new.txt"]);
   const tree = hashTree(dir);
-  const store = hashTree(path.join(home, "checkpoints"));
+  const store = hashTree(path.join(home, "agent-checkpoint"));
   const m = memoryIo({ cwd: dir });
   assert.equal(await rollbackCommand.run(["1", "--dry-run", "--home", home], m.io), 0);
   assert.match(m.stdout(), /would restore +a\.txt/);
@@ -305,7 +305,7 @@ test("--dry-run and diff change nothing", async () => {
   assert.deepEqual(hashTree(dir), tree);
   assert.equal(snapshotCount(home, dir), 1);
   // Refs and ledger unchanged (the store's own index may be refreshed).
-  const after = hashTree(path.join(home, "checkpoints"));
+  const after = hashTree(path.join(home, "agent-checkpoint"));
   for (const [file, hash] of store) {
     if (/refs|ledger/.test(file)) assert.equal(after.get(file), hash, file);
   }
@@ -353,7 +353,7 @@ test("guards: the filesystem root, the user's home, big files and too many files
   assert.equal(h.ws.beforeWrite(fakeHome, 1), undefined);
   assert.equal(h.ws.beforeWrite(fakeHome, 2), undefined);
   assert.equal(h.logs.filter((l) => /it is your home directory/.test(l)).length, 1);
-  assert.equal(fs.existsSync(path.join(h.home, "checkpoints", "projects")), false);
+  assert.equal(fs.existsSync(path.join(h.home, "agent-checkpoint", "projects")), false);
 
   const big = project({ "small.txt": "s" });
   fs.writeFileSync(path.join(big, "big.bin"), Buffer.alloc(2 * 1024 * 1024));
@@ -394,7 +394,7 @@ test("off unless workspace_snapshots is true", () => {
   const home = tempHome();
   const ws = new Workspaces({ home, log: () => {}, settings: () => ({}) });
   assert.equal(ws.beforeWrite(dir, 1), undefined);
-  assert.equal(fs.existsSync(path.join(home, "checkpoints")), false);
+  assert.equal(fs.existsSync(path.join(home, "agent-checkpoint")), false);
 });
 
 test("a restore never follows a symbolic link out of the tree", () => {
@@ -465,7 +465,7 @@ test("max_snapshots keeps the newest snapshots, their ids, and prunes the rest",
     write(dir, "a.txt", `unique content ${t}`);
     ids.push(ws.beforeWrite(dir, t) as string);
   }
-  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
+  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "agent-checkpoint", "store") };
   const projects = listProjects({ home }).projects;
   assert.equal(projects[0]?.snapshots, 3);
   const r = rollback({ home, project: dir, target: ids[2] as string, dryRun: true });
@@ -518,10 +518,10 @@ test("snapshots lists projects; clear asks on a terminal and refuses without one
   const no = memoryIo({ stdinIsTTY: true, answers: ["n"] });
   assert.equal(await snapshotsCommand.run(["clear", "--home", home], no.io), 0);
   assert.equal(no.questions.length, 1);
-  assert.ok(fs.existsSync(path.join(home, "checkpoints", "store")));
+  assert.ok(fs.existsSync(path.join(home, "agent-checkpoint", "store")));
   const yes = memoryIo();
   assert.equal(await snapshotsCommand.run(["clear", "--yes", "--home", home], yes.io), 0);
-  assert.equal(fs.existsSync(path.join(home, "checkpoints")), false);
+  assert.equal(fs.existsSync(path.join(home, "agent-checkpoint")), false);
 });
 
 test("rollback reports a missing snapshot and bad arguments", async () => {
@@ -585,7 +585,7 @@ test("non-destructive shell commands and other tools take no snapshot", () => {
   const { home, ws } = setup();
   assert.equal(ws.beforeTool(dir, 1, "bash", { command: "ls -la 2>&1 | grep a" }), undefined);
   assert.equal(ws.beforeTool(dir, 2, "web_search", { query: "rm -rf" }), undefined);
-  assert.equal(fs.existsSync(path.join(home, "checkpoints")), false);
+  assert.equal(fs.existsSync(path.join(home, "agent-checkpoint")), false);
   assert.ok(ws.beforeTool(dir, 3, "NotebookEdit", { notebook_path: "n.ipynb" }));
 });
 
@@ -605,7 +605,7 @@ test("a staged tree pruned from the store is rebuilt, never committed broken", (
   const id = ws.beforeWrite(dir, 3) as string;
   assert.ok(id);
   assert.equal(snapshotFiles(home, id).size, 1);
-  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
+  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "agent-checkpoint", "store") };
   execFileSync("git", ["fsck", "--strict", "--no-dangling"], { env: storeEnv, stdio: "pipe" });
 });
 
@@ -664,8 +664,8 @@ test("--dry-run and diff write nothing to the store, and work on a read-only sto
   write(dir, "a.txt", "a3\n");
   write(dir, "new.txt", "n\n");
   ws.afterWrite(dir, ["a.txt", "new.txt"]);
-  const checkpoints = path.join(home, "checkpoints");
-  const before = fullState(checkpoints);
+  const state = path.join(home, "agent-checkpoint");
+  const before = fullState(state);
   const tree = fullState(dir);
   const run = async (args: string[]) => {
     const m = memoryIo({ cwd: dir });
@@ -682,13 +682,13 @@ test("--dry-run and diff write nothing to the store, and work on a read-only sto
     assert.match(all, /new\.txt/);
     assert.match(await run(["1", "--all", "--dry-run"]), /would restore +a\.txt/);
     assert.match(await run(["2", "--dry-run", "--json"]), /"dryRun": true/);
-    assert.deepEqual(fullState(checkpoints), expected, "the store is as it was");
+    assert.deepEqual(fullState(state), expected, "the store is as it was");
     assert.deepEqual(fullState(dir), tree, "the tree is as it was");
   };
   await check(before);
   // Not even an object's time: `diff 1 --all` leaves the tree of the snapshot itself, an object
   // the store has, which git would refresh if it were asked to write it.
-  const objects = path.join(checkpoints, "store", "objects");
+  const objects = path.join(state, "store", "objects");
   const old = new Date(1_000_000_000_000);
   const files = [...fullState(objects).entries()].filter(([, v]) => !v.startsWith("dir:"));
   for (const [file] of files) fs.utimesSync(file, old, old);
@@ -698,16 +698,16 @@ test("--dry-run and diff write nothing to the store, and work on a read-only sto
   assert.deepEqual(touched.map(([file]) => path.relative(objects, file)), []);
   // Read-only: tests may run as root, who writes anyway through permissions; where root may
   // mount, a read-only bind mount of the store refuses root too.
-  const mounted = readOnlyMount(checkpoints);
-  if (!mounted) execFileSync("chmod", ["-R", "a-w", checkpoints]);
+  const mounted = readOnlyMount(state);
+  if (!mounted) execFileSync("chmod", ["-R", "a-w", state]);
   try {
     if (mounted) {
-      assert.throws(() => fs.writeFileSync(path.join(checkpoints, "probe"), ""), /EROFS/);
+      assert.throws(() => fs.writeFileSync(path.join(state, "probe"), ""), /EROFS/);
     }
-    await check(fullState(checkpoints));
+    await check(fullState(state));
   } finally {
-    if (mounted) execFileSync("umount", [checkpoints]);
-    else execFileSync("chmod", ["-R", "u+w", checkpoints]);
+    if (mounted) execFileSync("umount", [state]);
+    else execFileSync("chmod", ["-R", "u+w", state]);
   }
 });
 
@@ -795,7 +795,7 @@ test("tool names and input keys come from settings; any other tool is logged onc
     'info: workspace snapshots: tool "write_file" is in neither workspace_file_tools nor workspace_shell_tools, so no snapshot is taken before it',
     'info: workspace snapshots: tool "web_search" is in neither workspace_file_tools nor workspace_shell_tools, so no snapshot is taken before it',
   ]);
-  assert.equal(fs.existsSync(path.join(home, "checkpoints")), false);
+  assert.equal(fs.existsSync(path.join(home, "agent-checkpoint")), false);
   // A file tool of the settings, its path under the settings' key.
   assert.ok(ws.beforeTool(dir, 4, "edit_file", { target: "a.txt" }, { callId: "e" }));
   write(dir, "a.txt", "a2\n");
@@ -857,7 +857,7 @@ test("the tree before a shell command outlives a prune by another project until 
   const r = rollback({ home, project: dir });
   assert.deepEqual(r.restored, ["a.txt"]);
   assert.equal(read(dir, "a.txt"), "1\n");
-  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
+  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "agent-checkpoint", "store") };
   assert.equal(
     execFileSync("git", ["for-each-ref", "refs/agent-checkpoint-pending/"], { env: storeEnv })
       .toString(),
@@ -932,7 +932,7 @@ test("a prune keeps what every project's index holds, so it is not hashed anew",
   ws.beforeWrite(other, 1);
   write(other, "b.txt", "3\n");
   ws.beforeWrite(other, 2);
-  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "checkpoints", "store") };
+  const storeEnv = { ...GIT_ENV, GIT_DIR: path.join(home, "agent-checkpoint", "store") };
   const blob = createHash("sha1").update("blob 23\0staged, in no snapshot\n").digest("hex");
   execFileSync("git", ["cat-file", "-e", blob], { env: storeEnv, stdio: "pipe" });
 });
