@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { main } from "../../cli/mod.ts";
 import { memoryIo } from "../../cli/_io.ts";
@@ -233,7 +233,9 @@ test(
       "a failed commit",
       () => log.records.some((r) => /run ledger could not be written/.test(r.message)) || undefined,
     );
-    await sleep(500); // a few more intervals' commits fail
+    // Past the first retry (1 s after the failure): the records kept in memory meanwhile fail
+    // again, and must go back in line.
+    await sleep(2000);
     await lock.release();
     const all = await until("every run's last state", () => {
       const all = ledgerRuns(home);
@@ -249,6 +251,81 @@ test(
     }
     assert.ok(log.records.some((r) => /takes records again/.test(r.message)));
     await ac.close();
+  },
+);
+
+/** A small tmpfs mounted at a fresh directory, or the reason it cannot be. */
+function smallDisk(size: string): { dir: string; unmount(): void } | string {
+  const dir = tempHome();
+  try {
+    execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir], { stdio: "pipe" });
+  } catch (error) {
+    return `no tmpfs can be mounted here (${String(error).split("\n")[0]})`;
+  }
+  return {
+    dir,
+    unmount: () => execFileSync("umount", ["-l", dir], { stdio: "pipe" }),
+  };
+}
+
+/** Fill the file system under `dir` to the last byte; returns the filler's path. */
+function fill(dir: string): string {
+  const filler = path.join(dir, "filler");
+  const fd = fs.openSync(filler, "w");
+  const chunk = Buffer.alloc(64 * 1024, 1);
+  try {
+    for (;;) fs.writeSync(fd, chunk);
+  } catch { /* ENOSPC: full */ }
+  try {
+    for (;;) fs.writeSync(fd, chunk, 0, 512);
+  } catch { /* full to the last block */ }
+  fs.closeSync(fd);
+  return filler;
+}
+
+test(
+  "commits that fail on a full disk are retried once space returns: every run's last state lands",
+  {
+    skip: noDriver,
+  },
+  async (t) => {
+    const disk = smallDisk("4m");
+    if (typeof disk === "string") return t.skip(disk);
+    try {
+      const home = disk.dir;
+      const log = captureLog();
+      const ac = createAgentCheckpoint({
+        home,
+        env: {},
+        logger: log.logger,
+        settings: { progress_interval_seconds: 0.1 },
+      });
+      const runs = Array.from({ length: 8 }, (_, i) => ac.startRun({ sessionId: `d-${i}` }));
+      for (const run of runs) run.preLlmCall();
+      await until("the runs in the ledger", () => {
+        const all = ledgerRuns(home);
+        return runs.every((r) => all?.get(r.runId)?.record.turnsUsed === 1) || undefined;
+      });
+      const filler = fill(home);
+      for (const [i, run] of runs.entries()) {
+        for (let k = 0; k <= i; k++) run.preLlmCall();
+        // Large enough that the commit needs pages the full disk does not have.
+        run.note("n".repeat(1500));
+      }
+      await until(
+        "a commit failed for want of space",
+        () => log.records.some((r) => /could not be written.*full/i.test(r.message)) || undefined,
+      );
+      await sleep(2000); // past the first retry
+      fs.rmSync(filler);
+      await until("every run's last state", () => {
+        const all = ledgerRuns(home);
+        return runs.every((run, i) => all?.get(run.runId)?.record.turnsUsed === i + 2) || undefined;
+      }, 60_000);
+      await ac.close();
+    } finally {
+      disk.unmount();
+    }
   },
 );
 
