@@ -874,7 +874,31 @@ export function resumeNote(
   return parts.length > 0 ? parts.join(" ") : undefined;
 }
 
-/** Log a failure of the main thread's ledger write, once per kind of failure. */
+/** How often the same failure of the main thread's ledger writes is said again, ms. */
+const SAY_AGAIN_MS = 30_000;
+/** When each log last said each failure, and how many times it kept quiet since. */
+const said = new WeakMap<Log, Map<string, { at: number; quiet: number }>>();
+
+/**
+ * Log a failure of the main thread's ledger write: the first of a kind at
+ * once, then at most once per {@linkcode SAY_AGAIN_MS} with how many were
+ * not said (a locked ledger fails every start: not a line each).
+ */
 export function ledgerFailed(log: Log, what: string, error: unknown, runId?: string): void {
-  log("warn", `the run ledger could not record ${what}: ${errorText(error)}`, runId);
+  const text = errorText(error);
+  const kinds = said.get(log) ?? new Map<string, { at: number; quiet: number }>();
+  said.set(log, kinds);
+  const kind = `${what}\u0000${text}`;
+  const last = kinds.get(kind);
+  const now = nowMs();
+  if (last && now - last.at < SAY_AGAIN_MS) {
+    last.quiet++;
+    return;
+  }
+  if (kinds.size > 100) kinds.clear();
+  kinds.set(kind, { at: now, quiet: 0 });
+  const more = last && last.quiet > 0
+    ? ` (and ${last.quiet} more like it since the last line)`
+    : "";
+  log("warn", `the run ledger could not record ${what}: ${text}${more}`, runId);
 }

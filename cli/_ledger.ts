@@ -124,8 +124,10 @@ export function openLedger(
  * import { explainDamage } from "./_ledger.ts";
  * import assert from "node:assert/strict";
  *
- * const broken = { list: () => Promise.reject(new Error("database disk image is malformed")) };
- * const store = explainDamage(broken as never, "/h/runs.db");
+ * const broken = {
+ *   list: (): Promise<never> => Promise.reject(new Error("database disk image is malformed")),
+ * };
+ * const store = explainDamage(broken, "/h/runs.db");
  * await assert.rejects(store.list(), /run ledger \/h\/runs\.db is damaged .*mv \/h\/runs\.db/);
  * ```
  */

@@ -129,7 +129,11 @@ async function wal(): Promise<void> {
   let reads = 0;
   let readFailures = 0;
   let nextRead = Date.now();
-  const store = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" })!;
+  let store = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" });
+  while (!store) {
+    await sleep(100); // the host is making its schema
+    store = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" });
+  }
   while (!done && Date.now() - started < (seconds + 30) * 1000) {
     if (Date.now() >= nextRead) {
       nextRead += 2000;
