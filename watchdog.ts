@@ -36,9 +36,6 @@ import { openRunStore, thisHost } from "./store/mod.ts";
 /** In the list of claimed records, the run's deadline checkpoint (not a tool call's number). */
 const DEADLINE_CLAIM = -1;
 
-/** Progress intervals between two tidyings of the run ledger. */
-const MAINTAIN_EVERY = 10;
-
 // The state of a slot the worker has seen, as bits.
 const KNOWN = 1; // it has seen the slot's run
 const DROPPED = 2; // no longer watched (S9 interval 0, S11 time cap + 180 s)
@@ -353,12 +350,9 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
   let ledger: { store: LedgerStore; progress: LedgerProgress } | undefined;
   let ledgerOff = false;
   let nextProgress = 0;
-  let progressTicks = 0;
   /** Failed opens in a row, and when the next try is due (S26: the open is tried again). */
   let openFailures = 0;
   let openAt = 0;
-  /** A tidying that could not complete (a reader stayed) is tried again at the next interval. */
-  let maintainDue = false;
 
   function openLedger(settings: Settings, now: number): LedgerProgress | undefined {
     if (ledger || ledgerOff) return ledger?.progress;
@@ -417,17 +411,12 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     if (!writer) return ledgerOff ? Infinity : Math.max(nextProgress, openAt);
     const live = writer.collect(shared, (slot) => describe(slot)?.info, now);
     await writer.flush(now, settings.progress_interval_seconds, live > 0);
-    // Now and then, the store's log goes into the database (main-thread writes never do that);
-    // a tidying that could not complete (a reader stayed) is tried again at the next interval.
-    if (++progressTicks % MAINTAIN_EVERY === 0 || maintainDue) {
-      maintainDue = failOpen(
-        () => ledger?.store.maintain?.() === false,
-        (error) => {
-          log("warn", `tidying the run ledger failed: ${errorText(error)}`);
-          return false;
-        },
-      );
-    }
+    // The store's log goes into the database (main-thread writes never do that), kept bounded:
+    // the store decides, each interval, whether its log needs it.
+    failOpen(
+      () => ledger?.store.maintain?.(),
+      (error) => log("warn", `tidying the run ledger failed: ${errorText(error)}`),
+    );
     return nextProgress;
   }
 

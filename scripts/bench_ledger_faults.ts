@@ -26,6 +26,8 @@ const quick = args.includes("--quick");
 const liveRuns = Number(flag(args, "--runs", "20000"));
 const minutes = Number(flag(args, "--minutes", quick ? "1" : "10"));
 const only = flag(args, "--only");
+/** How often the reader polls, ms (0: no reader, the floor). */
+const readEveryMs = Number(flag(args, "--read-every-ms", "2000"));
 const HOST = fileURLToPath(new URL("./_ledger_host.ts", import.meta.url));
 const LOCKER = fileURLToPath(new URL("./_ledger_locker.ts", import.meta.url));
 const deno = process.execPath.includes("deno");
@@ -135,8 +137,8 @@ async function wal(): Promise<void> {
     store = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" });
   }
   while (!done && Date.now() - started < (seconds + 30) * 1000) {
-    if (Date.now() >= nextRead) {
-      nextRead += 2000;
+    if (readEveryMs > 0 && Date.now() >= nextRead) {
+      nextRead += readEveryMs;
       try {
         // What the web view asks each poll: a page of runs and the counts.
         store.listSync({ limit: 100 });

@@ -55,6 +55,16 @@ const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
  * rather than a passive one.
  */
 const WAL_TRUNCATE_BYTES = 8 * 1024 * 1024;
+/**
+ * The write-ahead log's size past which a host's thread (a `quick`
+ * connection, which never checkpoints: that would cost the host the copy)
+ * writes no more rows itself, and hands them on as it does when the store is
+ * locked, until the watchdog's checkpoint cuts the log back: a burst of
+ * starts with no watchdog yet to checkpoint grew it by 20 KiB a start.
+ */
+const WAL_HAND_ON_BYTES = 32 * 1024 * 1024;
+/** Tidyings between two passive checkpoints of a small write-ahead log. */
+const PASSIVE_EVERY = 10;
 
 /**
  * Whether an error says the database file is damaged or not a database at all.
@@ -227,8 +237,11 @@ const PROGRESS = `UPDATE runs SET updated_at = ?, record = ?
 
 /** A row's state, read before an upsert that may be a new attempt's first row. */
 const ROW_STATE = "SELECT status, updated_at FROM runs WHERE run_id = ? AND attempt = ?";
-/** The run's other attempts are no longer its newest. */
-const NOT_NEWEST = "UPDATE runs SET newest = 0 WHERE run_id = ? AND attempt <> ? AND newest = 1";
+/**
+ * The run's other attempts are no longer its newest: through the primary key
+ * (the unary `+` keeps SQLite from reading every newest attempt's index entry).
+ */
+const NOT_NEWEST = "UPDATE runs SET newest = 0 WHERE run_id = ? AND attempt <> ? AND +newest = 1";
 
 const HEARTBEAT = `INSERT INTO heartbeats (machine, pid, host_start, at, interval_seconds)
   VALUES (?, ?, ?, ?, ?)
@@ -297,6 +310,8 @@ export class SqliteRunStore implements RunStore {
   readonly #reopen: (() => SqliteDb) | undefined;
   /** Set a damaged file aside, and say so; undefined: this store never does. */
   readonly #setAside: ((aside: string, error: unknown) => void) | undefined;
+  /** @internal The log size past which this connection writes nothing (the host's); 0: none. */
+  walCap = 0;
 
   /** @internal Use {@linkcode openSqliteStore}. */
   constructor(
@@ -367,6 +382,13 @@ export class SqliteRunStore implements RunStore {
   }
 
   #transaction<T>(body: () => T): T {
+    if (this.walCap > 0 && this.walBytes() > this.walCap) {
+      throw new Error(
+        `the store's write-ahead log is over ${
+          Math.round(this.walCap / 1048576)
+        } MiB until the watchdog's next checkpoint: handed on`,
+      );
+    }
     this.#db.exec("BEGIN IMMEDIATE");
     try {
       const out = body();
@@ -661,20 +683,24 @@ export class SqliteRunStore implements RunStore {
   }
 
   /**
-   * Copy the write-ahead log into the database. Passive (waiting on no one)
-   * while the log is small; past {@linkcode WAL_TRUNCATE_BYTES}, a
-   * truncating checkpoint, which waits (at most the busy timeout) for readers
-   * to move on and then cuts the log to nothing. Returns false when that
-   * could not complete (a reader stayed): the caller tries again soon.
+   * Keep the write-ahead log bounded; called at every progress interval. Past
+   * {@linkcode WAL_TRUNCATE_BYTES} (a burst of starts, a reader that stayed),
+   * a truncating checkpoint: it copies the log into the database, waits (at
+   * most the busy timeout) for readers to move on, and cuts the log to
+   * nothing; writers meanwhile find the store busy (the host's thread does
+   * not wait: it hands its rows on). Else, every {@linkcode PASSIVE_EVERY}
+   * calls, a passive one, which waits on no one. Returns false when the
+   * truncating one could not complete: it is tried again at the next call.
    */
   maintain(): boolean {
-    if (this.walBytes() <= WAL_TRUNCATE_BYTES) {
-      this.#db.get("PRAGMA wal_checkpoint(PASSIVE)");
-      return true;
+    if (this.walBytes() > WAL_TRUNCATE_BYTES) {
+      const out = this.#db.get("PRAGMA wal_checkpoint(TRUNCATE)");
+      return Number(out?.busy ?? 0) === 0;
     }
-    const out = this.#db.get("PRAGMA wal_checkpoint(TRUNCATE)");
-    return Number(out?.busy ?? 0) === 0;
+    if (++this.#maintained % PASSIVE_EVERY === 0) this.#db.get("PRAGMA wal_checkpoint(PASSIVE)");
+    return true;
   }
+  #maintained = 0;
 
   /** The write-ahead log's size on disk, bytes (0 when there is none). */
   walBytes(): number {
@@ -774,13 +800,15 @@ export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
     setAside(aside, error);
     db = reopen();
   }
-  return new SqliteRunStore(
+  const store = new SqliteRunStore(
     db,
     options.file,
     options.hostTimeoutSeconds,
     options.mode === "read" ? undefined : reopen,
     setAside,
   );
+  if (options.mode === "quick") store.walCap = WAL_HAND_ON_BYTES;
+  return store;
 }
 
 /** The connection to a store file, set up as `options` says (made, with its schema, when missing). */
