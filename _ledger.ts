@@ -599,6 +599,24 @@ export class LedgerFeed {
    */
   write(records: RunRecord[], what: string): void {
     if (this.#never) return;
+    // A retry is already due: these wait behind the others, at no cost now (each try makes every
+    // waiting record's row again).
+    if (this.#timer !== undefined && records.length > 0) {
+      for (const record of records) this.#pending.push(record);
+      const over = this.#pending.length - LEDGER_PENDING;
+      if (over > 0) {
+        this.#pending.splice(0, over);
+        this.#dropped += over;
+        if (this.#dropped === over) {
+          ledgerFailed(
+            this.#parts.log,
+            `${what} (at most ${LEDGER_PENDING} records wait in memory; the oldest are dropped)`,
+            new Error("the store has not taken them yet"),
+          );
+        }
+      }
+      return;
+    }
     const batch = this.#pending.length === 0 ? records : [...this.#pending, ...records];
     if (batch.length === 0) return;
     const store = this.#store ?? this.open(this.#parts.settingsAt(nowMs()));

@@ -95,7 +95,12 @@ export async function soakFaults(args: string[]): Promise<number> {
     const bound = since + 120_000;
     while (Date.now() < bound && final === undefined) {
       const all = ledger(home);
-      if (all && all.size >= runs && [...all.values()].every((v) => v.record.status === "live")) {
+      // Every run there, live, and the host's commits landing again (its heartbeat is newer).
+      const views = all ? [...all.values()] : [];
+      if (
+        all && all.size >= runs && views.every((v) => v.record.status === "live") &&
+        views.some((v) => (v.heartbeat?.at ?? 0) > since)
+      ) {
         (recovered[fault] ??= []).push(Date.now() - since);
         return;
       }
@@ -191,7 +196,7 @@ export async function soakFaults(args: string[]): Promise<number> {
   console.log(`  faults: ${Object.entries(counts).map(([k, n]) => `${k} ×${n}`).join(", ")}`);
   for (const [fault, ms] of Object.entries(recovered)) {
     console.log(
-      `  ${fault}: every run in the ledger again ${
+      `  ${fault}: every run in the ledger and its commits landing again ${
         ms.map((m) => `${(m / 1000).toFixed(1)}s`).join(", ")
       } after it was cleared`,
     );

@@ -86,7 +86,7 @@ async function starts(): Promise<void> {
     ).length;
     store.closeSync();
     const fig = (xs: number[]) =>
-      `p50 ${us(pct(xs, 50))}, p99 ${us(pct(xs, 99))}, max ${us(Math.max(...xs))}`;
+      `p50 ${us(pct(xs, 50))}, p90 ${us(pct(xs, 90))}, p99 ${us(pct(xs, 99))}`;
     console.log(
       `    ledger ${locked ? "locked by another process" : "free"}: startRun ${
         fig(startMs)
