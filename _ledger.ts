@@ -557,7 +557,9 @@ export class LedgerFeed {
 
   /** The live runs' records as they stand. */
   live(what: string): void {
-    if (this.#never) return;
+    if (this.#never || (!this.#store && this.#pending.length === 0 && this.#openFailures === 0)) {
+      return; // never asked for: nothing was started while the ledger was wanted
+    }
     failOpen(() => {
       const now = nowMs();
       const host = this.#parts.host();
@@ -683,9 +685,12 @@ export class LedgerFeed {
     if (this.#closed) return;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
-    if (!this.#never) {
+    const settings = this.#parts.settingsAt(nowMs());
+    // A store never opened while the settings keep no ledger: none is made now.
+    const wanted = this.#store !== undefined || (settings.enabled && settings.ledger);
+    if (!this.#never && wanted) {
       this.#retryAt = 0;
-      this.open(this.#parts.settingsAt(nowMs()));
+      this.open(settings);
       this.live("the live runs at close");
       const end = nowMs() + CLOSE_PENDING_MS;
       for (
