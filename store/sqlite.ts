@@ -807,7 +807,8 @@ export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
     options.mode === "read" ? undefined : reopen,
     setAside,
   );
-  if (options.mode === "quick") store.walCap = WAL_HAND_ON_BYTES;
+  // The host's own connection (it never waits on a lock): the supervisor's may wait and write.
+  if (options.mode === "quick" && options.busyMs === 0) store.walCap = WAL_HAND_ON_BYTES;
   return store;
 }
 
