@@ -55,8 +55,18 @@ export interface LedgerStore {
   writeTreeSync?(record: RunRecord): void;
   /** Record that a run sits in a tree. */
   joinTreeSync?(runId: string, root: string, parent: string | undefined): void;
-  /** Tidy the store now and then (the embedded one: move its log into the database). */
-  maintain?(): void;
+  /**
+   * Tidy the store now and then (the embedded one: move its log into the
+   * database); false when that could not complete, to be tried again soon.
+   */
+  maintain?(): boolean | void;
+  /**
+   * Whether the store's file is still the one at its path, else open the one
+   * there (a new one when it was deleted); given a failed write's error, a
+   * damaged file is also set aside (renamed, never deleted) and a new one
+   * started. Returns the log line when it did something, else undefined.
+   */
+  heal?(error?: unknown): string | undefined;
   prune(before: number, limit: number): Promise<number>;
   close(): Promise<void>;
   /** A checkpoint file was written (the fleet store keeps its content). */
@@ -74,10 +84,10 @@ export type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
 
 /** The most records the worker keeps while the store cannot take them. */
 export const MAX_BACKLOG = 50_000;
-/** The longest wait between two tries of a failing store, ms. */
-const MAX_BACKOFF_MS = 60_000;
+/** The longest wait between two tries of a failing store (an open, a commit), ms. */
+const MAX_BACKOFF_MS = 30_000;
 /** The wait before the next try of a store that failed `failures` times in a row: 1 s, doubling. */
-const backoffMs = (failures: number) =>
+export const backoffMs = (failures: number): number =>
   Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(16, failures - 1));
 /** Ended runs a process prunes at start. */
 export const PRUNE_AT_START = 500;
@@ -226,6 +236,7 @@ export class LedgerProgress {
     now: number,
   ): number {
     let live = 0;
+    this.#heal();
     const slots = shared.slots;
     shared.refresh(); // after reading the count: the views cover every slot counted
     // Slots still due from an earlier collect (no flush came between) become records first,
@@ -246,6 +257,26 @@ export class LedgerProgress {
     }
     this.#source = { shared, infoOf, now };
     return live;
+  }
+
+  /**
+   * The store's file deleted or replaced under this process (or, after a
+   * failed write, found damaged): the store opens the one at the path, and
+   * every live run's record is written to it at this interval.
+   */
+  #heal(error?: unknown): boolean {
+    const healed = failOpen(
+      () => this.#store.heal?.(error),
+      (e) => {
+        this.#log("warn", `the run ledger could not be made anew: ${errorText(e)}`);
+        return undefined;
+      },
+    );
+    if (healed === undefined) return false;
+    this.#log("warn", `${healed}; every live run's record is written to it`);
+    this.#known.fill(0);
+    this.#retryAt = 0;
+    return true;
   }
 
   /** Room for `slots` slots in the per-slot arrays. */
@@ -369,6 +400,8 @@ export class LedgerProgress {
     this.#failures++;
     const wait = backoffMs(this.#failures);
     this.#retryAt = now + wait;
+    // A damaged file is set aside and a new one started: tried again at the next interval.
+    if (this.#heal(error)) return;
     if (this.#failures === 1 || Number.isInteger(Math.log2(this.#failures))) {
       this.#log(
         "warn",
@@ -382,16 +415,20 @@ export class LedgerProgress {
   }
 }
 
-/** How long the main thread waits before it tries to open a store that failed to open again. */
-const LEDGER_REOPEN_MS = 30_000;
 /** Ledger records the main thread keeps while the store cannot take them. */
-const LEDGER_PENDING = 10_000;
+export const LEDGER_PENDING = 10_000;
+/** How long `close()` goes on trying to write the records kept in memory, ms. */
+const CLOSE_PENDING_MS = 3000;
 
 /** What the feed works with. @internal */
 export interface LedgerFeedParts {
-  /** Open the store (short lock waits); undefined when it cannot. */
-  open(settings: Settings): LedgerStore | undefined;
-  /** This process, as run records name it: asked only once the store is open. */
+  /**
+   * Open the store without waiting on a lock; undefined when it cannot now
+   * (tried again later), null when it never can (no driver, no store
+   * subsystem). Its reasons go to `log`.
+   */
+  open(settings: Settings, log: Log): LedgerStore | undefined | null;
+  /** This process, as run records name it. */
   host(): HostId;
   log: Log;
   /** The settings in force at a time. */
@@ -423,7 +460,13 @@ function atExit(feed: LedgerFeed): void {
 }
 
 /**
- * The main thread's side of the run ledger, for one keeper. @internal
+ * The main thread's side of the run ledger, for one keeper. It never waits
+ * on the store: a store that cannot be opened, or is locked or failing, costs
+ * the records it could not take a place in memory (at most
+ * {@linkcode LEDGER_PENDING}, the oldest dropped first and counted in the
+ * log); they are tried again, with the open, with a growing wait, and at
+ * close. The live runs' records are the watchdog worker's: it reads them
+ * from shared memory. @internal
  *
  * @example
  * ```ts
@@ -434,7 +477,7 @@ function atExit(feed: LedgerFeed): void {
  *
  * const settings = loadSettings({ home: "/nonexistent", env: {} }).settings;
  * const feed = new LedgerFeed({
- *   open: () => undefined, // no store to be had
+ *   open: () => null, // no store to be had, ever
  *   host: () => ({ machine: "m", pid: 1, start: "" }),
  *   log: () => {},
  *   settingsAt: () => settings,
@@ -449,8 +492,12 @@ function atExit(feed: LedgerFeed): void {
 export class LedgerFeed {
   readonly #parts: LedgerFeedParts;
   #store: LedgerStore | undefined;
+  /** No store can ever be had. */
+  #never = false;
+  #openFailures = 0;
   #retryAt = 0;
   #pending: RunRecord[] = [];
+  #dropped = 0;
   #failures = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
@@ -465,26 +512,72 @@ export class LedgerFeed {
     return this.#store;
   }
 
+  /** Whether a store is open or may yet be (the worker then keeps the live runs' records). */
+  get wanted(): boolean {
+    return !this.#never && !this.#closed;
+  }
+
+  /** Records waiting in memory for the store. */
+  get pending(): number {
+    return this.#pending.length;
+  }
+
   /**
-   * The store: opened on first use, with short lock waits; after a failure to
-   * open, tried again a while later.
+   * The store: opened on first use, never waiting on a lock; after a failure
+   * to open, tried again with a growing wait. A store whose file was deleted
+   * or replaced meanwhile opens the one at its path.
    */
   open(settings: Settings): LedgerStore | undefined {
-    if (this.#store !== undefined) return this.#store;
-    if (nowMs() < this.#retryAt) return undefined;
-    const store = this.#parts.open(settings);
-    if (!store) this.#retryAt = nowMs() + LEDGER_REOPEN_MS;
-    else {
-      this.#store = store;
-      this.#parts.opened(store);
-      atExit(this);
+    const open = this.#store;
+    if (open !== undefined) {
+      failOpen(() => {
+        const healed = open.heal?.();
+        if (healed !== undefined) this.#parts.log("warn", healed);
+      }, (error) => ledgerFailed(this.#parts.log, "a new ledger file", error));
+      return open;
     }
+    if (this.#never || this.#closed || nowMs() < this.#retryAt) return undefined;
+    const first = this.#openFailures === 0;
+    const store = this.#parts.open(
+      settings,
+      (level, message, runId) => {
+        // The first failure is said, then every doubling of them: not one line per try.
+        if (first || Number.isInteger(Math.log2(this.#openFailures + 1))) {
+          this.#parts.log(level, message, runId);
+        }
+      },
+    );
+    if (store === null) {
+      this.#never = true;
+      this.#pending = [];
+      return undefined;
+    }
+    if (!store) {
+      this.#openFailures++;
+      this.#retryAt = nowMs() + backoffMs(this.#openFailures);
+      this.#schedule();
+      return undefined;
+    }
+    if (this.#openFailures > 0) {
+      this.#parts.log(
+        "info",
+        `the run ledger opened after ${this.#openFailures} failed tr${
+          this.#openFailures === 1 ? "y" : "ies"
+        }`,
+      );
+    }
+    this.#openFailures = 0;
+    this.#store = store;
+    this.#parts.opened(store);
+    atExit(this);
     return store;
   }
 
   /** The live runs' records as they stand. */
   live(what: string): void {
-    if (!this.#store) return;
+    if (this.#never || (!this.#store && this.#pending.length === 0 && this.#openFailures === 0)) {
+      return; // never asked for: nothing was started while the ledger was wanted
+    }
     failOpen(() => {
       const now = nowMs();
       const host = this.#parts.host();
@@ -503,12 +596,12 @@ export class LedgerFeed {
     }, () => {/* exiting: nothing more can be done */});
   }
 
-  /** Record a run's end, when the settings keep the ledger and its store is open. */
+  /** Record a run's end, when the settings keep the ledger: at once, or kept until it can be. */
   end(table: RunTable, info: RunInfo, end: { status: EndStatus; summary?: string }): void {
     failOpen(() => {
       const now = nowMs();
       const settings = this.#parts.settingsAt(now);
-      if (!settings.enabled || !settings.ledger || this.open(settings) === undefined) return;
+      if (!settings.enabled || !settings.ledger || this.#never) return;
       const record = endRecord(
         recordOf(info, table, this.#parts.host(), now),
         end.status,
@@ -525,10 +618,34 @@ export class LedgerFeed {
    * again with a growing wait.
    */
   write(records: RunRecord[], what: string): void {
-    const store = this.#store;
-    if (!store) return;
-    const batch = [...this.#pending, ...records];
+    if (this.#never) return;
+    // A retry is already due: these wait behind the others, at no cost now (each try makes every
+    // waiting record's row again).
+    if (this.#timer !== undefined && records.length > 0) {
+      for (const record of records) this.#pending.push(record);
+      const over = this.#pending.length - LEDGER_PENDING;
+      if (over > 0) {
+        this.#pending.splice(0, over);
+        this.#dropped += over;
+        if (this.#dropped === over) {
+          ledgerFailed(
+            this.#parts.log,
+            `${what} (at most ${LEDGER_PENDING} records wait in memory; the oldest are dropped)`,
+            new Error("the store has not taken them yet"),
+          );
+        }
+      }
+      return;
+    }
+    const batch = this.#pending.length === 0 ? records : [...this.#pending, ...records];
+    if (batch.length === 0) return;
+    const store = this.#store ?? this.open(this.#parts.settingsAt(nowMs()));
+    if (!store) {
+      this.#keep(batch, what, new Error("the store is not open yet"));
+      return;
+    }
     failOpen(() => {
+      store.heal?.();
       if (store.writeSync) store.writeSync({ records: batch });
       else {
         store.write({ records: batch }).catch((error) => this.#keep(batch, what, error));
@@ -536,44 +653,88 @@ export class LedgerFeed {
       this.#pending = [];
       if (this.#failures > 0) {
         this.#failures = 0;
-        this.#parts.log("info", "the run ledger takes the main thread's records again");
+        this.#parts.log(
+          "info",
+          `the run ledger takes the main thread's records again${
+            this.#dropped > 0
+              ? `; ${this.#dropped} record(s) were dropped meanwhile (at most ${LEDGER_PENDING} wait in memory)`
+              : ""
+          }`,
+        );
+        this.#dropped = 0;
       }
     }, (error) => this.#keep(batch, what, error));
   }
 
   #keep(batch: RunRecord[], what: string, error: unknown): void {
     const dropped = Math.max(0, batch.length - LEDGER_PENDING);
-    this.#pending = batch.slice(dropped);
+    this.#pending = dropped > 0 ? batch.slice(dropped) : batch;
+    this.#dropped += dropped;
     this.#failures++;
     if (this.#failures === 1 || dropped > 0) {
       ledgerFailed(
         this.#parts.log,
-        `${what} (${this.#pending.length} record(s) wait in memory${
-          dropped > 0 ? `, ${dropped} dropped` : ""
+        `${what} (${this.#pending.length} record(s) wait in memory, at most ${LEDGER_PENDING}${
+          dropped > 0 ? `; ${dropped} dropped, the oldest` : ""
         })`,
         error,
       );
     }
-    if (this.#timer === undefined && !this.#closed) {
-      const wait = backoffMs(this.#failures);
-      this.#timer = setTimeout(() => {
-        this.#timer = undefined;
-        if (this.#pending.length > 0) this.write([], "records kept in memory");
-      }, wait);
-      (this.#timer as { unref?: () => void }).unref?.();
-    }
+    this.#schedule();
   }
 
-  /** At close: the live runs' records as they stand, the last kept ones, and the store closed. */
-  close(): Promise<void> {
-    this.#closed = true;
-    const store = this.#store;
-    if (!store) return Promise.resolve();
-    this.live("the live runs at close");
+  /** A try of the open and of the records kept, after a growing wait. */
+  #schedule(): void {
+    if (this.#timer !== undefined || this.#closed || this.#pending.length === 0) return;
+    const wait = this.#store ? backoffMs(this.#failures) : Math.max(10, this.#retryAt - nowMs());
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      if (this.#pending.length > 0) this.write([], "records kept in memory");
+    }, wait);
+    (this.#timer as { unref?: () => void }).unref?.();
+  }
+
+  /**
+   * At close: the live runs' records as they stand, and those kept in memory,
+   * tried for a bounded while; then the store closed. What could not be
+   * written is said.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const settings = this.#parts.settingsAt(nowMs());
+    // A store never opened while the settings keep no ledger: none is made now.
+    const wanted = this.#store !== undefined || (settings.enabled && settings.ledger);
+    if (!this.#never && wanted) {
+      this.#retryAt = 0;
+      this.open(settings);
+      this.live("the live runs at close");
+      const end = nowMs() + CLOSE_PENDING_MS;
+      for (
+        let wait = 20;
+        this.#pending.length > 0 && nowMs() < end;
+        wait = Math.min(500, wait * 2)
+      ) {
+        await new Promise((r) => setTimeout(r, wait));
+        if (this.#timer !== undefined) clearTimeout(this.#timer);
+        this.#timer = undefined;
+        this.#retryAt = 0;
+        this.write([], "records kept in memory");
+      }
+      if (this.#pending.length > 0) {
+        this.#parts.log(
+          "warn",
+          `the run ledger could not take ${this.#pending.length} record(s) before close(); they are lost`,
+        );
+      }
+    }
+    this.#closed = true;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    const store = this.#store;
+    if (!store) return;
     this.#store = undefined;
     this.#parts.opened(undefined);
-    this.#retryAt = Infinity;
     // A store thread (the fleet store) writes what waits first, bounded.
     return store.close().catch(() => {});
   }
@@ -755,7 +916,31 @@ export function resumeNote(
   return parts.length > 0 ? parts.join(" ") : undefined;
 }
 
-/** Log a failure of the main thread's ledger write, once per kind of failure. */
+/** How often the same failure of the main thread's ledger writes is said again, ms. */
+const SAY_AGAIN_MS = 30_000;
+/** When each log last said each failure, and how many times it kept quiet since. */
+const said = new WeakMap<Log, Map<string, { at: number; quiet: number }>>();
+
+/**
+ * Log a failure of the main thread's ledger write: the first of a kind at
+ * once, then at most once per {@linkcode SAY_AGAIN_MS} with how many were
+ * not said (a locked ledger fails every start: not a line each).
+ */
 export function ledgerFailed(log: Log, what: string, error: unknown, runId?: string): void {
-  log("warn", `the run ledger could not record ${what}: ${errorText(error)}`, runId);
+  const text = errorText(error);
+  const kinds = said.get(log) ?? new Map<string, { at: number; quiet: number }>();
+  said.set(log, kinds);
+  const kind = `${what}\u0000${text}`;
+  const last = kinds.get(kind);
+  const now = nowMs();
+  if (last && now - last.at < SAY_AGAIN_MS) {
+    last.quiet++;
+    return;
+  }
+  if (kinds.size > 100) kinds.clear();
+  kinds.set(kind, { at: now, quiet: 0 });
+  const more = last && last.quiet > 0
+    ? ` (and ${last.quiet} more like it since the last line)`
+    : "";
+  log("warn", `the run ledger could not record ${what}: ${text}${more}`, runId);
 }

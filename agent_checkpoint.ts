@@ -87,6 +87,8 @@ export interface Subsystems {
     home: string;
     settings: Settings;
     mode: "quick";
+    /** Never wait on another process's lock: the host's thread is not the store's. */
+    busyMs: 0;
     log: (level: "info" | "warn" | "error", message: string) => void;
   }): LedgerStore | undefined;
   /** This process, as run records name their host. */
@@ -196,13 +198,22 @@ export class AgentCheckpoint {
     const sinks = hostSinks(log, options);
     this.#sinks = sinks;
     this.#ledger = new LedgerFeed({
-      open: (settings) =>
-        subsystems?.openStore({
+      // Undefined: not now, tried again; null: never (no store subsystem, no driver).
+      open: (settings, feedLog) => {
+        if (!subsystems) return null;
+        let never = false;
+        const store = subsystems.openStore({
           home: this.#home,
           settings,
           mode: "quick",
-          log: (level, message) => log(level, message),
-        }),
+          busyMs: 0,
+          log: (level, message) => {
+            if (level === "info") never = true; // the one line that says there is no driver
+            feedLog(level, message);
+          },
+        });
+        return store ?? (never ? null : undefined);
+      },
       host: () => this.#thisHost(),
       log,
       settingsAt,
@@ -395,7 +406,7 @@ export class AgentCheckpoint {
       // The worker keeps the run's ledger record up to date from now on. Started once startRun
       // has returned: starting a thread takes tens of milliseconds, the host's, not the run's.
       if (
-        claimed && settings.enabled && settings.ledger && this.#ledger.store &&
+        claimed && settings.enabled && settings.ledger && this.#ledger.wanted &&
         this.#context.watchdogDue && !this.#contactQueued
       ) {
         this.#contactQueued = true;
@@ -545,7 +556,7 @@ export class AgentCheckpoint {
   #contact(settings: Settings): void {
     if (
       !this.#closed && !this.#watchdog.running &&
-      (settings.watchdog || (settings.ledger && this.#ledger.store !== undefined))
+      (settings.watchdog || (settings.ledger && this.#ledger.wanted))
     ) this.#watchdog.start();
     // Running, or never to run: the runs' contact is a field read from now on.
     if (this.#watchdog.running || this.#watchdog.failed || this.#closed) {

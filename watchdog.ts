@@ -24,15 +24,18 @@ import type { TimedOutCall } from "./_record.ts";
 import { hasCap, PAST_CAP_SECONDS, tierFor, TierPlans, timeCrossing } from "./tier.ts";
 // Types only: the worker never loads the main thread\'s side of the watchdog.
 import type { FromWorker, WatchdogData } from "./_watchdog_host.ts";
-import { LedgerProgress, type LedgerStore, PRUNE_AT_START } from "./_ledger.ts";
+import {
+  backoffMs,
+  LedgerProgress,
+  type LedgerStore,
+  MAX_BACKLOG,
+  PRUNE_AT_START,
+} from "./_ledger.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
 import { storedGoalTurns } from "./discover.ts";
 
 /** In the list of claimed records, the run's deadline checkpoint (not a tool call's number). */
 const DEADLINE_CLAIM = -1;
-
-/** Progress intervals between two tidyings of the run ledger. */
-const MAINTAIN_EVERY = 10;
 
 // The state of a slot the worker has seen, as bits.
 const KNOWN = 1; // it has seen the slot's run
@@ -356,21 +359,47 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
   let ledger: { store: LedgerStore; progress: LedgerProgress } | undefined;
   let ledgerOff = false;
   let nextProgress = 0;
-  let progressTicks = 0;
+  /** Failed opens in a row, and when the next try is due (S26: the open is tried again). */
+  let openFailures = 0;
+  let openAt = 0;
 
   function openLedger(settings: Settings, now: number): LedgerProgress | undefined {
     if (ledger || ledgerOff) return ledger?.progress;
+    if (now < openAt) return undefined;
+    let noDriver = false;
+    const say = openFailures === 0 || Number.isInteger(Math.log2(openFailures + 1));
     const store = openRunStore({
       home: data.home,
       settings,
+      // A damaged file is moved aside (never deleted) and a new ledger started.
+      setAside: true,
       // The main thread said it already when there is no driver (the one "info" line).
-      log: (level, message) => level !== "info" && log(level, message),
+      log: (level, message) => {
+        if (level === "info") noDriver = true;
+        else if (say) log(level, message);
+      },
       ...(data.storePort ? { storePort: data.storePort } : {}),
     });
     if (!store) {
-      ledgerOff = true;
+      if (noDriver) ledgerOff = true;
+      else {
+        openFailures++;
+        openAt = now + backoffMs(openFailures);
+        if (say) {
+          log(
+            "warn",
+            `the run ledger will be opened again (next try in ${
+              Math.round((openAt - now) / 1000)
+            }s); the live runs wait in memory (at most ${MAX_BACKLOG} records) and are written once it opens`,
+          );
+        }
+      }
       return undefined;
     }
+    if (openFailures > 0) {
+      log("info", `the run ledger opened after ${openFailures} failed tries`);
+    }
+    openFailures = 0;
     ledger = { store, progress: new LedgerProgress(store, log, thisHost()) };
     // A bounded batch of ended runs past their retention goes at each process's start.
     store.prune(now - settings.ledger_retention_days * 86_400_000, PRUNE_AT_START).catch((error) =>
@@ -388,16 +417,15 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     if (now < nextProgress) return nextProgress;
     nextProgress = now + interval;
     const writer = openLedger(settings, now);
-    if (!writer) return Infinity;
+    if (!writer) return ledgerOff ? Infinity : Math.max(nextProgress, openAt);
     const live = writer.collect(shared, (slot) => describe(slot)?.info, now);
     await writer.flush(now, settings.progress_interval_seconds, live > 0);
-    // Now and then, the store's log goes into the database (main-thread writes never do that).
-    if (++progressTicks % MAINTAIN_EVERY === 0) {
-      failOpen(
-        () => ledger?.store.maintain?.(),
-        (error) => log("warn", `tidying the run ledger failed: ${errorText(error)}`),
-      );
-    }
+    // The store's log goes into the database (main-thread writes never do that), kept bounded:
+    // the store decides, each interval, whether its log needs it.
+    failOpen(
+      () => ledger?.store.maintain?.(),
+      (error) => log("warn", `tidying the run ledger failed: ${errorText(error)}`),
+    );
     return nextProgress;
   }
 

@@ -12,6 +12,8 @@ import { formatDuration, formatUsd } from "../template.ts";
 import type { RunCaps, UsageTotals } from "../_record.ts";
 import { errorText } from "../log.ts";
 import {
+  corruptHint,
+  isCorruptError,
   isPostgresUrl,
   openPgStore,
   openStore,
@@ -97,11 +99,58 @@ export function openLedger(
     throw new UsageError(`--store takes a postgres:// URL, not "${store}"`, "--help");
   }
   if (!settings.ledger || !fs.existsSync(storeFile(home))) return undefined;
-  return openStore({
+  let damaged: string | undefined;
+  const opened = openStore({
     home,
     settings,
     mode: "read",
-    log: (_level, message) => io.stderr(`${NAME}: ${terminalSafe(message)}\n`),
+    log: (_level, message) => {
+      if (isCorruptError(message)) damaged = message;
+      else io.stderr(`${NAME}: ${terminalSafe(message)}\n`);
+    },
+  });
+  // Not a database at all: said, with how to set it aside, as a damaged page is.
+  if (damaged !== undefined) throw new Error(damaged);
+  return opened && explainDamage(opened, storeFile(home));
+}
+
+/**
+ * A store whose reads, failing on a damaged file, say so: which file, and
+ * how to set it aside (the library, finding it so, starts a new one and keeps
+ * the old beside it).
+ *
+ * @example
+ * ```ts
+ * import { explainDamage } from "./_ledger.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const broken = {
+ *   list: (): Promise<never> => Promise.reject(new Error("database disk image is malformed")),
+ * };
+ * const store = explainDamage(broken, "/h/runs.db");
+ * await assert.rejects(store.list(), /run ledger \/h\/runs\.db is damaged .*mv \/h\/runs\.db/);
+ * ```
+ */
+export function explainDamage<T extends object>(store: T, file: string): T {
+  const explained = (error: unknown) =>
+    isCorruptError(error)
+      ? new Error(`the run ledger ${file} is damaged (${errorText(error)}); ${corruptHint(file)}`)
+      : error;
+  return new Proxy(store, {
+    get(target, key) {
+      const value = Reflect.get(target, key, target);
+      if (typeof value !== "function") return value;
+      return (...args: unknown[]) => {
+        try {
+          const out = value.apply(target, args);
+          return out instanceof Promise
+            ? out.catch((error) => Promise.reject(explained(error)))
+            : out;
+        } catch (error) {
+          throw explained(error);
+        }
+      };
+    },
   });
 }
 

@@ -13,6 +13,7 @@ import { openStore, storeFile } from "../store/mod.ts";
 import type { RunStore } from "../store/types.ts";
 import { type CliIo, type Command, NAME } from "./_io.ts";
 import { homeDir } from "./_home.ts";
+import { explainDamage } from "./_ledger.ts";
 import { parseArgs, UsageError } from "./_args.ts";
 
 const SERVE_HELP = `Usage: ${NAME} serve [--port N] [--host ADDR] [--home DIR] [--store URL]
@@ -78,7 +79,8 @@ export async function runServe(
         }, but this build has no PostgreSQL store`,
       );
     }
-    return store;
+    // A damaged file: every answer says which, and how to set it aside.
+    return store.engine === "sqlite" ? explainDamage(store, store.location) : store;
   };
   let opened: RunStore | undefined;
   try {

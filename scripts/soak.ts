@@ -9,6 +9,7 @@
  * and what the run ledger holds: every run, each killed host's runs cut off
  * with its last commit at most 2 intervals before the kill, and its size.
  *
+ *   deno task soak --faults [--minutes 10] [--runs 100]   (see scripts/_soak_faults.ts)
  *   deno task soak [--runs 5000] [--hooks 100] [--hosts 10] [--parallel 2]
  *     [--concurrency 25] [--kill-rate 0.3] [--seed N]
  *
@@ -26,6 +27,11 @@ import { openStore } from "../store/mod.ts";
 import { flag, fmtBytes, runtime, tempDir } from "./_bench_util.ts";
 
 const args = process.argv.slice(2);
+// The fault soak: the run ledger under a lock, a delete, a damaged page and a full disk.
+if (args.includes("--faults")) {
+  const { soakFaults } = await import("./_soak_faults.ts");
+  process.exit(await soakFaults(args));
+}
 const runs = Number(flag(args, "--runs", "5000"));
 const hooks = Number(flag(args, "--hooks", "100"));
 const hosts = Number(flag(args, "--hosts", "10"));

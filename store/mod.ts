@@ -7,7 +7,13 @@
  * @module
  */
 import { SQLITE_FIX } from "../_sqlite.ts";
-import { NO_DRIVER, openSqliteStore, type SqliteRunStore, storeFile } from "./sqlite.ts";
+import {
+  isCorruptError,
+  NO_DRIVER,
+  openSqliteStore,
+  type SqliteRunStore,
+  storeFile,
+} from "./sqlite.ts";
 import type { RunStore, StoreOptions } from "./types.ts";
 import { isPostgresUrl, openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
 import { openPgBridge, type PgBridge, PortStore } from "./_pg_bridge.ts";
@@ -15,7 +21,14 @@ import type { MessagePort } from "node:worker_threads";
 
 export * from "./types.ts";
 export { here, processStart, thisHost } from "./_host.ts";
-export { NO_DRIVER, SCHEMA_VERSION, SqliteRunStore, storeFile } from "./sqlite.ts";
+export {
+  isCorruptError,
+  NO_DRIVER,
+  SCHEMA_VERSION,
+  setAsideCorrupt,
+  SqliteRunStore,
+  storeFile,
+} from "./sqlite.ts";
 export { isPostgresUrl, openPgStore, PG_SCHEMA_VERSION, PgRunStore, pgTarget } from "./postgres.ts";
 export { PgBridge, START_WAIT_MS } from "./_pg_bridge.ts";
 
@@ -46,25 +59,57 @@ export { PgBridge, START_WAIT_MS } from "./_pg_bridge.ts";
  * ```
  */
 export function openStore(
-  options: StoreOptions & { mode?: "durable" | "quick" | "read" },
+  options: StoreOptions & {
+    mode?: "durable" | "quick" | "read";
+    busyMs?: number;
+    setAside?: boolean;
+  },
 ): SqliteRunStore | undefined {
   const file = storeFile(options.home);
   try {
-    return openSqliteStore({
+    const open: Parameters<typeof openSqliteStore>[0] = {
       file,
       hostTimeoutSeconds: options.settings.host_timeout_seconds,
       mode: options.mode ?? "durable",
-    });
+    };
+    if (options.busyMs !== undefined) open.busyMs = options.busyMs;
+    if (options.setAside) {
+      open.setAside = (aside, error) =>
+        options.log?.(
+          "warn",
+          `the run ledger at ${file} is damaged (${
+            error instanceof Error ? error.message : String(error)
+          }): moved aside to ${aside}, kept there, and a new ledger started`,
+        );
+    }
+    return openSqliteStore(open);
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     options.log?.(
       message.startsWith(NO_DRIVER) ? "info" : "warn",
       message.startsWith(NO_DRIVER)
         ? `the run ledger is off: there is no SQLite driver; ${SQLITE_FIX}`
-        : `the run ledger at ${file} cannot be opened: ${message}`,
+        : `the run ledger at ${file} cannot be opened: ${message}${
+          isCorruptError(error) ? `; ${corruptHint(file)}` : ""
+        }`,
     );
     return undefined;
   }
+}
+
+/**
+ * How to set a damaged ledger aside, as the command line and the log say it.
+ *
+ * @example
+ * ```ts
+ * import { corruptHint } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.match(corruptHint("/h/runs.db"), /mv \/h\/runs\.db /);
+ * ```
+ */
+export function corruptHint(file: string): string {
+  return `the file is damaged: set it aside with \`mv ${file} ${file}.corrupt\` (and its -wal and -shm files beside it, if any); the next run starts a new ledger, and the old one is kept for you to inspect`;
 }
 
 /**
@@ -91,7 +136,12 @@ export function openStore(
  * ```
  */
 export function openRunStore(
-  options: StoreOptions & { mode?: "durable" | "quick" | "read"; storePort?: MessagePort },
+  options: StoreOptions & {
+    mode?: "durable" | "quick" | "read";
+    storePort?: MessagePort;
+    busyMs?: number;
+    setAside?: boolean;
+  },
 ): SqliteRunStore | PgRunStore | PgBridge | PortStore | undefined {
   const url = options.settings.store;
   return isPostgresUrl(url) ? openFleet(options, url) : openStore(options);

@@ -52,6 +52,91 @@ const MIGRATE_WAIT_MS = 2000;
 const WAL_LIMIT_BYTES = 4 * 1024 * 1024;
 
 /**
+ * The write-ahead log's size past which a tidying asks for a truncating
+ * checkpoint (it waits, bounded by the busy timeout, for readers to move on)
+ * rather than a passive one.
+ */
+const WAL_TRUNCATE_BYTES = 8 * 1024 * 1024;
+/**
+ * The write-ahead log's size past which a host's thread (a `quick`
+ * connection, which never checkpoints: that would cost the host the copy)
+ * writes no more rows itself, and hands them on as it does when the store is
+ * locked, until the watchdog's checkpoint cuts the log back: a burst of
+ * starts with no watchdog yet to checkpoint grew it by 20 KiB a start.
+ */
+const WAL_HAND_ON_BYTES = 32 * 1024 * 1024;
+/** Tidyings between two passive checkpoints of a small write-ahead log. */
+const PASSIVE_EVERY = 10;
+
+/**
+ * Whether an error says the database file is damaged or not a database at all.
+ *
+ * @example
+ * ```ts
+ * import { isCorruptError } from "./sqlite.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(isCorruptError(new Error("database disk image is malformed")), true);
+ * assert.equal(isCorruptError(new Error("database is locked")), false);
+ * ```
+ */
+export function isCorruptError(error: unknown): boolean {
+  const text = error instanceof Error
+    ? `${error.message} ${String((error as { code?: unknown }).code ?? "")}`
+    : String(error);
+  return /malformed|not a database|SQLITE_CORRUPT|SQLITE_NOTADB|file is encrypted/i.test(text);
+}
+
+/** A file's device and inode, or undefined when nothing is at its path. */
+function identityOf(file: string): { dev: number; ino: number } | undefined {
+  try {
+    const st = fs.statSync(file);
+    return { dev: st.dev, ino: st.ino };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Move a damaged store file (and its `-wal` and `-shm` files) aside, beside
+ * it, as `<file>.corrupt-<timestamp>`: never deleted. Returns the new name,
+ * or undefined when there was nothing to move.
+ *
+ * @example
+ * ```ts
+ * import { setAsideCorrupt } from "./sqlite.ts";
+ * import assert from "node:assert/strict";
+ * import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const file = join(mkdtempSync(join(tmpdir(), "ac-")), "runs.db");
+ * writeFileSync(file, "not a database");
+ * const aside = setAsideCorrupt(file, Date.UTC(2026, 0, 2, 3, 4, 5))!;
+ * assert.match(aside, /runs\.db\.corrupt-20260102T030405Z$/);
+ * assert.equal(existsSync(file), false);
+ * assert.equal(existsSync(aside), true);
+ * ```
+ */
+export function setAsideCorrupt(file: string, now: number = Date.now()): string | undefined {
+  const stamp = new Date(now).toISOString().replace(/[-:]/g, "").replace(/\.\d+Z$/, "Z");
+  let aside = `${file}.corrupt-${stamp}`;
+  for (let n = 2; fs.existsSync(aside); n++) aside = `${file}.corrupt-${stamp}-${n}`;
+  try {
+    fs.renameSync(file, aside);
+  } catch (error) {
+    if ((error as { code?: unknown }).code === "ENOENT") return undefined;
+    throw error;
+  }
+  for (const suffix of ["-wal", "-shm"]) {
+    try {
+      fs.renameSync(file + suffix, aside + suffix);
+    } catch { /* not there */ }
+  }
+  return aside;
+}
+
+/**
  * The embedded store's file in a home: `runs.db` in the library's folder
  * (state an earlier version left in the old place is moved in first).
  *
@@ -114,6 +199,12 @@ export interface SqliteOpenOptions {
   busyMs?: number;
   /** The driver. @default {the runtime's} */
   driver?: SqliteDriver;
+  /**
+   * A file found damaged at open is moved aside (`runs.db.corrupt-<time>`,
+   * never deleted) and a new store made at the path; this is told the new
+   * name of the old one. Without it, a damaged file makes the open throw.
+   */
+  setAside?: (aside: string, error: unknown) => void;
 }
 
 const SELECT_VIEW = `SELECT r.run_id, r.attempt, r.machine, r.pid, r.host_start, r.started_at,
@@ -150,6 +241,14 @@ const UPSERT = `INSERT INTO runs
 const PROGRESS = `UPDATE runs SET updated_at = ?1, record = ?2
   WHERE run_id = ?3 AND attempt = ?4 AND status = 'live' AND machine = ?5 AND pid = ?6
     AND host_start = ?7 AND updated_at <= ?1`;
+
+/** A row's state, read before an upsert that may be a new attempt's first row. */
+const ROW_STATE = "SELECT status, updated_at FROM runs WHERE run_id = ? AND attempt = ?";
+/**
+ * The run's other attempts are no longer its newest: through the primary key
+ * (the unary `+` keeps SQLite from reading every newest attempt's index entry).
+ */
+const NOT_NEWEST = "UPDATE runs SET newest = 0 WHERE run_id = ? AND attempt <> ? AND +newest = 1";
 
 const HEARTBEAT = `INSERT INTO heartbeats (machine, pid, host_start, at, interval_seconds)
   VALUES (?, ?, ?, ?, ?)
@@ -225,20 +324,95 @@ function recordJson(record: RunRecord): string {
 export class SqliteRunStore implements RunStore {
   readonly engine = "sqlite";
   readonly location: string;
-  readonly #db: SqliteDb;
+  #db: SqliteDb;
   #treesMade = false;
   readonly #timeout: number;
   readonly #vantage: () => Vantage;
+  /** The file's device and inode when it was opened. */
+  #identity: { dev: number; ino: number } | undefined;
+  /** Open the file at the path anew (made when missing); undefined: this store never does. */
+  readonly #reopen: (() => SqliteDb) | undefined;
+  /** Set a damaged file aside, and say so; undefined: this store never does. */
+  readonly #setAside: ((aside: string, error: unknown) => void) | undefined;
+  /** @internal The log size past which this connection writes nothing (the host's); 0: none. */
+  walCap = 0;
 
   /** @internal Use {@linkcode openSqliteStore}. */
-  constructor(db: SqliteDb, file: string, hostTimeoutSeconds: number) {
+  constructor(
+    db: SqliteDb,
+    file: string,
+    hostTimeoutSeconds: number,
+    reopen?: () => SqliteDb,
+    setAside?: (aside: string, error: unknown) => void,
+  ) {
     this.#db = db;
     this.location = file;
     this.#timeout = hostTimeoutSeconds;
     this.#vantage = () => here(this.#timeout);
+    this.#identity = identityOf(file);
+    this.#reopen = reopen;
+    this.#setAside = setAside;
+  }
+
+  /**
+   * Open the file the path names now, when it is not the one open (deleted:
+   * a new one is made; replaced: the new one is opened); given a failed
+   * write's error that says the file is damaged, and a store that sets files
+   * aside, the damaged file is renamed `<file>.corrupt-<time>` (never
+   * deleted) and a new one started. Returns what it did as a log line, or
+   * undefined when nothing was wrong. Throws when the new file cannot be
+   * opened (tried again at the next call: the path still names another file).
+   */
+  heal(error?: unknown): string | undefined {
+    if (!this.#reopen) return undefined;
+    const gone = this.replaced();
+    const damaged = gone === undefined && error !== undefined && this.#setAside !== undefined &&
+      isCorruptError(error);
+    if (gone === undefined && !damaged) return undefined;
+    let what: string;
+    if (damaged) {
+      const aside = setAsideCorrupt(this.location);
+      what = `the run ledger at ${this.location} is damaged (${
+        error instanceof Error ? error.message : String(error)
+      }): moved aside to ${aside ?? "(gone meanwhile)"}, kept there, and a new ledger started`;
+    } else {
+      what = `the run ledger at ${this.location} was ${
+        gone === "deleted" ? "deleted" : "replaced by another file"
+      } under this process: it now writes to the one at that path${
+        gone === "deleted" ? ", made anew" : ""
+      }`;
+    }
+    // Closed first: should the new file not open, writes fail (and wait in memory) rather than
+    // land in a file no reader will see.
+    try {
+      this.#db.close();
+    } catch { /* already closed */ }
+    this.#db = this.#reopen();
+    this.#identity = identityOf(this.location);
+    return what;
+  }
+
+  /**
+   * Whether the path still names the file this store has open: `deleted`
+   * when nothing is there any more, `replaced` when another file is (moved
+   * aside, restored from a copy), undefined while it is the same. A stat,
+   * no database access.
+   */
+  replaced(): "deleted" | "replaced" | undefined {
+    const now = identityOf(this.location);
+    if (now === undefined) return "deleted";
+    const then = this.#identity;
+    return then && (then.dev !== now.dev || then.ino !== now.ino) ? "replaced" : undefined;
   }
 
   #transaction<T>(body: () => T): T {
+    if (this.walCap > 0 && this.walBytes() > this.walCap) {
+      throw new Error(
+        `the store's write-ahead log is over ${
+          Math.round(this.walCap / 1048576)
+        } MiB until the watchdog's next checkpoint: handed on`,
+      );
+    }
     this.#db.exec("BEGIN IMMEDIATE");
     try {
       const out = body();
@@ -323,6 +497,20 @@ export class SqliteRunStore implements RunStore {
       row[2] === "live" && row[9] === null &&
       this.#db.run(PROGRESS, row[7], row[8], row[0], row[1], row[3], row[4], row[5]) > 0
     ) return;
+    const existing = this.#db.get(ROW_STATE, row[0], row[1]);
+    if (existing === undefined) {
+      // The attempt's first row (its start could not be recorded: the store was busy or away,
+      // or it was made anew): it is the run's newest.
+      this.#db.run(NOT_NEWEST, row[0], row[1]);
+    } else if (
+      row[2] === "live" && existing.status !== "live" &&
+      Number(existing.updated_at) < Number(row[6])
+    ) {
+      // A run that started after this id and attempt ended (its start was not recorded): the
+      // new run, not the old end.
+      this.#db.run("DELETE FROM runs WHERE run_id = ? AND attempt = ?", row[0], row[1]);
+      this.#db.run(NOT_NEWEST, row[0], row[1]);
+    }
     this.#db.run(UPSERT, ...row);
   }
 
@@ -611,9 +799,33 @@ export class SqliteRunStore implements RunStore {
     });
   }
 
-  /** Copy the write-ahead log into the database, without waiting on anyone. */
-  maintain(): void {
-    this.#db.get("PRAGMA wal_checkpoint(PASSIVE)");
+  /**
+   * Keep the write-ahead log bounded; called at every progress interval. Past
+   * {@linkcode WAL_TRUNCATE_BYTES} (a burst of starts, a reader that stayed),
+   * a truncating checkpoint: it copies the log into the database, waits (at
+   * most the busy timeout) for readers to move on, and cuts the log to
+   * nothing; writers meanwhile find the store busy (the host's thread does
+   * not wait: it hands its rows on). Else, every {@linkcode PASSIVE_EVERY}
+   * calls, a passive one, which waits on no one. Returns false when the
+   * truncating one could not complete: it is tried again at the next call.
+   */
+  maintain(): boolean {
+    if (this.walBytes() > WAL_TRUNCATE_BYTES) {
+      const out = this.#db.get("PRAGMA wal_checkpoint(TRUNCATE)");
+      return Number(out?.busy ?? 0) === 0;
+    }
+    if (++this.#maintained % PASSIVE_EVERY === 0) this.#db.get("PRAGMA wal_checkpoint(PASSIVE)");
+    return true;
+  }
+  #maintained = 0;
+
+  /** The write-ahead log's size on disk, bytes (0 when there is none). */
+  walBytes(): number {
+    try {
+      return fs.statSync(`${this.location}-wal`).size;
+    } catch {
+      return 0;
+    }
   }
 
   /** Close the database; later calls throw. */
@@ -715,6 +927,32 @@ export const NO_DRIVER = "no SQLite driver";
 export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
   const driver = options.driver ?? sqliteDriver();
   if (!driver) throw new Error(`${NO_DRIVER}`);
+  const reopen = () => openDb(driver, options);
+  const setAside = options.mode === "read" ? undefined : options.setAside;
+  let db: SqliteDb;
+  try {
+    db = reopen();
+  } catch (error) {
+    if (!setAside || !isCorruptError(error)) throw error;
+    const aside = setAsideCorrupt(options.file);
+    if (aside === undefined) throw error;
+    setAside(aside, error);
+    db = reopen();
+  }
+  const store = new SqliteRunStore(
+    db,
+    options.file,
+    options.hostTimeoutSeconds,
+    options.mode === "read" ? undefined : reopen,
+    setAside,
+  );
+  // The host's own connection (it never waits on a lock): the supervisor's may wait and write.
+  if (options.mode === "quick" && options.busyMs === 0) store.walCap = WAL_HAND_ON_BYTES;
+  return store;
+}
+
+/** The connection to a store file, set up as `options` says (made, with its schema, when missing). */
+function openDb(driver: SqliteDriver, options: SqliteOpenOptions): SqliteDb {
   const mode = options.mode ?? "durable";
   const file = options.file;
   if (mode !== "read") fs.mkdirSync(path.dirname(file), { recursive: true });
@@ -745,7 +983,7 @@ export function openSqliteStore(options: SqliteOpenOptions): SqliteRunStore {
     db.close();
     throw error;
   }
-  return new SqliteRunStore(db, file, options.hostTimeoutSeconds);
+  return db;
 }
 
 const newer = (file: string, version: number) =>

@@ -1,0 +1,517 @@
+// The run ledger survives its faults, made to happen for real: another process holding the file
+// locked (at start, and for a few intervals mid-run), the file deleted or replaced under a live
+// process, a damaged page; and a quiet run's heartbeat keeps it live.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { createAgentCheckpoint } from "../../mod.ts";
+import { main } from "../../cli/mod.ts";
+import { memoryIo } from "../../cli/_io.ts";
+import { openSqliteStore, storeFile } from "../../store/sqlite.ts";
+import type { RunView } from "../../store/types.ts";
+import { sqliteDriver } from "../../_sqlite.ts";
+import { captureLog, fixture, scriptCommand, sleep, tempHome } from "../_helpers.ts";
+
+const noDriver = sqliteDriver() === undefined;
+
+/** Poll `check` until it gives a value, or fail after `ms` (the machine may be busy: generous). */
+async function until<T>(what: string, check: () => T | undefined, ms = 40_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const value = check();
+    if (value !== undefined) return value;
+    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+/** Every run's newest attempt in the home's ledger, read as another process would; undefined when it cannot be read now. */
+function ledgerRuns(home: string, hostTimeoutSeconds = 30): Map<string, RunView> | undefined {
+  try {
+    const store = openSqliteStore({ file: storeFile(home), hostTimeoutSeconds, mode: "read" });
+    try {
+      return new Map(store.listSync({ limit: 100_000 }).map((v) => [v.record.runId, v]));
+    } finally {
+      store.closeSync();
+    }
+  } catch {
+    return undefined; // locked, or not there yet
+  }
+}
+
+/** Another process holding the ledger locked; `release()` lets go (else it does after `ms`). */
+function locker(file: string, mode: "exclusive" | "write", ms = 0) {
+  const [cmd, argv] = scriptCommand(fixture("ledger_locker"), [file, String(ms), mode]);
+  const child: ChildProcess = spawn(cmd, argv, { stdio: ["pipe", "pipe", "pipe"] });
+  let out = "";
+  let err = "";
+  child.stdout!.on("data", (d) => out += d);
+  child.stderr!.on("data", (d) => err += d);
+  const exited = new Promise<void>((resolve) => child.on("close", () => resolve()));
+  return {
+    locked: until(`the locker to hold the lock (${err})`, () => /locked/.test(out) || undefined),
+    released: exited,
+    release: () => {
+      child.stdin!.end();
+      return exited;
+    },
+  };
+}
+
+async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const m = memoryIo();
+  const code = await main(args, m.io);
+  return { code, stdout: m.stdout(), stderr: m.stderr() };
+}
+
+test(
+  "a ledger locked by another process at start: every run started meanwhile lands once it is free",
+  {
+    skip: noDriver,
+  },
+  async () => {
+    const home = tempHome();
+    // Held for 5 s from the first moment: no open, read or write of the file can succeed.
+    const lock = locker(storeFile(home), "exclusive", 5000);
+    await lock.locked;
+    const log = captureLog();
+    const ac = createAgentCheckpoint({
+      home,
+      env: {},
+      logger: log.logger,
+      settings: { progress_interval_seconds: 0.2 },
+    });
+    const runs = Array.from(
+      { length: 5 },
+      (_, i) => ac.startRun({ sessionId: `held-${i}`, caps: { turns: 10 } }),
+    );
+    for (const run of runs) {
+      run.preLlmCall();
+      run.preToolCall("bash", { callId: "c1" });
+    }
+    // One that starts and ends while the ledger is locked: its end waits in memory.
+    const brief = ac.startRun({ sessionId: "brief", caps: { turns: 10 } });
+    brief.preLlmCall();
+    await brief.end({ status: "done", summary: "over before the ledger opened" });
+    await lock.released;
+    // Never ended: the worker's retried open writes them, within a bounded wait.
+    const seen = await until("the 5 live runs and the ended one in the ledger", () => {
+      const all = ledgerRuns(home);
+      if (!all) return undefined;
+      const ok = runs.every((r) => all.get(r.runId)?.record.inFlight.length === 1) &&
+        all.get("brief")?.record.status === "done";
+      return ok ? all : undefined;
+    });
+    for (const run of runs) {
+      const view = seen.get(run.runId)!;
+      assert.equal(view.state, "live");
+      assert.equal(view.record.turnsUsed, 1);
+      assert.equal(view.record.inFlight[0]!.tool, "bash");
+    }
+    assert.ok(
+      log.records.some((r) => /wait in memory.*at most \d+/.test(r.message)),
+      `the bound is logged: ${JSON.stringify(log.records.map((r) => r.message))}`,
+    );
+    await ac.close();
+    const after = ledgerRuns(home)!;
+    assert.deepEqual(
+      [...after.keys()].sort(),
+      ["brief", ...runs.map((r) => r.runId)].sort(),
+    );
+  },
+);
+
+test("runs started and ended while the ledger is locked at start land at close()", {
+  skip: noDriver,
+}, async () => {
+  const home = tempHome();
+  const lock = locker(storeFile(home), "exclusive");
+  await lock.locked;
+  const ac = createAgentCheckpoint({ home, env: {}, logger: () => {} });
+  const runs = Array.from({ length: 5 }, (_, i) => ac.startRun({ sessionId: `c-${i}` }));
+  for (const run of runs) run.preLlmCall();
+  await runs[0]!.end({ status: "failed" });
+  const closing = ac.close();
+  await sleep(300);
+  await lock.release();
+  await closing;
+  const all = ledgerRuns(home)!;
+  assert.equal(all.size, 5, JSON.stringify([...all.keys()]));
+  assert.equal(all.get("c-0")!.record.status, "failed");
+  for (const id of ["c-1", "c-2", "c-3", "c-4"]) assert.equal(all.get(id)!.record.turnsUsed, 1);
+});
+
+for (const how of ["deleted", "replaced"] as const) {
+  test(
+    `a ledger file ${how} under a live process: noticed, made anew, every live run written to it`,
+    {
+      skip: noDriver,
+    },
+    async () => {
+      const home = tempHome();
+      const file = storeFile(home);
+      const log = captureLog();
+      const ac = createAgentCheckpoint({
+        home,
+        env: {},
+        logger: log.logger,
+        settings: { progress_interval_seconds: 0.2 },
+      });
+      const runs = Array.from({ length: 3 }, (_, i) => ac.startRun({ sessionId: `${how}-${i}` }));
+      for (const run of runs) run.preLlmCall();
+      await until("the runs in the ledger", () => {
+        const all = ledgerRuns(home);
+        return runs.every((r) => all?.get(r.runId)?.record.turnsUsed === 1) || undefined;
+      });
+      if (how === "deleted") {
+        for (const f of [file, `${file}-wal`, `${file}-shm`]) fs.rmSync(f, { force: true });
+      } else {
+        // Another ledger put in its place (a copy restored), its log files with it.
+        const other = path.join(home, "other.db");
+        openSqliteStore({ file: other, hostTimeoutSeconds: 30 }).closeSync();
+        for (const f of [`${file}-wal`, `${file}-shm`]) fs.rmSync(f, { force: true });
+        fs.renameSync(other, file);
+      }
+      // Nothing changes in the runs: the worker must notice the file itself.
+      const noticed = await until(
+        "a log line about the ledger file",
+        () =>
+          log.records.find((r) => new RegExp(how).test(r.message) && /run ledger/.test(r.message)),
+      );
+      assert.match(noticed.message, /every live run's record is written/);
+      const all = await until("every live run in the new ledger", () => {
+        const all = ledgerRuns(home);
+        return runs.every((r) => all?.get(r.runId)?.record.turnsUsed === 1) ? all : undefined;
+      });
+      assert.equal(all.size, 3);
+      // Later runs, and ends written by the host's thread, go to the new file too.
+      const later = ac.startRun({ sessionId: `${how}-later` });
+      later.preLlmCall();
+      await runs[0]!.end({ status: "done" });
+      await until("a later run and an end in the new ledger", () => {
+        const all = ledgerRuns(home);
+        return all?.get(`${how}-later`) && all.get(runs[0]!.runId)?.record.status === "done"
+          ? true
+          : undefined;
+      });
+      await ac.close();
+    },
+  );
+}
+
+test(
+  "commits that fail while another process holds the ledger are retried: every run's last state lands",
+  {
+    skip: noDriver,
+  },
+  async () => {
+    const home = tempHome();
+    const log = captureLog();
+    const ac = createAgentCheckpoint({
+      home,
+      env: {},
+      logger: log.logger,
+      settings: { progress_interval_seconds: 0.1 },
+    });
+    const runs = Array.from({ length: 8 }, (_, i) => ac.startRun({ sessionId: `f-${i}` }));
+    for (const run of runs) run.preLlmCall();
+    await until("the runs in the ledger", () => {
+      const all = ledgerRuns(home);
+      return runs.every((r) => all?.get(r.runId)?.record.turnsUsed === 1) || undefined;
+    });
+    const lock = locker(storeFile(home), "write");
+    await lock.locked;
+    // Each run moves on while commits fail, then goes quiet: its last state is in a failed commit.
+    for (const [i, run] of runs.entries()) {
+      for (let t = 0; t <= i; t++) run.preLlmCall();
+      run.preToolCall(`tool-${i}`, { callId: `k${i}` });
+    }
+    await runs[7]!.end({ status: "capped", summary: "ended while locked" });
+    await until(
+      "a failed commit",
+      () => log.records.some((r) => /run ledger could not be written/.test(r.message)) || undefined,
+    );
+    // Past the first retry (1 s after the failure): the records kept in memory meanwhile fail
+    // again, and must go back in line.
+    await sleep(2000);
+    await lock.release();
+    const all = await until("every run's last state", () => {
+      const all = ledgerRuns(home);
+      const ok = runs.every((run, i) => {
+        const r = all?.get(run.runId)?.record;
+        return r?.turnsUsed === i + 2 &&
+          (i === 7 ? r.status === "capped" : r.inFlight.length === 1);
+      });
+      return ok ? all : undefined;
+    }, 60_000);
+    for (const [i, run] of runs.slice(0, 7).entries()) {
+      assert.equal(all.get(run.runId)!.record.inFlight[0]!.tool, `tool-${i}`);
+    }
+    assert.ok(log.records.some((r) => /takes records again/.test(r.message)));
+    await ac.close();
+  },
+);
+
+/** A small tmpfs mounted at a fresh directory, or the reason it cannot be. */
+function smallDisk(size: string): { dir: string; unmount(): void } | string {
+  const dir = tempHome();
+  try {
+    execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir], { stdio: "pipe" });
+  } catch (error) {
+    return `no tmpfs can be mounted here (${String(error).split("\n")[0]})`;
+  }
+  return {
+    dir,
+    unmount: () => execFileSync("umount", ["-l", dir], { stdio: "pipe" }),
+  };
+}
+
+/** Fill the file system under `dir` to the last byte; returns the filler's path. */
+function fill(dir: string): string {
+  const filler = path.join(dir, "filler");
+  const fd = fs.openSync(filler, "w");
+  const chunk = Buffer.alloc(64 * 1024, 1);
+  try {
+    for (;;) fs.writeSync(fd, chunk);
+  } catch { /* ENOSPC: full */ }
+  try {
+    for (;;) fs.writeSync(fd, chunk, 0, 512);
+  } catch { /* full to the last block */ }
+  fs.closeSync(fd);
+  return filler;
+}
+
+test(
+  "commits that fail on a full disk are retried once space returns: every run's last state lands",
+  {
+    skip: noDriver,
+  },
+  async (t) => {
+    const disk = smallDisk("4m");
+    if (typeof disk === "string") return t.skip(disk);
+    try {
+      const home = disk.dir;
+      const log = captureLog();
+      const ac = createAgentCheckpoint({
+        home,
+        env: {},
+        logger: log.logger,
+        settings: { progress_interval_seconds: 0.1 },
+      });
+      const runs = Array.from({ length: 8 }, (_, i) => ac.startRun({ sessionId: `d-${i}` }));
+      for (const run of runs) run.preLlmCall();
+      await until("the runs in the ledger", () => {
+        const all = ledgerRuns(home);
+        return runs.every((r) => all?.get(r.runId)?.record.turnsUsed === 1) || undefined;
+      });
+      const filler = fill(home);
+      for (const [i, run] of runs.entries()) {
+        for (let k = 0; k <= i; k++) run.preLlmCall();
+        // Large enough that the commit needs pages the full disk does not have.
+        run.note("n".repeat(1500));
+      }
+      await until(
+        "a commit failed for want of space",
+        () => log.records.some((r) => /could not be written.*full/i.test(r.message)) || undefined,
+      );
+      await sleep(2000); // past the first retry
+      fs.rmSync(filler);
+      await until("every run's last state", () => {
+        const all = ledgerRuns(home);
+        return runs.every((run, i) => all?.get(run.runId)?.record.turnsUsed === i + 2) || undefined;
+      }, 60_000);
+      await ac.close();
+    } finally {
+      disk.unmount();
+    }
+  },
+);
+
+test(
+  "with the ledger locked by another process, starts and ends hand their rows on: none is missing",
+  {
+    skip: noDriver,
+  },
+  async () => {
+    const home = tempHome();
+    const ac = createAgentCheckpoint({
+      home,
+      env: {},
+      logger: () => {},
+      settings: { progress_interval_seconds: 0.1 },
+    });
+    ac.startRun({ sessionId: "warm" }).preLlmCall(); // the store and the worker are up
+    await until("the first run in the ledger", () => ledgerRuns(home)?.get("warm") ?? undefined);
+    // Held twice: each start and end meets the lock (a live host's ledger cannot be taken in
+    // exclusive locking mode: its connections keep it shared).
+    for (const mode of ["write", "write again"] as const) {
+      const lock = locker(storeFile(home), "write");
+      await lock.locked;
+      const runs = Array.from(
+        { length: 40 },
+        (_, i) => ac.startRun({ sessionId: `${mode.replace(" ", "-")}-${i}` }),
+      );
+      for (const [i, run] of runs.entries()) {
+        run.preLlmCall();
+        if (i % 2 === 0) await run.end({ status: "done" });
+      }
+      await sleep(300);
+      await lock.release();
+      await until(`all 40 runs started under a ${mode} lock`, () => {
+        const all = ledgerRuns(home);
+        return runs.every((run, i) => {
+          const r = all?.get(run.runId)?.record;
+          return r !== undefined && r.turnsUsed === 1 &&
+            r.status === (i % 2 === 0 ? "done" : "live");
+        }) || undefined;
+      });
+    }
+    await ac.close();
+  },
+);
+
+/** Overwrite the middle half of a file with garbage: its pages there are damaged. */
+function damage(file: string): void {
+  const size = fs.statSync(file).size;
+  const fd = fs.openSync(file, "r+");
+  try {
+    const junk = Buffer.alloc(Math.floor(size / 2), 0xa5);
+    fs.writeSync(fd, junk, 0, junk.length, Math.floor(size / 4));
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** A home whose ledger holds `n` ended runs, written by a process that then closed. */
+async function ledgerWithRuns(n: number): Promise<string> {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, logger: () => {} });
+  for (let i = 0; i < n; i++) {
+    const run = ac.startRun({ sessionId: `old-${i}`, caps: { turns: 9 } });
+    run.preLlmCall();
+    await run.end({ status: "done", summary: "x".repeat(200) });
+  }
+  await ac.close();
+  // Every page in the database file itself, not in its write-ahead log.
+  const db = sqliteDriver()!.open(storeFile(home), { readOnly: false });
+  db.exec("PRAGMA busy_timeout = 5000");
+  db.get("PRAGMA wal_checkpoint(TRUNCATE)");
+  db.close();
+  return home;
+}
+
+test("ls, show and audit on a damaged ledger say so, name the file and how to set it aside", {
+  skip: noDriver,
+}, async () => {
+  const home = await ledgerWithRuns(300);
+  const file = storeFile(home);
+  damage(file);
+  for (const args of [["ls"], ["show", "old-150"], ["audit"]]) {
+    const out = await cli([...args, "--home", home]);
+    assert.notEqual(out.code, 0, `${args[0]}: ${out.stdout}`);
+    assert.ok(out.stderr.includes(file), `${args[0]} names the file: ${out.stderr}`);
+    assert.match(out.stderr, /damaged/);
+    assert.match(out.stderr, /set it aside with `mv /);
+    assert.doesNotMatch(out.stderr, /\n\s+at /, "no stack");
+  }
+  // Not a database at all (its header overwritten): the same.
+  fs.writeFileSync(file, "not a database ".repeat(400));
+  const out = await cli(["ls", "--home", home]);
+  assert.notEqual(out.code, 0);
+  assert.ok(out.stderr.includes(file) && /set it aside/.test(out.stderr), out.stderr);
+});
+
+test("serve on a damaged ledger answers with what is wrong and how to set it aside", {
+  skip: noDriver,
+}, async () => {
+  const home = await ledgerWithRuns(300);
+  damage(storeFile(home));
+  const script = new URL(
+    import.meta.url.endsWith(".ts") ? "../../scripts/cli.ts" : "../../scripts/cli.js",
+    import.meta.url,
+  );
+  const [cmd, argv] = scriptCommand(decodeURIComponent(script.pathname), [
+    "serve",
+    "--port",
+    "0",
+    "--home",
+    home,
+  ]);
+  const child = spawn(cmd, argv, { stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  child.stdout.on("data", (d) => stdout += d);
+  const exited = new Promise((r) => child.once("exit", r));
+  try {
+    const url = await until("serve's URL", () => /http:\/\/\S+\//.exec(stdout)?.[0], 60_000);
+    const res = await fetch(`${url}api/runs`);
+    const body = await res.json() as { error: string };
+    assert.equal(res.status, 503);
+    assert.ok(body.error.includes(storeFile(home)), body.error);
+    assert.match(body.error, /damaged.*set it aside with `mv /);
+  } finally {
+    child.kill("SIGTERM");
+    await exited;
+  }
+});
+
+test("the library, finding its ledger damaged, keeps the old file beside a new one and logs it", {
+  skip: noDriver,
+}, async () => {
+  const home = await ledgerWithRuns(300);
+  const file = storeFile(home);
+  damage(file);
+  const log = captureLog();
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    logger: log.logger,
+    settings: { progress_interval_seconds: 0.1 },
+  });
+  // Runs of the ids the damaged file holds: their starts and rows meet its damaged pages.
+  const runs = Array.from({ length: 20 }, (_, i) => ac.startRun({ sessionId: `old-${i * 15}` }));
+  for (const run of runs) run.preLlmCall();
+  const line = await until(
+    "the log line",
+    () => log.records.find((r) => /damaged/.test(r.message) && /moved aside/.test(r.message)),
+  );
+  const aside = fs.readdirSync(path.dirname(file)).filter((f) => /^runs\.db\.corrupt-/.test(f));
+  assert.equal(aside.filter((f) => !/-(wal|shm)$/.test(f)).length, 1, aside.join());
+  assert.ok(line.message.includes(path.join(path.dirname(file), aside[0]!)), line.message);
+  await until("the live runs in the new ledger", () => {
+    const all = ledgerRuns(home);
+    return runs.every((r) => all?.get(r.runId)?.record.status === "live") || undefined;
+  });
+  await ac.close();
+  const listed = await cli(["ls", "--home", home, "--json"]);
+  assert.equal(listed.code, 0, listed.stderr);
+});
+
+test("a quiet live run stays live past host_timeout_seconds: the heartbeat keeps it fresh", {
+  skip: noDriver,
+}, async () => {
+  const home = tempHome();
+  const timeout = 1.5;
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    logger: () => {},
+    settings: { progress_interval_seconds: 0.2, host_timeout_seconds: timeout },
+  });
+  const run = ac.startRun({ sessionId: "quiet" });
+  run.preLlmCall(); // then no hook at all
+  await until("the run in the ledger", () => ledgerRuns(home, timeout)?.get("quiet"));
+  const quietSince = Date.now();
+  // Past three timeouts of silence, read every 100 ms: live each time.
+  while (Date.now() - quietSince < 3 * timeout * 1000) {
+    const view = ledgerRuns(home, timeout)?.get("quiet");
+    if (view) {
+      assert.equal(view.state, "live", `cut off after ${Date.now() - quietSince} ms of quiet`);
+      // A pid that still runs is not enough: the heartbeat is what is fresh.
+      assert.ok(Date.now() - view.heartbeat!.at < timeout * 1000, "a fresh heartbeat");
+    }
+    await sleep(100);
+  }
+  await ac.close();
+});
