@@ -34,8 +34,11 @@ function suite(): number {
   const result = spawnSync("node", ["--test", ...files], {
     cwd: npmDir,
     encoding: "utf8",
-    timeout: 600_000,
+    // Well inside CI's 90 minutes; a busy machine takes a good deal longer than the ~10 it needs.
+    timeout: 2_400_000,
+    maxBuffer: 256 * 1024 * 1024,
   });
+  if (result.error) throw new Error(`the compiled suite did not finish: ${result.error.message}`);
   const output = `${result.stdout}${result.stderr}`;
   const count = (what: string) => Number(output.match(new RegExp(`^# ${what} (\\d+)`, "m"))?.[1]);
   if (result.status !== 0) {
