@@ -50,6 +50,16 @@ export const MOVE_WAIT_MS = 30_000;
 /** The place in use per home, once this process looked. */
 const inUse = new Map<string, string>();
 
+/** The home as an absolute path; as given when the working directory is gone (never throws). */
+function absolute(home: string): string {
+  if (path.isAbsolute(home)) return path.normalize(home);
+  try {
+    return path.resolve(home);
+  } catch {
+    return home;
+  }
+}
+
 /**
  * The library's folder in a home, `<home>/agent-checkpoint`; in a read-only
  * home whose state is still in the old place, the old place. The first call
@@ -72,7 +82,7 @@ const inUse = new Map<string, string>();
  * ```
  */
 export function stateDir(home: string): string {
-  const key = path.resolve(home);
+  const key = absolute(home);
   return inUse.get(key) ?? moveIn(key);
 }
 
@@ -148,7 +158,7 @@ function survey(home: string): Found | undefined {
  * ```
  */
 export function moveIn(home: string, log?: Log): string {
-  const key = path.resolve(home);
+  const key = absolute(home);
   const target = path.join(key, STATE_DIR_NAME);
   let dir = target;
   try {

@@ -927,6 +927,8 @@ const said = new WeakMap<Log, Map<string, { at: number; quiet: number }>>();
  * not said (a locked ledger fails every start: not a line each).
  */
 export function ledgerFailed(log: Log, what: string, error: unknown, runId?: string): void {
+  // Rows the store handed on (its log is long until the next checkpoint) are written later: no loss.
+  if ((error as { handedOn?: unknown } | undefined)?.handedOn === true) return;
   const text = errorText(error);
   const kinds = said.get(log) ?? new Map<string, { at: number; quiet: number }>();
   said.set(log, kinds);

@@ -407,10 +407,14 @@ export class SqliteRunStore implements RunStore {
 
   #transaction<T>(body: () => T): T {
     if (this.walCap > 0 && this.walBytes() > this.walCap) {
-      throw new Error(
-        `the store's write-ahead log is over ${
-          Math.round(this.walCap / 1048576)
-        } MiB until the watchdog's next checkpoint: handed on`,
+      // Not a fault: the rows go the way a locked store's do, and nothing is lost.
+      throw Object.assign(
+        new Error(
+          `the store's write-ahead log is over ${
+            Math.round(this.walCap / 1048576)
+          } MiB until the watchdog's next checkpoint: handed on`,
+        ),
+        { handedOn: true },
       );
     }
     this.#db.exec("BEGIN IMMEDIATE");

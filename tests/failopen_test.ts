@@ -133,7 +133,8 @@ for (const kind of ["throws", "rejects"] as const) {
     await sleep(10);
     assert.ok(fs.existsSync(run.checkpointFile));
     assert.deepEqual(
-      errors(log.records).map((r) => r.message),
+      // A kanban run with no board found says so once (its own line); the sink's are these.
+      errors(log.records).map((r) => r.message).filter((m) => !/kanban board/.test(m)),
       [
         "posting the task comment failed: board down",
         "posting the task comment failed: board down",

@@ -319,6 +319,7 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
     "gpt-4o",
   ]],
   tool_timeout_seconds: [[30, 0.5, "120"], [0, -1, true, "soon"]],
+  enforce: [[[], ["usd"], ["tokens", "turns", "time"]], [["usd", "usd"], ["money"], "usd", 1]],
 };
 
 test("settingsSchema and the checks agree on every key's valid and invalid values", () => {

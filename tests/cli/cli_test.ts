@@ -17,7 +17,8 @@ import { checkpointFileName, persistBlock } from "../../persist.ts";
 
 /** Run the command line; resolves to exit code, stdout and stderr. */
 async function cli(args: string[], io: Partial<CliIo> = {}) {
-  const m = memoryIo(io);
+  // A home of its own unless the test names one: never the machine's ~/.hermes.
+  const m = memoryIo({ env: { HERMES_HOME: tempHome() }, ...io });
   const code = await main(args, m.io);
   return { code, stdout: m.stdout(), stderr: m.stderr() };
 }
