@@ -56,7 +56,7 @@ import {
   tempPath,
   unlinkQuietly,
 } from "./_file_ops.ts";
-import { MAX_CHECKPOINT_BYTES, MiB } from "./_reader.ts";
+import { MAX_CHECKPOINT_BYTES, MiB } from "./_file_ops.ts";
 
 /** What the worker must know of a run that shared memory does not hold. */
 export interface RunInfo {

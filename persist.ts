@@ -11,7 +11,7 @@
  * The public face of the checkpoint file, which the rest of the library
  * imports; each job lives in a private module: the atomic write with the
  * file-system steps it is made of in `_file_ops.ts`, the block persist and
- * the burst with the one writer in `_writer.ts`, the reader in `_reader.ts`;
+ * the burst with the one writer in `_writer.ts`, the reader in `_file_ops.ts`;
  * file names are made here.
  *
  * @module
@@ -33,7 +33,7 @@ export {
   MAX_CHECKPOINT_BYTES,
   readCheckpoint,
   readCheckpointBytes,
-} from "./_reader.ts";
+} from "./_file_ops.ts";
 
 const MAX_STEM = 120;
 const HASHED = /-[0-9a-f]{12}$/;
