@@ -113,6 +113,8 @@ export class TreeSeats {
   readonly #failed: (what: string, error: unknown) => void;
   /** A store failure was logged and none has succeeded since: the next ones are not. */
   #failing = false;
+  /** Seats whose place the store has not recorded yet, by run id. */
+  readonly #unjoined = new Map<string, TreePlace>();
 
   constructor(
     store: () => TreeStore | undefined,
@@ -123,6 +125,24 @@ export class TreeSeats {
       if (!this.#failing) failed(what, error);
       this.#failing = true;
     };
+  }
+
+  /**
+   * Record every seat not yet in the store's tree (a busy or failing store
+   * kept it out): each look at the store, write, admission and end tries
+   * again, for a run missing from its tree's rows hides its spend from the
+   * tree's other processes.
+   */
+  #join(store: TreeStore): void {
+    for (const [runId, place] of this.#unjoined) {
+      try {
+        store.join(runId, place);
+        this.#unjoined.delete(runId);
+      } catch (error) {
+        this.#failed(`recording ${runId} in the tree ${place.root}`, error);
+        return;
+      }
+    }
   }
 
   /** The seat of a run of this keeper, when it has one. */
@@ -142,6 +162,7 @@ export class TreeSeats {
       read: (root) => {
         const store = this.#store();
         if (!store) return undefined;
+        this.#join(store);
         try {
           const rows = store.read(root);
           this.#failing = false;
@@ -152,8 +173,11 @@ export class TreeSeats {
         }
       },
       push: (info) => {
+        const store = this.#store();
+        if (!store) return;
+        this.#join(store);
         try {
-          this.#store()?.push(info);
+          store.push(info);
         } catch (error) {
           this.#failed(`writing ${info.runId}'s use to the run ledger`, error);
         }
@@ -161,6 +185,7 @@ export class TreeSeats {
       admit: (info, decide) => {
         const store = this.#store();
         let decided = false;
+        if (store) this.#join(store);
         try {
           if (store) {
             store.admit(place.root, info, (rows) => {
@@ -176,11 +201,9 @@ export class TreeSeats {
       },
     };
     this.#seats.set(runId, seat);
-    try {
-      this.#store()?.join(runId, place);
-    } catch (error) {
-      this.#failed(`recording ${runId} in the tree ${place.root}`, error);
-    }
+    this.#unjoined.set(runId, place);
+    const store = this.#store();
+    if (store) this.#join(store);
     return seat;
   }
 
@@ -188,6 +211,9 @@ export class TreeSeats {
   leave(runId: string): void {
     const seat = this.#seats.get(runId);
     if (!seat) return;
+    const store = this.#unjoined.has(runId) ? this.#store() : undefined;
+    if (store) this.#join(store);
+    this.#unjoined.delete(runId);
     this.#seats.delete(runId);
     for (const other of this.#seats.values()) if (other.tree === seat.tree) return;
     this.#trees.delete(seat.tree.root);

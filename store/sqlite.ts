@@ -628,11 +628,14 @@ export class SqliteRunStore implements RunStore {
 
   /** Record that a run sits in a tree (the table is made by the first run that does). */
   joinTreeSync(runId: string, root: string, parent: string | undefined): void {
-    if (!this.#treesMade) {
-      this.#db.exec(TREE_TABLE);
-      this.#treesMade = true;
-    }
-    this.#db.run(TREE_JOIN, runId, root, parent ?? null);
+    // A run missing from its tree's rows hides its spend from the tree's other processes.
+    this.#patiently(() => {
+      if (!this.#treesMade) {
+        this.#db.exec(TREE_TABLE);
+        this.#treesMade = true;
+      }
+      this.#db.run(TREE_JOIN, runId, root, parent ?? null);
+    });
   }
 
   /** The file content the store keeps for a run's attempt, when any. */

@@ -133,6 +133,41 @@ export function runScript(
   });
 }
 
+/**
+ * Another process holding a run ledger locked (see `fixtures/ledger_locker.ts`):
+ * `exclusive` lets nobody open, read or write it, `write` lets readers on.
+ * `locked` resolves once it holds the lock; `release()` lets go (else it does
+ * after `ms`, when `ms` > 0) and resolves when the process has exited.
+ */
+export function locker(file: string, mode: "exclusive" | "write", ms = 0): {
+  locked: Promise<void>;
+  released: Promise<void>;
+  release: () => Promise<void>;
+} {
+  const [cmd, argv] = scriptCommand(fixture("ledger_locker"), [file, String(ms), mode]);
+  const child = spawn(cmd, argv, { stdio: ["pipe", "pipe", "pipe"] });
+  let out = "";
+  let err = "";
+  child.stdout.on("data", (d) => out += d);
+  child.stderr.on("data", (d) => err += d);
+  const exited = new Promise<void>((resolve) => child.on("close", () => resolve()));
+  const locked = (async () => {
+    const held = await Promise.race([
+      waitFor(() => /locked/.test(out), 40_000),
+      exited.then(() => /locked/.test(out)),
+    ]);
+    if (!held) throw new Error(`the locker did not take the lock: ${err}`);
+  })();
+  return {
+    locked,
+    released: exited,
+    release: () => {
+      child.stdin.end();
+      return exited;
+    },
+  };
+}
+
 /** What the tests read of the watchdog's progress: the shared run table. */
 export interface WatchdogProgress {
   looks(): number;

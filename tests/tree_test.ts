@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { createAgentCheckpoint } from "../mod.ts";
 import process from "node:process";
-import { captureLog, fixture, runScript, tempHome, watchdogLooks } from "./_helpers.ts";
+import { captureLog, fixture, locker, runScript, tempHome, watchdogLooks } from "./_helpers.ts";
 import { openSqliteStore, storeFile } from "../store/sqlite.ts";
 
 /** One model call of `usd` dollars, as a host reports it. */
@@ -163,6 +163,39 @@ test("a parent and 8 children in 3 processes share a $1.00 cap: spend stops with
   const total = rows.reduce((sum, r) => sum + r.use.usd, 0);
   assert.ok(Math.abs(total - spent) < 1e-9, `store $${total} vs runs' own $${spent}`);
   await store.close();
+});
+
+test("a child started while another process holds the ledger locked joins its tree in the store once the lock is gone", async () => {
+  const log = captureLog();
+  const home = tempHome();
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    logger: log.logger,
+    settings: { watchdog: false, enforce: ["usd"] },
+  });
+  const parent = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
+  parent.preLlmCall();
+  // Writers wait while it holds the lock: the child's start and its place in the tree cannot land.
+  const lock = locker(storeFile(home), "write");
+  await lock.locked;
+  const child = ac.startRun({ sessionId: "helper", parent });
+  assert.ok(
+    log.records.some((r) => /in the tree lead failed: database is locked/.test(r.message)),
+    "the failed join is logged",
+  );
+  await lock.release();
+  child.preLlmCall();
+  child.usage(call(0.2));
+  await child.end();
+  await parent.end();
+  await ac.close();
+  // Another process of the tree reads it from the store: the child's spend is there.
+  const store = openSqliteStore({ file: storeFile(home), hostTimeoutSeconds: 30 });
+  const rows = store.treeSync("lead");
+  await store.close();
+  assert.deepEqual(rows.map((r) => r.runId).sort(), ["helper", "lead"]);
+  assert.equal(rows.find((r) => r.runId === "helper")?.use.usd, 0.2);
 });
 
 test("a host that passes process.env itself still gets its watchdog", async () => {

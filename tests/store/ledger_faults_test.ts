@@ -5,14 +5,14 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { main } from "../../cli/mod.ts";
 import { memoryIo } from "../../cli/_io.ts";
 import { openSqliteStore, storeFile } from "../../store/sqlite.ts";
 import type { RunView } from "../../store/types.ts";
 import { sqliteDriver } from "../../_sqlite.ts";
-import { captureLog, fixture, scriptCommand, sleep, tempHome } from "../_helpers.ts";
+import { captureLog, locker, scriptCommand, sleep, tempHome } from "../_helpers.ts";
 
 const noDriver = sqliteDriver() === undefined;
 
@@ -39,25 +39,6 @@ function ledgerRuns(home: string, hostTimeoutSeconds = 30): Map<string, RunView>
   } catch {
     return undefined; // locked, or not there yet
   }
-}
-
-/** Another process holding the ledger locked; `release()` lets go (else it does after `ms`). */
-function locker(file: string, mode: "exclusive" | "write", ms = 0) {
-  const [cmd, argv] = scriptCommand(fixture("ledger_locker"), [file, String(ms), mode]);
-  const child: ChildProcess = spawn(cmd, argv, { stdio: ["pipe", "pipe", "pipe"] });
-  let out = "";
-  let err = "";
-  child.stdout!.on("data", (d) => out += d);
-  child.stderr!.on("data", (d) => err += d);
-  const exited = new Promise<void>((resolve) => child.on("close", () => resolve()));
-  return {
-    locked: until(`the locker to hold the lock (${err})`, () => /locked/.test(out) || undefined),
-    released: exited,
-    release: () => {
-      child.stdin!.end();
-      return exited;
-    },
-  };
 }
 
 async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
