@@ -437,8 +437,6 @@ export interface LedgerFeedParts {
   shared: RunTable;
   /** The run in each slot of the shared table. */
   runs(): readonly (RunInfo | undefined)[];
-  /** Told of the store when it opens, and of undefined when it closes. */
-  opened(store: LedgerStore | undefined): void;
 }
 
 /** The feeds whose live runs' records are written when the process exits. */
@@ -483,7 +481,6 @@ function atExit(feed: LedgerFeed): void {
  *   settingsAt: () => settings,
  *   shared: new RunTable(undefined, 1),
  *   runs: () => [],
- *   opened: () => assert.fail("no store opened"),
  * });
  * assert.equal(feed.open(settings), undefined);
  * await feed.close();
@@ -568,7 +565,6 @@ export class LedgerFeed {
     }
     this.#openFailures = 0;
     this.#store = store;
-    this.#parts.opened(store);
     atExit(this);
     return store;
   }
@@ -734,7 +730,6 @@ export class LedgerFeed {
     const store = this.#store;
     if (!store) return;
     this.#store = undefined;
-    this.#parts.opened(undefined);
     // A store thread (the fleet store) writes what waits first, bounded.
     return store.close().catch(() => {});
   }

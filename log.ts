@@ -22,7 +22,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { ensureDir } from "./persist.ts";
+import { ensureDir } from "./_file_ops.ts";
 import { clip, errorText } from "./_show.ts";
 
 export { errorText };
