@@ -197,7 +197,7 @@ const NODE_TWINS: Record<string, string> = {
  */
 const DENO_ONLY_IMPORTS: Record<string, string> = {
   "_watchdog_host.ts": `import "./_watchdog_worker.ts";`,
-  "store/_pg_bridge.ts": `import "./_pg_worker.ts";`,
+  "store/_pg_bridge.ts": `import "./_pg_entry.ts";`,
 };
 
 /**

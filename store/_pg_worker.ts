@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { type MessagePort, parentPort, workerData } from "node:worker_threads";
+import type { MessagePort } from "node:worker_threads";
 import { errorText } from "../log.ts";
 // The same bound as the embedded store's worker: the records that wait in memory.
 import { MAX_BACKLOG } from "../_ledger.ts";
@@ -22,12 +22,17 @@ import {
   STATE_DOWN,
   STATE_UP,
   type ToBridge,
-} from "./_pg_bridge.ts";
+} from "./_pg_protocol.ts";
 
 /** The longest wait between two tries of an unreachable database, ms. */
 const MAX_BACKOFF_MS = 30_000;
 
-function bridge(parent: MessagePort, data: BridgeData): void {
+/**
+ * The store thread's work, over the data the main thread's fleet store started it with. Its
+ * entry module (`_pg_entry.ts`) calls it in the thread started for it; nothing on import.
+ * @internal
+ */
+export function bridge(parent: MessagePort, data: BridgeData): void {
   const store: PgRunStore = openPgStore({
     url: data.url,
     hostTimeoutSeconds: data.hostTimeoutSeconds,
@@ -294,8 +299,4 @@ function bridge(parent: MessagePort, data: BridgeData): void {
       log("error", `the fleet store's thread failed: ${errorText(error)}`);
     }
   });
-}
-
-if (parentPort !== null && workerData !== null && (workerData as BridgeData).bridge === true) {
-  bridge(parentPort, workerData as BridgeData);
 }
