@@ -11,7 +11,7 @@ import * as path from "node:path";
 import { capValues, hasCap, PAST_CAP_SECONDS, tierPlan } from "./tier.ts";
 import { coreContext, type Env, envOf, resolveHome, type SettingsSource } from "./config.ts";
 import { discoverCapsSync, type RunInit } from "./discover.ts";
-import { createLog, errorText, failOpen, type HostLogger, type Log } from "./log.ts";
+import { errorText, failOpen, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName } from "./persist.ts";
 import {
   type EarlierTrace,

@@ -40,7 +40,6 @@ export { START_WAIT_MS };
 import type {
   AttemptStart,
   Heartbeat,
-  HostId,
   ListQuery,
   RunRecord,
   RunStore,
