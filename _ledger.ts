@@ -488,7 +488,12 @@ function atExit(feed: LedgerFeed): void {
  */
 export class LedgerFeed {
   readonly #parts: LedgerFeedParts;
-  #store: LedgerStore | undefined;
+  /**
+   * The store, once opened; undefined before, after a failure to open, and after close. Set
+   * only by the feed: a field, not a getter, so the writer's sinks read it at each write
+   * without running the feed's code.
+   */
+  store: LedgerStore | undefined;
   /** No store can ever be had. */
   #never = false;
   #openFailures = 0;
@@ -502,11 +507,6 @@ export class LedgerFeed {
   /** @param parts What the feed works with. */
   constructor(parts: LedgerFeedParts) {
     this.#parts = parts;
-  }
-
-  /** The store, once opened; undefined before, after a failure to open, and after close. */
-  get store(): LedgerStore | undefined {
-    return this.#store;
   }
 
   /** Whether a store is open or may yet be (the worker then keeps the live runs' records). */
@@ -525,7 +525,7 @@ export class LedgerFeed {
    * or replaced meanwhile opens the one at its path.
    */
   open(settings: Settings): LedgerStore | undefined {
-    const open = this.#store;
+    const open = this.store;
     if (open !== undefined) {
       failOpen(() => {
         const healed = open.heal?.();
@@ -564,14 +564,14 @@ export class LedgerFeed {
       );
     }
     this.#openFailures = 0;
-    this.#store = store;
+    this.store = store;
     atExit(this);
     return store;
   }
 
   /** The live runs' records as they stand. */
   live(what: string): void {
-    if (this.#never || (!this.#store && this.#pending.length === 0 && this.#openFailures === 0)) {
+    if (this.#never || (!this.store && this.#pending.length === 0 && this.#openFailures === 0)) {
       return; // never asked for: nothing was started while the ledger was wanted
     }
     failOpen(() => {
@@ -588,7 +588,7 @@ export class LedgerFeed {
   /** The process exits: a bounded wait for a store thread's writes to land. */
   drain(): void {
     failOpen(() => {
-      this.#store?.drainSync?.();
+      this.store?.drainSync?.();
     }, () => {/* exiting: nothing more can be done */});
   }
 
@@ -635,7 +635,7 @@ export class LedgerFeed {
     }
     const batch = this.#pending.length === 0 ? records : [...this.#pending, ...records];
     if (batch.length === 0) return;
-    const store = this.#store ?? this.open(this.#parts.settingsAt(nowMs()));
+    const store = this.store ?? this.open(this.#parts.settingsAt(nowMs()));
     if (!store) {
       this.#keep(batch, what, new Error("the store is not open yet"));
       return;
@@ -682,7 +682,7 @@ export class LedgerFeed {
   /** A try of the open and of the records kept, after a growing wait. */
   #schedule(): void {
     if (this.#timer !== undefined || this.#closed || this.#pending.length === 0) return;
-    const wait = this.#store ? backoffMs(this.#failures) : Math.max(10, this.#retryAt - nowMs());
+    const wait = this.store ? backoffMs(this.#failures) : Math.max(10, this.#retryAt - nowMs());
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       if (this.#pending.length > 0) this.write([], "records kept in memory");
@@ -701,7 +701,7 @@ export class LedgerFeed {
     this.#timer = undefined;
     const settings = this.#parts.settingsAt(nowMs());
     // A store never opened while the settings keep no ledger: none is made now.
-    const wanted = this.#store !== undefined || (settings.enabled && settings.ledger);
+    const wanted = this.store !== undefined || (settings.enabled && settings.ledger);
     if (!this.#never && wanted) {
       this.#retryAt = 0;
       this.open(settings);
@@ -727,9 +727,9 @@ export class LedgerFeed {
     }
     this.#closed = true;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
-    const store = this.#store;
+    const store = this.store;
     if (!store) return;
-    this.#store = undefined;
+    this.store = undefined;
     // A store thread (the fleet store) writes what waits first, bounded.
     return store.close().catch(() => {});
   }

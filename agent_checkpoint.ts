@@ -151,8 +151,12 @@ export class AgentCheckpoint {
   #workspaces: WorkspaceHooks | undefined;
   readonly #writer: CheckpointWriter;
   readonly #sinks: WriterSinks;
-  /** A run has a span: every write from now on is an event on its run's span. */
-  #spans = false;
+  /** Who besides the host hears of each write (the writer's sinks read it at each write). */
+  readonly #listeners: {
+    ledger: { readonly store: LedgerStore | undefined };
+    tracing: Tracing | undefined;
+    spans: boolean;
+  } = { ledger: { store: undefined }, tracing: undefined, spans: false };
   readonly #watchdog: WatchdogHost;
   #closed = false;
   /** What the runs of the shared table work with. */
@@ -187,25 +191,9 @@ export class AgentCheckpoint {
       },
       // Every write, the watchdog's included: the fleet store keeps the file's content (so a
       // retry elsewhere can recreate it), the run's span gets an event, then the host's sinks.
-      sinks: (log) => {
-        const host = hostSinks(log, options);
-        return {
-          comment: host.comment,
-          written: (event) => {
-            const store = this.#ledger?.store;
-            if (store?.fileWritten) {
-              failOpen(() => store.fileWritten!(event), (error) =>
-                log(
-                  "warn",
-                  `the run ledger's store could not take the file: ${errorText(error)}`,
-                  event.runId,
-                ));
-            }
-            if (this.#spans) this.#tracing?.written(event);
-            host.written(event);
-          },
-        };
-      },
+      // Every write, the watchdog's included, is told to the run ledger's store and, once a
+      // run has a span, the tracer, read from the keeper's listeners at each write.
+      sinks: (log) => hostSinks(log, options, this.#listeners),
     });
     this.#log = core.log;
     this.#shared = core.shared;
@@ -224,6 +212,7 @@ export class AgentCheckpoint {
       },
     );
     this.#tracing = tracing;
+    this.#listeners.tracing = tracing;
     this.#sinks = core.sinks;
     this.#ledger = new LedgerFeed({
       // Undefined: not now, tried again; null: never (no store subsystem, no driver).
@@ -240,6 +229,8 @@ export class AgentCheckpoint {
             feedLog(level, message);
           },
         });
+        // Built with the keeper, before any write: the sinks read its store at each write.
+        this.#listeners.ledger = this.#ledger;
         return store ?? (never ? null : undefined);
       },
       host: () => this.#thisHost(),
@@ -522,7 +513,7 @@ export class AgentCheckpoint {
     if (!trace) return undefined;
     info.trace = trace.ref;
     // Every write of a checkpoint file, the watchdog's included, is an event on its run's span.
-    this.#spans = true;
+    this.#listeners.spans = true;
     if (settings.ledger && this.#ledger.store) {
       this.#ledger.write([recordOf(info, table, this.#thisHost(), now)], "the run's span");
     }

@@ -74,10 +74,8 @@ test(
       "mod.ts -> store/mod.ts",
       "mod.ts -> workspace/mod.ts",
       "mod.ts -> otel/mod.ts",
-      // The run store's interface and the watchdog's writes to it; to follow the two above.
-      // The rest of the core (the keeper, its run ledger writes, a run's earlier attempts) takes
-      // the store's record types from `_ledger.ts`, types only.
-      "watchdog.ts -> store/mod.ts",
+      // The run store's record types, types only; to follow the watchdog's arrow, gone: the
+      // rest of the core takes them from `_ledger.ts`.
       "_ledger.ts -> store/types.ts",
     ]);
     const arrows = librarySources().filter((f) => !f.includes("/")).flatMap((file) =>
@@ -85,6 +83,99 @@ test(
     );
     assert.ok(arrows.length > 0 || allowed.size === 0, "the import scan found nothing");
     assert.deepEqual(arrows.filter((a) => !allowed.has(a)), [], "a new arrow from the core up");
+  },
+);
+
+/** The modules a source loads when it runs: `import type` and `export type` left out. */
+function runtimeImportsOf(file: string): string[] {
+  const code = fs.readFileSync(path.join(root, file), "utf8").split("\n")
+    .filter((line) => !/^\s*(\*|\/\/)/.test(line)).join("\n");
+  const found = code.matchAll(
+    /^(import|export)\s+(type\s+)?(?:[^";]*?\bfrom\s*)?"(\.{1,2}\/[^"]+)"|\bimport\s*\(\s*"(\.{1,2}\/[^"]+)"/gm,
+  );
+  return [...found].filter((m) => m[2] === undefined).map((m) =>
+    path.posix.normalize(path.posix.join(path.posix.dirname(file), (m[3] ?? m[4])!))
+  );
+}
+
+test(
+  "no root module but the composition root loads a subsystem when it runs",
+  { skip: !underDeno && "reads the sources" },
+  () => {
+    const arrows = librarySources().filter((f) => !f.includes("/") && f !== "mod.ts").flatMap((
+      file,
+    ) =>
+      runtimeImportsOf(file).filter((to) => roomOf(to) !== undefined).map((to) =>
+        `${file} -> ${to}`
+      )
+    );
+    assert.deepEqual(arrows, [], "hand the subsystem in from mod.ts, or its module's name");
+    // The scan sees runtime imports (mod.ts has three).
+    assert.ok(runtimeImportsOf("mod.ts").some((to) => roomOf(to) === "store"));
+  },
+);
+
+/** The cycles of an import graph: its strongly connected components of two or more modules. */
+function cycles(graph: Map<string, string[]>): string[][] {
+  let index = 0;
+  const order = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  const visit = (v: string) => {
+    order.set(v, index);
+    low.set(v, index++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!order.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, order.get(w)!));
+    }
+    if (low.get(v) === order.get(v)) {
+      const component: string[] = [];
+      let w: string;
+      do {
+        w = stack.pop()!;
+        onStack.delete(w);
+        component.push(w);
+      } while (w !== v);
+      if (component.length > 1 || (graph.get(v) ?? []).includes(v)) found.push(component.sort());
+    }
+  };
+  for (const v of graph.keys()) if (!order.has(v)) visit(v);
+  return found;
+}
+
+test(
+  "no import cycle in the library or its scripts (type imports counted: a reader follows them too)",
+  { skip: !underDeno && "reads the sources" },
+  () => {
+    const files = sources().map((f) => f.split(path.sep).join("/"))
+      .filter((f) => !/^(tests|docs)\//.test(f));
+    const graph = new Map(files.map((f) => [f, importsOf(f)]));
+    assert.ok(graph.get("mod.ts")!.length > 5, "the import scan found nothing");
+    // The scan finds a cycle where there is one.
+    assert.deepEqual(cycles(new Map([["a", ["b"]], ["b", ["a"]], ["c", ["a"]]])), [["a", "b"]]);
+    assert.deepEqual(cycles(graph), [], "a cycle: move what both need to a module of its own");
+  },
+);
+
+/** The modules a thread is started with: the only ones that read `parentPort` or `workerData`. */
+const ENTRIES = ["_watchdog_worker.ts", "store/_pg_entry.ts"];
+
+test(
+  "nothing starts on import: only the threads' entry modules read parentPort or workerData",
+  { skip: !underDeno && "reads the sources" },
+  () => {
+    const readers = librarySources().filter((file) =>
+      /import\s*\{[^}]*\b(parentPort|workerData)\b[^}]*\}\s*from\s*"node:worker_threads"/.test(
+        fs.readFileSync(path.join(root, file), "utf8"),
+      )
+    );
+    assert.deepEqual(readers.sort(), [...ENTRIES].sort());
   },
 );
 
