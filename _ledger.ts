@@ -84,8 +84,8 @@ export type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
 
 /** The most records the worker keeps while the store cannot take them. */
 export const MAX_BACKLOG = 50_000;
-/** The longest wait between two tries of a failing store (an open, a commit), ms. */
-const MAX_BACKOFF_MS = 30_000;
+/** The longest wait between two tries of a failing store (an open, a commit, a connection), ms. */
+export const MAX_BACKOFF_MS = 30_000;
 /** The wait before the next try of a store that failed `failures` times in a row: 1 s, doubling. */
 export const backoffMs = (failures: number): number =>
   Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(16, failures - 1));

@@ -98,8 +98,24 @@ export type RecordSource =
   | "watchdog"
   | "host"
   | "supervisor";
-/** How a run ended. */
-export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
+/**
+ * The end statuses a run's last record can carry: the one list, which the
+ * type {@linkcode EndStatus}, the ledger's checks and the web view's script
+ * are made from.
+ *
+ * @example
+ * ```ts
+ * import { END_STATUSES } from "./_record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.ok(END_STATUSES.includes("deadline"));
+ * assert.equal(END_STATUSES[0], "done");
+ * ```
+ */
+export const END_STATUSES = ["done", "capped", "failed", "aborted", "deadline"] as const;
+
+/** How a run ended: `done`, `capped`, `failed`, `aborted` or `deadline`. */
+export type EndStatus = typeof END_STATUSES[number];
 
 /** How a run ended, as its last record says. */
 export interface RunEnd {
@@ -250,24 +266,6 @@ export const RECORD_SOURCES: readonly RecordSource[] = [
   "host",
   "supervisor",
   "post_llm_call",
-];
-/**
- * The end statuses a run's last record can carry.
- *
- * @example
- * ```ts
- * import { END_STATUSES } from "./_record.ts";
- * import assert from "node:assert/strict";
- *
- * assert.deepEqual(END_STATUSES, ["done", "capped", "failed", "aborted", "deadline"]);
- * ```
- */
-export const END_STATUSES: readonly EndStatus[] = [
-  "done",
-  "capped",
-  "failed",
-  "aborted",
-  "deadline",
 ];
 
 /**

@@ -9,8 +9,9 @@
  */
 import type { MessagePort } from "node:worker_threads";
 import { errorText } from "../log.ts";
-// The same bound as the embedded store's worker: the records that wait in memory.
-import { MAX_BACKLOG } from "../_ledger.ts";
+// The same bounds as the embedded store's worker: the records that wait in memory, the
+// longest wait between two tries.
+import { MAX_BACKLOG, MAX_BACKOFF_MS } from "../_ledger.ts";
 import { formatDuration } from "../template.ts";
 import { openPgStore, type PgRunStore, readForStore } from "./postgres.ts";
 import type { Heartbeat, HostId, RunRecord, WriteBatch } from "./types.ts";
@@ -23,9 +24,6 @@ import {
   STATE_UP,
   type ToBridge,
 } from "./_pg_protocol.ts";
-
-/** The longest wait between two tries of an unreachable database, ms. */
-const MAX_BACKOFF_MS = 30_000;
 
 /**
  * The store thread's work, over the data the main thread's fleet store started it with. Its

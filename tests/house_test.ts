@@ -163,6 +163,32 @@ test(
   },
 );
 
+/** The statuses a run can end with, as the one table in `_record.ts` lists them. */
+const END_STATUS_WORDS = ["done", "capped", "failed", "aborted", "deadline"];
+
+/**
+ * Where a source writes the whole list of end statuses (as a union, an array, in any order,
+ * the browser script's text included): runs of quoted statuses with only `,` or `|` between.
+ */
+function endStatusLists(file: string): number {
+  const code = fs.readFileSync(path.join(root, file), "utf8").split("\n")
+    .filter((line) => !/^\s*(\*|\/\/)/.test(line)).join("\n");
+  const word = `(["'])(?:${END_STATUS_WORDS.join("|")})\\1`;
+  const runs = code.match(new RegExp(`${word}(?:\\s*[,|]\\s*${word})+`, "g")) ?? [];
+  return runs.filter((run) => END_STATUS_WORDS.every((w) => run.includes(`"${w}"`))).length;
+}
+
+test(
+  "the end statuses are written once (the table in _record.ts): types and scripts are made from it",
+  { skip: !underDeno && "reads the sources" },
+  () => {
+    const written = sources().map((f) => f.split(path.sep).join("/"))
+      .filter((f) => !/^(tests|docs)\//.test(f))
+      .flatMap((file) => Array(endStatusLists(file)).fill(file));
+    assert.deepEqual(written, ["_record.ts"], "import EndStatus or END_STATUSES instead");
+  },
+);
+
 /** The modules a thread is started with: the only ones that read `parentPort` or `workerData`. */
 const ENTRIES = ["_watchdog_worker.ts", "store/_pg_entry.ts"];
 

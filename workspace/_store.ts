@@ -308,11 +308,6 @@ export function ledgerKey(rel: Buffer): string {
   return Buffer.from(text, "utf8").equals(rel) ? text : `\0b64:${rel.toString("base64")}`;
 }
 
-/** The bytes of a ledger key. */
-export function keyBytes(key: string): Buffer {
-  return key.startsWith("\0b64:") ? Buffer.from(key.slice(5), "base64") : Buffer.from(key, "utf8");
-}
-
 /** A path's bytes for display: lossless when UTF-8, else escaped like git does. */
 export function showPath(rel: Buffer): string {
   const text = rel.toString("utf8");
