@@ -291,8 +291,7 @@ function hostWorker(options: { workerData?: unknown }): Promise<HostWorkerResult
 for (
   const [what, options] of [
     ["without workerData", {}],
-    // Data of the host's own, shaped like the watchdog's: it is still the host's.
-    ["with workerData of its own", { workerData: { home: "/nonexistent", buffers: 1, jobs: [1] } }],
+    ["with workerData of its own", { workerData: { task: "crawl", jobs: [1, 2] } }],
   ] as const
 ) {
   test(`a host that imports the library in its own worker thread ${what} gets its checkpoints`, async () => {
