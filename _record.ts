@@ -1059,6 +1059,7 @@ export function blockData(bytes: Uint8Array, span: BlockSpan): Record<string, un
       ? data
       : undefined;
   } catch {
+    // not a record's JSON: no record, as for a file without a block
     return undefined;
   }
 }

@@ -68,6 +68,7 @@ export function envOf(env: Env | undefined): Env {
   try {
     return { ...process.env };
   } catch {
+    // the environment cannot be read (a denied permission): no variables, the defaults
     return {};
   }
 }
@@ -78,6 +79,7 @@ const userHome = (env: Env): string => {
   try {
     return os.homedir();
   } catch {
+    // no home directory for this user: the root, whose use then says why
     return "/";
   }
 };
@@ -546,6 +548,7 @@ export class SettingsSource {
       const s = fs.statSync(this.#file);
       return `${s.ino}:${s.size}:${s.mtimeMs}`;
     } catch (error) {
+      // a stamp naming the error: the file's change (back) is still noticed
       return `missing:${(error as NodeJS.ErrnoException)?.code}`;
     }
   }

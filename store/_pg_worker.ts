@@ -287,6 +287,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
             );
           }
           if (retryTimer !== undefined) clearTimeout(retryTimer);
+          // closing at the end: what did not land was said just above
           await store.close().catch(() => {});
           reply.close();
           parent.postMessage({ type: "closed" } satisfies FromBridge);

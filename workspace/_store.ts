@@ -235,6 +235,7 @@ export class Git {
     try {
       return this.run(args, o);
     } catch {
+      // a git question whose no is its exit status: undefined is the answer
       return undefined;
     }
   }
