@@ -9,7 +9,8 @@
  * attempt (`_earlier.ts` puts that together).
  *
  * The store itself is a subsystem (`store/`); the core sees it only as the
- * {@linkcode LedgerStore} below.
+ * {@linkcode LedgerStore} below, and its records as the types here
+ * ({@linkcode RunRecord} and its parts), which the store's contract re-exports.
  *
  * @module
  */
