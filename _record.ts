@@ -99,17 +99,20 @@ export type RecordSource =
   | "host"
   | "supervisor";
 /**
- * The end statuses a run's last record can carry: the one list, which the
- * type {@linkcode EndStatus}, the ledger's checks and the web view's script
- * are made from.
+ * The statuses a run can end with (`run.end({ status })`), the one list the
+ * type {@linkcode EndStatus} is made from: check a status from elsewhere
+ * against it.
  *
  * @example
  * ```ts
- * import { END_STATUSES } from "./_record.ts";
+ * import { END_STATUSES, type EndStatus } from "./mod.ts";
  * import assert from "node:assert/strict";
  *
- * assert.ok(END_STATUSES.includes("deadline"));
- * assert.equal(END_STATUSES[0], "done");
+ * const given: string = "deadline";
+ * const status = (END_STATUSES as readonly string[]).includes(given)
+ *   ? given as EndStatus
+ *   : "failed";
+ * assert.equal(status, "deadline");
  * ```
  */
 export const END_STATUSES = ["done", "capped", "failed", "aborted", "deadline"] as const;

@@ -107,6 +107,7 @@ export {
   settingsSchema,
   type Verdict,
 } from "./settings.ts";
+export { END_STATUSES } from "./_record.ts";
 export type {
   CapSource,
   EndStatus,
