@@ -189,8 +189,6 @@ export class AgentCheckpoint {
       onLoad: (loaded, log) => {
         for (const warning of loaded.warnings) log("warn", warning);
       },
-      // Every write, the watchdog's included: the fleet store keeps the file's content (so a
-      // retry elsewhere can recreate it), the run's span gets an event, then the host's sinks.
       // Every write, the watchdog's included, is told to the run ledger's store and, once a
       // run has a span, the tracer, read from the keeper's listeners at each write.
       sinks: (log) => hostSinks(log, options, this.#listeners),
@@ -229,8 +227,6 @@ export class AgentCheckpoint {
             feedLog(level, message);
           },
         });
-        // Built with the keeper, before any write: the sinks read its store at each write.
-        this.#listeners.ledger = this.#ledger;
         return store ?? (never ? null : undefined);
       },
       host: () => this.#thisHost(),
@@ -239,6 +235,8 @@ export class AgentCheckpoint {
       shared,
       runs: () => this.#slots.runs,
     });
+    // Built with the keeper, before any write can come: the sinks read its store at each write.
+    this.#listeners.ledger = this.#ledger;
     this.#resumeParts = {
       log,
       store: (settings) => this.#ledger.open(settings),
