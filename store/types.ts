@@ -10,11 +10,10 @@
  *
  * @module
  */
-import type { EndStatus, RunCaps, ToolCall, TreeRecord, UsageTotals } from "../_record.ts";
+import type { EndStatus } from "../_record.ts";
 import type {
   AttemptStart,
   Heartbeat,
-  HostId,
   RunRecord,
   RunState,
   RunView,
