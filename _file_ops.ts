@@ -167,6 +167,7 @@ async function sweepInBackground(dir: string): Promise<void> {
   } catch {
     /* the directory went away */
   } finally {
+    // the close of a directory handle after its fsync: a failure loses nothing
     await handle?.close().catch(() => {});
   }
 }
@@ -295,6 +296,7 @@ async function syncDirAsync(dir: string): Promise<void> {
   } catch {
     /* as in syncDirSync */
   } finally {
+    // the close of a directory after its fsync: a failure loses nothing
     if (fd !== undefined) await cb((d) => fs.close(fd!, d)).catch(() => {});
   }
 }
@@ -407,6 +409,7 @@ export function nothingAt(file: string): boolean {
   try {
     return fs.lstatSync(file, { throwIfNoEntry: false }) === undefined;
   } catch {
+    // lstat failed for another reason (EACCES, ELOOP): something may be there, never taken for absent
     return false;
   }
 }
@@ -618,6 +621,7 @@ export function readIfThere(file: fs.PathLike): Buffer | undefined {
   try {
     return fs.readFileSync(file);
   } catch {
+    // absent or unreadable: undefined is this function's answer, and its caller's to tell
     return undefined;
   }
 }
@@ -670,6 +674,7 @@ export function parseJsonIfValid(text: string): unknown {
   try {
     return JSON.parse(text);
   } catch {
+    // not JSON: undefined is this function's answer
     return undefined;
   }
 }
@@ -727,6 +732,7 @@ export function readdirIfThere(dir: fs.PathLike): string[] | undefined {
   try {
     return fs.readdirSync(dir, "utf8");
   } catch {
+    // absent or unreadable: undefined is this function's answer, and its caller's to tell
     return undefined;
   }
 }
@@ -758,6 +764,7 @@ export function lstatSyncIfThere(file: fs.PathLike): fs.Stats | undefined {
   try {
     return fs.lstatSync(file, { throwIfNoEntry: false });
   } catch {
+    // absent or unreadable: undefined is this function's answer, and its caller's to tell
     return undefined;
   }
 }
@@ -789,6 +796,7 @@ export function statSyncIfThere(file: fs.PathLike): fs.Stats | undefined {
   try {
     return fs.statSync(file, { throwIfNoEntry: false });
   } catch {
+    // absent or unreadable: undefined is this function's answer, and its caller's to tell
     return undefined;
   }
 }
@@ -821,6 +829,7 @@ export function readlinkIfThere(file: fs.PathLike): Buffer | undefined {
     const target = fs.readlinkSync(file, { encoding: "buffer" });
     return Buffer.from(target.buffer, target.byteOffset, target.byteLength);
   } catch {
+    // not a link, or unreadable: undefined is this function's answer
     return undefined;
   }
 }
@@ -850,6 +859,7 @@ export function realpathIfThere(file: string): string | undefined {
   try {
     return fs.realpathSync(file);
   } catch {
+    // absent or unreadable: undefined is this function's answer, and its caller's to tell
     return undefined;
   }
 }
@@ -1065,6 +1075,7 @@ export function readCheckpoint(file: string): CheckpointFile {
   try {
     bytes = readCheckpointBytes(file);
   } catch (error) {
+    // the error goes into the answer, whose caller shows it
     return { ...base, state: "unreadable", error: (error as Error).message };
   }
   return describe(base, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));

@@ -56,6 +56,7 @@ function absolute(home: string): string {
   try {
     return path.resolve(home);
   } catch {
+    // the working directory was deleted: the home as given, whose use then says why
     return home;
   }
 }
@@ -266,6 +267,7 @@ function takeLock(file: string): boolean {
   try {
     fs.renameSync(file, stale);
   } catch {
+    // another process took the stale lock over first: it does the move
     return false;
   }
   if (readTextIfThere(stale) !== text) {

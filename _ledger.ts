@@ -9,29 +9,20 @@
  * attempt (`_earlier.ts` puts that together).
  *
  * The store itself is a subsystem (`store/`); the core sees it only as the
- * {@linkcode LedgerStore} below.
+ * {@linkcode LedgerStore} below, and its records as the types here
+ * ({@linkcode RunRecord} and its parts), which the store's contract re-exports.
  *
  * @module
  */
 import process from "node:process";
 import { errorText, failOpen, type Log } from "./log.ts";
-import type { EndStatus, RunCaps, ToolCall } from "./_record.ts";
+import type { EndStatus, RunCaps, ToolCall, TreeRecord, UsageTotals } from "./_record.ts";
 import { grownTo, nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import { type CheckpointEvent, type RunInfo, usageTotals } from "./_writer.ts";
 import type { MessagePort } from "node:worker_threads";
 import { formatDuration, formatUsd } from "./template.ts";
 import type { TreeRow } from "./_tree.ts";
-import type {
-  AttemptStart,
-  CallInFlight,
-  Heartbeat,
-  HostId,
-  PriorUse,
-  RunRecord,
-  RunView,
-  WriteBatch,
-} from "./store/types.ts";
 
 /** What the core needs of a store: asynchronous writes (worker), synchronous starts and ends (main thread). */
 export interface LedgerStore {
@@ -79,13 +70,167 @@ export interface LedgerStore {
   readonly statements?: number;
 }
 
-// Types only: the run store's records as the core speaks them, through this one module.
-export type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
+// The run store's records as the core writes them: the core's own types, which the store's
+// contract (`store/types.ts`) takes from here.
+
+/** The process a run ran in. */
+export interface HostId {
+  /** The machine's name (`os.hostname()`). */
+  machine: string;
+  /** The process id. */
+  pid: number;
+  /**
+   * The process's start time, as an opaque token that tells two processes of
+   * the same pid apart on the same machine (on Linux, the boot id and the
+   * start time in clock ticks); empty when the platform gives none.
+   */
+  start: string;
+}
+
+/** A tool call that had started and not ended when the record was brought up to date. */
+export interface CallInFlight {
+  /** The tool's name. */
+  tool: string;
+  /** The host's id for the call, when it gave one. */
+  callId?: string;
+  /** When it started, ms since the epoch. */
+  startedAt: number;
+  /** True once it ran past its deadline (a `tool_timeout` checkpoint names it). */
+  timedOut?: boolean;
+}
+
+/** A record's status: `live` while its run runs, else how it ended. */
+export type RecordStatus = "live" | EndStatus;
+
+/** How a run ended, as its record says. */
+export interface RecordEnd {
+  /** How it ended. */
+  status: EndStatus;
+  /** When, ms since the epoch. */
+  at: number;
+  /** The host's words about it. */
+  summary?: string;
+}
+
+/** What earlier attempts of the run used, for `resume_budget: remaining`. */
+export interface PriorUse {
+  /** Model calls the earlier attempts made, together. */
+  turns: number;
+  /** Seconds the earlier attempts ran, together. */
+  seconds: number;
+  /** Tokens the earlier attempts reported, together, when any did. */
+  tokens?: number;
+  /** Dollars the earlier attempts spent, together, when their cost is known. */
+  usd?: number;
+}
+
+/**
+ * One attempt of one run, as the ledger holds it: where it got to, brought up
+ * to date at most `progress_interval_seconds` after each change. Its size is
+ * bounded: at most `TOOL_RING` finished calls (the run table's ring), the notes as in
+ * the checkpoint file, and a file content of at most `store_file_max_kb`.
+ */
+export interface RunRecord {
+  /** The run's id (the kanban task id, or the session id). */
+  runId: string;
+  /** 1 for a fresh run, n for the n-th attempt of a resumed one. */
+  attempt: number;
+  /** `chat`, `kanban`, `goal`, or `command` for a supervisor's record. */
+  dialect: string;
+  /** The kanban task, when there is one. */
+  taskId?: string;
+  /** The caps that count, with their sources. */
+  caps: RunCaps;
+  /** Model calls made so far. */
+  turnsUsed: number;
+  /** Seconds since the run started. */
+  elapsedSeconds: number;
+  /** The budget tier reached, 0 for none. */
+  tier: number;
+  /** When each tier reached was crossed, ms since the epoch (records written before it: none). */
+  tierAt?: { 1?: number; 2?: number };
+  /** Tool calls started and not ended, oldest first. */
+  inFlight: CallInFlight[];
+  /** The most recent finished tool calls, oldest first (`startedAt` in seconds after the run's start). */
+  recent: ToolCall[];
+  /** The notes the host gave, the newest last. */
+  notes: string[];
+  /** The checkpoint file, when the run has one (it may not exist yet). */
+  checkpointFile?: string;
+  /**
+   * The checkpoint file's content at its last write (the block and the
+   * agent's own text), up to `store_file_max_kb`, so a retry on another
+   * machine can recreate it. A backend may leave it out.
+   */
+  fileContent?: string;
+  /** One-line summaries of the earlier attempts, oldest first. */
+  attempts?: string[];
+  /** What the earlier attempts used. */
+  prior?: PriorUse;
+  /** The model use the run reported: tokens, and dollars when known. */
+  usage?: UsageTotals;
+  /** Its place in a tree of runs sharing a budget, and the tree's totals as it last knew them. */
+  tree?: TreeRecord;
+  /** The attempt's OpenTelemetry span, when it had one: a later attempt links to it. */
+  trace?: { traceId: string; spanId: string };
+  /** The process the run ran in. */
+  host: HostId;
+  /** `live`, or how it ended. */
+  status: RecordStatus;
+  /** Set when it ended. */
+  end?: RecordEnd;
+  /** When the run started, ms since the epoch. */
+  startedAt: number;
+  /** When the record was last brought up to date, ms since the epoch. */
+  updatedAt: number;
+}
+
+/** A process's sign of life, written with every batch of its records. */
+export interface Heartbeat {
+  /** The process. */
+  host: HostId;
+  /** When it was written, ms since the epoch. */
+  at: number;
+  /** The interval the process writes at, seconds. */
+  intervalSeconds: number;
+}
+
+/** One durable commit: the changed records of a process and its heartbeat. */
+export interface WriteBatch {
+  /**
+   * The records to bring up to date. A record whose stored status is no
+   * longer `live` is left as it is by a `live` one: an end is never undone.
+   */
+  records: RunRecord[];
+  /** The writing process's heartbeat. */
+  heartbeat?: Heartbeat;
+}
+
+/** A run as read back: its newest record, its process's heartbeat, and its state now. */
+export interface RunView {
+  /** The record. */
+  record: RunRecord;
+  /** The heartbeat of the record's process, when the store has it. */
+  heartbeat?: Heartbeat;
+  /** Live, ended or cut off, decided when read. */
+  state: RunState;
+}
+
+/** What the store's `startAttempt` gives the new attempt. */
+export interface AttemptStart {
+  /** The attempt number the store gave it: distinct even for concurrent starts. */
+  attempt: number;
+  /** The newest earlier record of the run id, when there was one. */
+  previous?: RunView;
+}
+
+/** Live, ended or cut off. */
+export type RunState = "live" | "ended" | "cut-off";
 
 /** The most records the worker keeps while the store cannot take them. */
 export const MAX_BACKLOG = 50_000;
-/** The longest wait between two tries of a failing store (an open, a commit), ms. */
-const MAX_BACKOFF_MS = 30_000;
+/** The longest wait between two tries of a failing store (an open, a commit, a connection), ms. */
+export const MAX_BACKOFF_MS = 30_000;
 /** The wait before the next try of a store that failed `failures` times in a row: 1 s, doubling. */
 export const backoffMs = (failures: number): number =>
   Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(16, failures - 1));
@@ -437,8 +582,6 @@ export interface LedgerFeedParts {
   shared: RunTable;
   /** The run in each slot of the shared table. */
   runs(): readonly (RunInfo | undefined)[];
-  /** Told of the store when it opens, and of undefined when it closes. */
-  opened(store: LedgerStore | undefined): void;
 }
 
 /** The feeds whose live runs' records are written when the process exits. */
@@ -483,7 +626,6 @@ function atExit(feed: LedgerFeed): void {
  *   settingsAt: () => settings,
  *   shared: new RunTable(undefined, 1),
  *   runs: () => [],
- *   opened: () => assert.fail("no store opened"),
  * });
  * assert.equal(feed.open(settings), undefined);
  * await feed.close();
@@ -491,7 +633,12 @@ function atExit(feed: LedgerFeed): void {
  */
 export class LedgerFeed {
   readonly #parts: LedgerFeedParts;
-  #store: LedgerStore | undefined;
+  /**
+   * The store, once opened; undefined before, after a failure to open, and after close. Set
+   * only by the feed: a field, not a getter, so the writer's sinks read it at each write
+   * without running the feed's code.
+   */
+  store: LedgerStore | undefined;
   /** No store can ever be had. */
   #never = false;
   #openFailures = 0;
@@ -505,11 +652,6 @@ export class LedgerFeed {
   /** @param parts What the feed works with. */
   constructor(parts: LedgerFeedParts) {
     this.#parts = parts;
-  }
-
-  /** The store, once opened; undefined before, after a failure to open, and after close. */
-  get store(): LedgerStore | undefined {
-    return this.#store;
   }
 
   /** Whether a store is open or may yet be (the worker then keeps the live runs' records). */
@@ -528,7 +670,7 @@ export class LedgerFeed {
    * or replaced meanwhile opens the one at its path.
    */
   open(settings: Settings): LedgerStore | undefined {
-    const open = this.#store;
+    const open = this.store;
     if (open !== undefined) {
       failOpen(() => {
         const healed = open.heal?.();
@@ -567,15 +709,14 @@ export class LedgerFeed {
       );
     }
     this.#openFailures = 0;
-    this.#store = store;
-    this.#parts.opened(store);
+    this.store = store;
     atExit(this);
     return store;
   }
 
   /** The live runs' records as they stand. */
   live(what: string): void {
-    if (this.#never || (!this.#store && this.#pending.length === 0 && this.#openFailures === 0)) {
+    if (this.#never || (!this.store && this.#pending.length === 0 && this.#openFailures === 0)) {
       return; // never asked for: nothing was started while the ledger was wanted
     }
     failOpen(() => {
@@ -592,7 +733,7 @@ export class LedgerFeed {
   /** The process exits: a bounded wait for a store thread's writes to land. */
   drain(): void {
     failOpen(() => {
-      this.#store?.drainSync?.();
+      this.store?.drainSync?.();
     }, () => {/* exiting: nothing more can be done */});
   }
 
@@ -639,7 +780,7 @@ export class LedgerFeed {
     }
     const batch = this.#pending.length === 0 ? records : [...this.#pending, ...records];
     if (batch.length === 0) return;
-    const store = this.#store ?? this.open(this.#parts.settingsAt(nowMs()));
+    const store = this.store ?? this.open(this.#parts.settingsAt(nowMs()));
     if (!store) {
       this.#keep(batch, what, new Error("the store is not open yet"));
       return;
@@ -686,7 +827,7 @@ export class LedgerFeed {
   /** A try of the open and of the records kept, after a growing wait. */
   #schedule(): void {
     if (this.#timer !== undefined || this.#closed || this.#pending.length === 0) return;
-    const wait = this.#store ? backoffMs(this.#failures) : Math.max(10, this.#retryAt - nowMs());
+    const wait = this.store ? backoffMs(this.#failures) : Math.max(10, this.#retryAt - nowMs());
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       if (this.#pending.length > 0) this.write([], "records kept in memory");
@@ -705,7 +846,7 @@ export class LedgerFeed {
     this.#timer = undefined;
     const settings = this.#parts.settingsAt(nowMs());
     // A store never opened while the settings keep no ledger: none is made now.
-    const wanted = this.#store !== undefined || (settings.enabled && settings.ledger);
+    const wanted = this.store !== undefined || (settings.enabled && settings.ledger);
     if (!this.#never && wanted) {
       this.#retryAt = 0;
       this.open(settings);
@@ -731,10 +872,9 @@ export class LedgerFeed {
     }
     this.#closed = true;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
-    const store = this.#store;
+    const store = this.store;
     if (!store) return;
-    this.#store = undefined;
-    this.#parts.opened(undefined);
+    this.store = undefined;
     // A store thread (the fleet store) writes what waits first, bounded.
     return store.close().catch(() => {});
   }

@@ -98,8 +98,27 @@ export type RecordSource =
   | "watchdog"
   | "host"
   | "supervisor";
-/** How a run ended. */
-export type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
+/**
+ * The statuses a run can end with (`run.end({ status })`), the one list the
+ * type {@linkcode EndStatus} is made from: check a status from elsewhere
+ * against it.
+ *
+ * @example
+ * ```ts
+ * import { END_STATUSES, type EndStatus } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const given: string = "deadline";
+ * const status = (END_STATUSES as readonly string[]).includes(given)
+ *   ? given as EndStatus
+ *   : "failed";
+ * assert.equal(status, "deadline");
+ * ```
+ */
+export const END_STATUSES = ["done", "capped", "failed", "aborted", "deadline"] as const;
+
+/** How a run ended: `done`, `capped`, `failed`, `aborted` or `deadline`. */
+export type EndStatus = typeof END_STATUSES[number];
 
 /** How a run ended, as its last record says. */
 export interface RunEnd {
@@ -250,24 +269,6 @@ export const RECORD_SOURCES: readonly RecordSource[] = [
   "host",
   "supervisor",
   "post_llm_call",
-];
-/**
- * The end statuses a run's last record can carry.
- *
- * @example
- * ```ts
- * import { END_STATUSES } from "./_record.ts";
- * import assert from "node:assert/strict";
- *
- * assert.deepEqual(END_STATUSES, ["done", "capped", "failed", "aborted", "deadline"]);
- * ```
- */
-export const END_STATUSES: readonly EndStatus[] = [
-  "done",
-  "capped",
-  "failed",
-  "aborted",
-  "deadline",
 ];
 
 /**
@@ -1061,6 +1062,7 @@ export function blockData(bytes: Uint8Array, span: BlockSpan): Record<string, un
       ? data
       : undefined;
   } catch {
+    // not a record's JSON: no record, as for a file without a block
     return undefined;
   }
 }

@@ -248,6 +248,7 @@ export class RunTable {
     try {
       this.buffers.runs.grow(runsBytes(next));
     } catch {
+      // no address space to grow into: the caller takes its bounded path and says so
       return false;
     }
     this.refresh();
@@ -374,6 +375,7 @@ export class RunTable {
       try {
         this.buffers.names.grow(size);
       } catch {
+        // no address space for the name: 0 (no name), as for one too long
         return 0;
       }
     }
@@ -450,6 +452,7 @@ export class RunTable {
         Math.min(infos.maxByteLength, Math.max(end, infos.byteLength + SLOT_CHUNK * INFO_BYTES)),
       );
     } catch {
+      // no address space to grow into: the caller says the description is not published
       return false;
     }
     return true;

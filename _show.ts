@@ -122,6 +122,7 @@ export function errorText(error: unknown): string {
   try {
     text = String(error instanceof Error ? error.message : error);
   } catch {
+    // the error's own message throws: a fixed text stands in
     text = "an unprintable error";
   }
   return clip(text, 1000);

@@ -161,6 +161,7 @@ function load(): SqliteDriver | null {
       },
     };
   } catch {
+    // no SQLite driver here: null, which the store says once as its info line
     return null;
   }
 }

@@ -4,11 +4,11 @@
  * messages handed on (log lines, comments, written files, heap figures), and
  * its stop at close, after its write in flight lands.
  *
- * Here too is the protocol between the two threads ({@linkcode WatchdogData},
- * {@linkcode FromWorker}): types only, which the worker's module
- * (`watchdog.ts`) takes with `import type`, so neither thread's code loads the
- * other's through them. Nothing goes from the main thread to the worker once
- * it runs: the worker reads runs from shared memory.
+ * The protocol between the two threads (`WatchdogData`, `FromWorker`) is the
+ * worker's (`watchdog.ts`), taken here as types only. The worker starts from
+ * its entry module (`_watchdog_worker.ts`), which starts the loop only in a
+ * thread started with the watchdog's data. Nothing goes from the main thread
+ * to the worker once it runs: the worker reads runs from shared memory.
  *
  * @module
  */
@@ -16,54 +16,24 @@ import process from "node:process";
 import { type MessagePort, Worker } from "node:worker_threads";
 import type { Env } from "./config.ts";
 import { deniedRead, errorText, failOpen, failOpenAsync, type Log } from "./log.ts";
-import type { RunTable, RunTableBuffers } from "./_run_table.ts";
+import type { RunTable } from "./_run_table.ts";
 import type { CheckpointEvent } from "./_writer.ts";
+// Types only: the main thread loads the worker's code only for Deno's graph (below).
+import type { FromWorker, WatchdogData, WatchdogStats } from "./watchdog.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
 // watchdog with it: a worker that fetched it later would do so while the host may be
-// blocked. Outside a worker the module does nothing.
-import "./watchdog.ts";
+// blocked. Outside the watchdog's own thread the module does nothing.
+import "./_watchdog_worker.ts";
 
-/** What the worker starts with. */
-export interface WatchdogData {
-  buffers: RunTableBuffers;
-  home: string;
-  env: Env;
-  overrides: Record<string, unknown> | undefined;
-  /** Log lines go to the main thread, for the host's logger. */
-  hostLogger: boolean;
-  /** Comments go to the main thread, for the host's `postComment`. */
-  hostComments: boolean;
-  commentModule?: string;
-  /** The fleet store's port: the watchdog's batches go to its process's store thread. */
-  storePort?: MessagePort;
-  /** @internal Report heap use every this many ms (benchmarks). */
-  statsEveryMs?: number;
-}
-
-/** @internal The worker's own heap, as benchmarks read it. */
-export interface WatchdogStats {
-  heapUsed: number;
-  watched: number;
-  /** Commits of the run ledger so far. */
-  ledgerCommits?: number;
-  /** Ledger records waiting for the store. */
-  ledgerBacklog?: number;
-}
-
-/** Worker to main thread. */
-export type FromWorker =
-  | { type: "log"; level: "info" | "warn" | "error"; message: string; runId?: string }
-  | { type: "comment"; comment: { taskId: string; body: string } }
-  | { type: "written"; event: CheckpointEvent }
-  | { type: "stats"; stats: WatchdogStats };
+export type { WatchdogStats };
 
 /**
- * The watchdog module: `watchdog.ts` under Deno from sources, `watchdog.js`
- * in the npm build.
+ * The watchdog's entry module: `_watchdog_worker.ts` under Deno from sources,
+ * `_watchdog_worker.js` in the npm build.
  */
 function watchdogModule(): URL {
   return new URL(
-    import.meta.url.endsWith(".ts") ? "./watchdog.ts" : "./watchdog.js",
+    import.meta.url.endsWith(".ts") ? "./_watchdog_worker.ts" : "./_watchdog_worker.js",
     import.meta.url,
   );
 }
@@ -166,6 +136,8 @@ export interface WatchdogParts {
   written(event: CheckpointEvent): void;
   /** The fleet store's port, when the run ledger's store has one: the worker writes through it. */
   storePort(): MessagePort | undefined;
+  /** The run store's module, which the worker imports for the run ledger; none, no ledger there. */
+  storeModule?: string;
 }
 
 /**
@@ -225,6 +197,7 @@ export class WatchdogHost {
     const { log, options } = this.#parts;
     failOpen(() => {
       const data: WatchdogData = {
+        entry: "agent-checkpoint/watchdog", // WatchdogData's type holds it to WATCHDOG_ENTRY
         buffers: this.#parts.shared.buffers,
         home: this.#parts.home,
         env: this.#parts.env,
@@ -235,6 +208,7 @@ export class WatchdogHost {
       if (options.commentModule !== undefined) {
         data.commentModule = String(options.commentModule);
       }
+      if (this.#parts.storeModule !== undefined) data.storeModule = this.#parts.storeModule;
       if (options.watchdogStatsEveryMs) {
         data.statsEveryMs = options.watchdogStatsEveryMs;
       }

@@ -514,17 +514,24 @@ export interface HostCallbacks {
   onCheckpoint?: (event: CheckpointEvent) => void;
 }
 
+/**
+ * Who besides the host hears of each write, read at each write (plain fields, so a write
+ * runs no code of theirs until one listens): the run ledger's store once open (the fleet
+ * store keeps the file's content), the tracer once a run has a span. @internal
+ */
+export interface WriteListeners {
+  /** The run ledger's main-thread feed: its store, while open. */
+  readonly ledger: { readonly store: { fileWritten?(event: CheckpointEvent): void } | undefined };
+  /** The tracer, told of every write once `spans` (it never throws). */
+  readonly tracing: { written(event: CheckpointEvent): void } | undefined;
+  /** Whether a run has a span. */
+  readonly spans: boolean;
+}
+
 /** The writer's sinks on the main thread; a comment needs no run id (the watchdog's come without one). @internal */
 export interface HostSinks extends WriterSinks {
   /** Post a kanban task comment. */
   comment(comment: KanbanComment): void;
-  /**
-   * The run ledger's store, told of every write first: set when the ledger
-   * opens its store, cleared when it closes it.
-   */
-  fileWritten: ((event: CheckpointEvent) => void) | undefined;
-  /** The tracer, told of every write once a run has a span (it never throws). */
-  traced: ((event: CheckpointEvent) => void) | undefined;
 }
 
 /**
@@ -543,7 +550,8 @@ function callOut(call: () => unknown, failed: (error: unknown, threw: boolean) =
  *
  * @param log Where failures of the host's code go.
  * @param host The host's callbacks.
- * @returns The sinks, with no store to tell until the run ledger opens one.
+ * @param listeners Who else hears of each write, as they are at that write.
+ * @returns The sinks.
  *
  * @example
  * ```ts
@@ -551,35 +559,37 @@ function callOut(call: () => unknown, failed: (error: unknown, threw: boolean) =
  * import assert from "node:assert/strict";
  *
  * const lines: string[] = [];
+ * const files: string[] = [];
+ * const ledger = { store: { fileWritten: (event: { file: string }) => files.push(event.file) } };
  * const sinks = hostSinks((_level, message) => lines.push(message), {
  *   onCheckpoint: () => {
  *     throw new Error("boom");
  *   },
- * });
- * const files: string[] = [];
- * sinks.fileWritten = (event) => files.push(event.file);
+ * }, { ledger, tracing: undefined, spans: false });
  * sinks.written({ runId: "r", file: "/c/r.md" } as Parameters<typeof sinks.written>[0]);
  * assert.deepEqual(files, ["/c/r.md"]);
  * assert.match(lines[0]!, /^onCheckpoint threw: .*boom/);
  * ```
  */
-export function hostSinks(log: Log, host: HostCallbacks): HostSinks {
-  const sinks: HostSinks = {
+export function hostSinks(
+  log: Log,
+  host: HostCallbacks,
+  listeners: WriteListeners = { ledger: { store: undefined }, tracing: undefined, spans: false },
+): HostSinks {
+  return {
     log,
-    fileWritten: undefined,
-    traced: undefined,
     comment: (comment) => postComment(log, host, comment),
     written: (event) => {
-      const store = sinks.fileWritten;
-      if (store) {
-        callOut(() => store(event), (error) =>
+      const store = listeners.ledger.store;
+      if (store?.fileWritten) {
+        callOut(() => store.fileWritten!(event), (error) =>
           log(
             "warn",
             `the run ledger's store could not take the file: ${errorText(error)}`,
             event.runId,
           ));
       }
-      sinks.traced?.(event);
+      if (listeners.spans) listeners.tracing?.written(event);
       const listener = host.onCheckpoint;
       if (!listener) return;
       callOut(() => listener(event), (error, threw) =>
@@ -590,7 +600,6 @@ export function hostSinks(log: Log, host: HostCallbacks): HostSinks {
         ));
     },
   };
-  return sinks;
 }
 
 /** Post a comment through the host's sink, else the comment module. */

@@ -9,9 +9,9 @@
  */
 import * as path from "node:path";
 import { capValues, hasCap, PAST_CAP_SECONDS, tierPlan } from "./tier.ts";
-import { type Env, envOf, type LoadedSettings, resolveHome, SettingsSource } from "./config.ts";
+import { coreContext, type Env, envOf, resolveHome, type SettingsSource } from "./config.ts";
 import { discoverCapsSync, type RunInit } from "./discover.ts";
-import { createLog, errorText, failOpen, type HostLogger, type Log } from "./log.ts";
+import { errorText, failOpen, type HostLogger, type Log } from "./log.ts";
 import { checkpointFileName } from "./persist.ts";
 import {
   type EarlierTrace,
@@ -29,10 +29,10 @@ import { nowMs, RunTable } from "./_run_table.ts";
 import {
   type CheckpointEvent,
   CheckpointWriter,
-  type HostSinks,
   hostSinks,
   NO_NOTES,
   type RunInfo,
+  type WriterSinks,
 } from "./_writer.ts";
 import { type HostId, LedgerFeed, type LedgerStore, recordOf } from "./_ledger.ts";
 import { type TreePlace, TreeSeats } from "./_tree.ts";
@@ -93,6 +93,11 @@ export interface Subsystems {
   }): LedgerStore | undefined;
   /** This process, as run records name their host. */
   thisHost(): HostId;
+  /**
+   * The run store's module (`store/mod.ts`), as a specifier the watchdog's thread imports for
+   * its run ledger writes: the core never imports it.
+   */
+  storeModule?: string;
   /** The working-tree snapshots. */
   workspaces(options: {
     home: string;
@@ -145,7 +150,13 @@ export class AgentCheckpoint {
   readonly #slots: RunSlots;
   #workspaces: WorkspaceHooks | undefined;
   readonly #writer: CheckpointWriter;
-  readonly #sinks: HostSinks;
+  readonly #sinks: WriterSinks;
+  /** Who besides the host hears of each write (the writer's sinks read it at each write). */
+  readonly #listeners: {
+    ledger: { readonly store: LedgerStore | undefined };
+    tracing: Tracing | undefined;
+    spans: boolean;
+  } = { ledger: { store: undefined }, tracing: undefined, spans: false };
   readonly #watchdog: WatchdogHost;
   #closed = false;
   /** What the runs of the shared table work with. */
@@ -164,24 +175,28 @@ export class AgentCheckpoint {
   /** @internal Use {@linkcode createAgentCheckpoint}. */
   constructor(options: AgentCheckpointOptions, subsystems?: Subsystems) {
     this.#subsystems = subsystems;
-    // No address space for the table's reservation: a smaller one.
-    this.#shared = failOpen(
-      () => new RunTable(undefined, options.maxRuns),
-      () => new RunTable(undefined, 512),
-    );
     this.#env = envOf(options.env);
     this.#home = resolveHome(options.home, this.#env);
-    this.#log = createLog(this.#home, options.logger);
-    // State an earlier version left in Hermes's folder is moved into the library's own, once.
-    moveIn(this.#home, this.#log);
-    this.#source = new SettingsSource(
-      this.#home,
-      this.#env,
-      options.settings,
-      (loaded: LoadedSettings) => {
-        for (const warning of loaded.warnings) this.#log("warn", warning);
+    // The same core context as the watchdog's thread builds, over a new run table.
+    const core = coreContext({
+      home: this.#home,
+      env: this.#env,
+      overrides: options.settings,
+      ...(options.maxRuns !== undefined ? { maxRuns: options.maxRuns } : {}),
+      ...(options.logger !== undefined ? { logger: options.logger } : {}),
+      // State an earlier version left in Hermes's folder is moved into the library's own, once.
+      beforeSettings: (log) => moveIn(this.#home, log),
+      onLoad: (loaded, log) => {
+        for (const warning of loaded.warnings) log("warn", warning);
       },
-    );
+      // Every write, the watchdog's included, is told to the run ledger's store and, once a
+      // run has a span, the tracer, read from the keeper's listeners at each write.
+      sinks: (log) => hostSinks(log, options, this.#listeners),
+    });
+    this.#log = core.log;
+    this.#shared = core.shared;
+    this.#source = core.source;
+    this.#writer = core.writer;
     const shared = this.#shared;
     const source = this.#source;
     const log = this.#log;
@@ -195,8 +210,8 @@ export class AgentCheckpoint {
       },
     );
     this.#tracing = tracing;
-    const sinks = hostSinks(log, options);
-    this.#sinks = sinks;
+    this.#listeners.tracing = tracing;
+    this.#sinks = core.sinks;
     this.#ledger = new LedgerFeed({
       // Undefined: not now, tried again; null: never (no store subsystem, no driver).
       open: (settings, feedLog) => {
@@ -219,11 +234,9 @@ export class AgentCheckpoint {
       settingsAt,
       shared,
       runs: () => this.#slots.runs,
-      // The fleet store keeps the file's content, so a retry elsewhere can recreate it.
-      opened: (store) => {
-        sinks.fileWritten = store?.fileWritten?.bind(store);
-      },
     });
+    // Built with the keeper, before any write can come: the sinks read its store at each write.
+    this.#listeners.ledger = this.#ledger;
     this.#resumeParts = {
       log,
       store: (settings) => this.#ledger.open(settings),
@@ -236,11 +249,11 @@ export class AgentCheckpoint {
       env: this.#env,
       options,
       log,
-      comment: sinks.comment,
-      written: sinks.written,
+      comment: (comment) => this.#sinks.comment(comment, ""),
+      written: (event) => this.#sinks.written(event),
       storePort: () => this.#ledger.store?.watchdogPort?.(),
+      ...(subsystems?.storeModule !== undefined ? { storeModule: subsystems.storeModule } : {}),
     });
-    this.#writer = new CheckpointWriter(shared, sinks);
     this.#trees = new TreeSeats(() => {
       const store = this.#ledger.store;
       if (!store?.treeSync || !store.joinTreeSync || !store.admitSync) return undefined;
@@ -498,7 +511,7 @@ export class AgentCheckpoint {
     if (!trace) return undefined;
     info.trace = trace.ref;
     // Every write of a checkpoint file, the watchdog's included, is an event on its run's span.
-    this.#sinks.traced ??= (event) => tracing.written(event);
+    this.#listeners.spans = true;
     if (settings.ledger && this.#ledger.store) {
       this.#ledger.write([recordOf(info, table, this.#thisHost(), now)], "the run's span");
     }

@@ -2,7 +2,9 @@
  * Reading the settings, for the main thread and the watchdog worker alike:
  * the environment, the home directory, `<home>/config.yaml` (bounded reads,
  * bounded YAML), the layering of its two sections and the host's overrides,
- * and live reload. No SQLite here: that is cap discovery's (`discover.ts`).
+ * and live reload; and the core context each thread of a keeper builds from
+ * them ({@linkcode coreContext}), the main thread and the watchdog's alike. No
+ * SQLite here: that is cap discovery's (`discover.ts`).
  *
  * @module
  */
@@ -20,6 +22,9 @@ import {
 } from "./settings.ts";
 import { errorText, isMapping, nonEmptyText as text } from "./_show.ts";
 import { parseYaml } from "./_yaml.ts";
+import { createLog, failOpen, type HostLogger, type Log } from "./log.ts";
+import { RunTable, type RunTableBuffers } from "./_run_table.ts";
+import { CheckpointWriter, type WriterSinks } from "./_writer.ts";
 
 /** Environment variables, as `process.env` holds them. */
 export type Env = Record<string, string | undefined>;
@@ -63,6 +68,7 @@ export function envOf(env: Env | undefined): Env {
   try {
     return { ...process.env };
   } catch {
+    // the environment cannot be read (a denied permission): no variables, the defaults
     return {};
   }
 }
@@ -73,6 +79,7 @@ const userHome = (env: Env): string => {
   try {
     return os.homedir();
   } catch {
+    // no home directory for this user: the root, whose use then says why
     return "/";
   }
 };
@@ -541,6 +548,7 @@ export class SettingsSource {
       const s = fs.statSync(this.#file);
       return `${s.ino}:${s.size}:${s.mtimeMs}`;
     } catch (error) {
+      // a stamp naming the error: the file's change (back) is still noticed
       return `missing:${(error as NodeJS.ErrnoException)?.code}`;
     }
   }
@@ -590,4 +598,92 @@ export class SettingsSource {
     // After a reload, so that a new poll interval counts from now.
     this.#reading.until = nowMs + this.current.settings.watchdog_poll_seconds * 1000;
   }
+}
+
+/** What a thread of a keeper builds its core context from. @internal */
+export interface CoreParts {
+  /** The home directory, absolute. */
+  home: string;
+  env: Env;
+  /** The host's settings, which win over the file. */
+  overrides: Record<string, unknown> | undefined;
+  /** The run table's memory, made by the main thread (the watchdog's); else a new table. */
+  buffers?: RunTableBuffers;
+  /** The most live runs of a new table. */
+  maxRuns?: number;
+  /** Where log lines go, made by the thread (the watchdog's go to the main thread). */
+  log?: Log;
+  /** Else the host's logger, else the bounded file under the home. */
+  logger?: HostLogger;
+  /** Called once the log is made, before the settings are read (the main thread moves in). */
+  beforeSettings?: (log: Log) => void;
+  /** Told of the settings and their warnings on every (re)load. */
+  onLoad?: (loaded: LoadedSettings, log: Log) => void;
+  /** Where the writer's comments and written files go, on this thread. */
+  sinks(log: Log): Omit<WriterSinks, "log">;
+}
+
+/** What the runs of a keeper work with on one thread. @internal */
+export interface CoreContext {
+  home: string;
+  env: Env;
+  log: Log;
+  /** The run table, shared by the keeper's two threads. */
+  shared: RunTable;
+  source: SettingsSource;
+  writer: CheckpointWriter;
+  /** Where the writer's log lines, comments and written files go. */
+  sinks: WriterSinks;
+}
+
+/**
+ * The core context of one thread of a keeper: its log, its run table (new, or
+ * over the main thread's memory), its settings and its checkpoint writer.
+ * The main thread and the watchdog build theirs here, so the two never drift.
+ * Never throws: no address space for a new table's reservation gets a smaller one.
+ * @internal
+ *
+ * @example
+ * ```ts
+ * import { coreContext } from "./config.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const lines: string[] = [];
+ * const main = coreContext({
+ *   home: "/nonexistent",
+ *   env: {},
+ *   overrides: { stall_window_seconds: 60 },
+ *   log: (_level, message) => lines.push(message),
+ *   sinks: () => ({ comment: () => {}, written: () => {} }),
+ * });
+ * // The watchdog's thread: the same table, the same settings.
+ * const worker = coreContext({
+ *   home: "/nonexistent",
+ *   env: {},
+ *   overrides: { stall_window_seconds: 60 },
+ *   buffers: main.shared.buffers,
+ *   log: (_level, message) => lines.push(message),
+ *   sinks: () => ({ comment: () => {}, written: () => {} }),
+ * });
+ * assert.equal(worker.source.at(0).stall_window_seconds, 60);
+ * assert.equal(worker.shared.maxSlots, main.shared.maxSlots);
+ * ```
+ */
+export function coreContext(parts: CoreParts): CoreContext {
+  const { home, env } = parts;
+  const log = parts.log ?? createLog(home, parts.logger);
+  parts.beforeSettings?.(log);
+  const shared = parts.buffers
+    ? new RunTable(parts.buffers)
+    : failOpen(() => new RunTable(undefined, parts.maxRuns), () => new RunTable(undefined, 512));
+  const onLoad = parts.onLoad;
+  const source = new SettingsSource(
+    home,
+    env,
+    parts.overrides,
+    onLoad ? (loaded) => onLoad(loaded, log) : undefined,
+  );
+  const sinks: WriterSinks = { log, ...parts.sinks(log) };
+  const writer = new CheckpointWriter(shared, sinks);
+  return { home, env, log, shared, source, writer, sinks };
 }

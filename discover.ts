@@ -134,6 +134,7 @@ const field = (obj: unknown, key: string): unknown => {
       ? (obj as Record<string, unknown>)[key]
       : undefined;
   } catch {
+    // a getter that throws is no value: the cap is looked for elsewhere
     return undefined;
   }
 };
@@ -242,6 +243,7 @@ export function storedGoalTurns(
     if (!driver) return undefined;
     return stateDbGoal(home, sessionId, [], driver).turnsUsed;
   } catch {
+    // Hermes's state database cannot be read now: no turns, read again at the next look
     return undefined;
   }
 }
@@ -253,6 +255,7 @@ const isFile = (file: string): boolean => {
   try {
     return fs.statSync(file).isFile();
   } catch {
+    // absent or unreadable: not a file
     return false;
   }
 };

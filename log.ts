@@ -22,7 +22,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { ensureDir } from "./persist.ts";
+import { ensureDir } from "./_file_ops.ts";
 import { clip, errorText } from "./_show.ts";
 
 export { errorText };
@@ -193,6 +193,7 @@ function libraryDir(): string | undefined {
     const url = new URL(".", import.meta.url);
     return url.protocol === "file:" ? fileURLToPath(url).replace(/[\\/]$/, "") : undefined;
   } catch {
+    // no module URL to read (an unusual loader): no library directory to leave out
     return undefined;
   }
 }
@@ -307,6 +308,7 @@ export function createLog(home: string, host?: HostLogger): Log {
     try {
       record = boundedRecord(runId === undefined ? { level, message } : { level, message, runId });
     } catch {
+      // a line that cannot be made is replaced by one that says so
       record = { level: "error", message: "a log line could not be made" };
     }
     // Under Deno without the permissions checkpoints need, every write fails: say so, once.

@@ -52,6 +52,11 @@ export {
 const SUBSYSTEMS: Subsystems = {
   openStore: (options) => openRunStore(options),
   thisHost,
+  // The watchdog's thread imports the store by this name for its ledger writes.
+  storeModule: new URL(
+    import.meta.url.endsWith(".ts") ? "./store/mod.ts" : "./store/mod.js",
+    import.meta.url,
+  ).href,
   workspaces: (options) => new Workspaces(options),
   tracing: (options) => openTelemetry(options),
 };
@@ -102,6 +107,7 @@ export {
   settingsSchema,
   type Verdict,
 } from "./settings.ts";
+export { END_STATUSES } from "./_record.ts";
 export type {
   CapSource,
   EndStatus,

@@ -162,6 +162,7 @@ const fileExists = (file: string) => {
   try {
     return file !== "" && existsSync(file);
   } catch {
+    // a path that cannot be checked is taken as gone: no end record committed into it
     return false;
   }
 };

@@ -731,6 +731,7 @@ const reason = (error: unknown): string => {
   try {
     return error instanceof Error ? error.message : String(error);
   } catch {
+    // the error's own message throws: a fixed text stands in
     return "an unprintable error";
   }
 };

@@ -14,25 +14,121 @@
  * @module
  */
 import process from "node:process";
-import { type MessagePort, parentPort, workerData } from "node:worker_threads";
-import { SettingsSource } from "./config.ts";
-import { createLog, errorText, failOpen, failOpenAsync, type Log } from "./log.ts";
+import type { MessagePort } from "node:worker_threads";
+import { coreContext, type Env } from "./config.ts";
+import { errorText, failOpen, failOpenAsync, type Log } from "./log.ts";
 import type { Settings } from "./settings.ts";
-import { grownTo, nowMs, RunTable } from "./_run_table.ts";
-import { CheckpointWriter, type PendingWrite, type PersistEvent, type RunInfo } from "./_writer.ts";
+import { grownTo, nowMs, type RunTable, type RunTableBuffers } from "./_run_table.ts";
+import type { CheckpointEvent, PendingWrite, PersistEvent, RunInfo } from "./_writer.ts";
 import type { TimedOutCall } from "./_record.ts";
 import { hasCap, PAST_CAP_SECONDS, tierFor, TierPlans, timeCrossing } from "./tier.ts";
-// Types only: the worker never loads the main thread\'s side of the watchdog.
-import type { FromWorker, WatchdogData } from "./_watchdog_host.ts";
 import {
   backoffMs,
+  type HostId,
   LedgerProgress,
   type LedgerStore,
   MAX_BACKLOG,
   PRUNE_AT_START,
 } from "./_ledger.ts";
-import { openRunStore, thisHost } from "./store/mod.ts";
 import { storedGoalTurns } from "./discover.ts";
+
+/**
+ * The mark of the watchdog's own start data: its entry module starts the loop only in a
+ * thread started with it, never in a host's worker that imports the library.
+ */
+export const WATCHDOG_ENTRY = "agent-checkpoint/watchdog";
+
+/** What the worker starts with. */
+export interface WatchdogData {
+  /** {@linkcode WATCHDOG_ENTRY}: the data is the watchdog's. */
+  entry: typeof WATCHDOG_ENTRY;
+  buffers: RunTableBuffers;
+  home: string;
+  env: Env;
+  overrides: Record<string, unknown> | undefined;
+  /** Log lines go to the main thread, for the host's logger. */
+  hostLogger: boolean;
+  /** Comments go to the main thread, for the host's `postComment`. */
+  hostComments: boolean;
+  commentModule?: string;
+  /**
+   * The run store's module (`store/mod.ts`), which the composition root names: the worker
+   * imports it for the run ledger, so the core never imports the store itself.
+   */
+  storeModule?: string;
+  /** The fleet store's port: the watchdog's batches go to its process's store thread. */
+  storePort?: MessagePort;
+  /** @internal Report heap use every this many ms (benchmarks). */
+  statsEveryMs?: number;
+}
+
+/** @internal The worker's own heap, as benchmarks read it. */
+export interface WatchdogStats {
+  heapUsed: number;
+  watched: number;
+  /** Commits of the run ledger so far. */
+  ledgerCommits?: number;
+  /** Ledger records waiting for the store. */
+  ledgerBacklog?: number;
+}
+
+/** Worker to main thread. */
+export type FromWorker =
+  | { type: "log"; level: "info" | "warn" | "error"; message: string; runId?: string }
+  | { type: "comment"; comment: { taskId: string; body: string } }
+  | { type: "written"; event: CheckpointEvent }
+  | { type: "stats"; stats: WatchdogStats };
+
+/**
+ * Whether a thread's `workerData` is the watchdog's: a host's own worker, started with
+ * data of its own or none, is never taken for the watchdog.
+ *
+ * @example
+ * ```ts
+ * import { isWatchdogData } from "./watchdog.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(isWatchdogData(undefined), false);
+ * assert.equal(isWatchdogData({ home: "/h" }), false);
+ * ```
+ */
+export function isWatchdogData(data: unknown): data is WatchdogData {
+  return typeof data === "object" && data !== null &&
+    (data as { entry?: unknown }).entry === WATCHDOG_ENTRY;
+}
+
+/**
+ * The time the watchdog reads and how it waits between looks: the real one in its
+ * thread, a fake one a test moves (as std's `FakeTime` does).
+ */
+export interface WatchdogClock {
+  /** Now, ms, on the run table's clock. */
+  now(): number;
+  /** Wait until `ms` passed or the table was woken since `seen`; true when woken. */
+  sleep(table: RunTable, seen: number, ms: number): Promise<boolean>;
+  /** Call `then` after `ms`. */
+  after(ms: number, then: () => void): void;
+}
+
+/** The real clock: the table's time, its wake word, a timer. */
+const REAL_CLOCK: WatchdogClock = {
+  now: nowMs,
+  sleep: (table, seen, ms) =>
+    table.waitForWake(seen, ms).then((result) => result !== "timed-out", () => true),
+  after: (ms, then) => setTimeout(then, ms),
+};
+
+/** What the worker uses of the run store's module ({@linkcode WatchdogData.storeModule}). */
+interface StoreModule {
+  openRunStore(options: {
+    home: string;
+    settings: Settings;
+    setAside: true;
+    log: (level: "info" | "warn" | "error", message: string) => void;
+    storePort?: MessagePort;
+  }): LedgerStore | undefined;
+  thisHost(): HostId;
+}
 
 /** In the list of claimed records, the run's deadline checkpoint (not a tool call's number). */
 const DEADLINE_CLAIM = -1;
@@ -105,46 +201,108 @@ class WatchedSlots {
   }
 }
 
-/** The watchdog's loop, over the data its `AgentCheckpoint` started it with. */
-function watchdog(port: MessagePort, data: WatchdogData): void {
-  const shared = new RunTable(data.buffers);
-  const watched = new WatchedSlots();
-  const plans = new TierPlans();
+/**
+ * The watchdog's loop, over the data its `AgentCheckpoint` started it with. Its entry module
+ * (`_watchdog_worker.ts`) calls it in the thread started for it; nothing calls it on import.
+ *
+ * @param port Where its messages go (the thread's `parentPort`).
+ * @param data What it starts with.
+ * @param clock The time it reads and its waits between looks (a test drives a fake one).
+ * @returns Its stop, for a loop run in a thread of a test's own (the worker's ends with it).
+ *
+ * @example A run stalled past its window gets the watchdog's record, on a clock the test moves
+ * ```ts
+ * import { watchdog, WATCHDOG_ENTRY, type WatchdogClock } from "./watchdog.ts";
+ * import { RunTable } from "./_run_table.ts";
+ * import { MessageChannel } from "node:worker_threads";
+ * import assert from "node:assert/strict";
+ *
+ * const table = new RunTable(undefined, 1);
+ * const { port1, port2 } = new MessageChannel();
+ * let now = 0;
+ * const clock: WatchdogClock = {
+ *   now: () => now,
+ *   sleep: () => new Promise(() => {}), // never wakes by itself: the test moves it
+ *   after: () => {},
+ * };
+ * const { stop } = watchdog(port1, {
+ *   entry: WATCHDOG_ENTRY,
+ *   buffers: table.buffers,
+ *   home: "/nonexistent",
+ *   env: {},
+ *   overrides: { watchdog: false },
+ *   hostLogger: true,
+ *   hostComments: false,
+ * }, clock);
+ * stop();
+ * port1.close();
+ * port2.close();
+ * assert.equal(now, 0);
+ * ```
+ */
+export function watchdog(
+  port: MessagePort,
+  data: WatchdogData,
+  clock: WatchdogClock = REAL_CLOCK,
+): { stop(): void } {
   const post = (message: FromWorker) => port.postMessage(message);
-  const log: Log = data.hostLogger
+  const hostLog: Log | undefined = data.hostLogger
     ? (level, message, runId) =>
       post(
         runId === undefined
           ? { type: "log", level, message }
           : { type: "log", level, message, runId },
       )
-    : createLog(data.home);
-  const source = new SettingsSource(data.home, data.env, data.overrides);
-
+    : undefined;
   type PostComment = (comment: { taskId: string; body: string }) => unknown;
   let moduleSink: PostComment | undefined;
-  const moduleReady: Promise<void> = data.commentModule === undefined
-    ? Promise.resolve()
-    : import(data.commentModule).then((mod) => {
+  let moduleReady: Promise<void> = Promise.resolve();
+  // The same core context as the main thread's, over the run table it shares.
+  const { shared, log, source, writer } = coreContext({
+    home: data.home,
+    env: data.env,
+    overrides: data.overrides,
+    buffers: data.buffers,
+    ...(hostLog ? { log: hostLog } : {}),
+    sinks: (log) => ({
+      // Through the comment module once it has loaded, else through the host's sink when free.
+      comment: (comment, runId) => {
+        const fail = (error: unknown) =>
+          log("warn", `posting the task comment failed: ${errorText(error)}`, runId);
+        moduleReady.then(async () => {
+          if (moduleSink) await moduleSink(comment);
+          else if (data.hostComments) post({ type: "comment", comment });
+        }).catch(fail);
+      },
+      written: (event) => post({ type: "written", event }),
+    }),
+  });
+  const watched = new WatchedSlots();
+  const plans = new TierPlans();
+  const nowMs = clock.now;
+
+  if (data.commentModule !== undefined) {
+    moduleReady = import(data.commentModule).then((mod) => {
       if (typeof mod.postComment !== "function") {
         throw new TypeError(`${data.commentModule} does not export postComment`);
       }
       moduleSink = mod.postComment;
     }).catch((error) => log("error", `commentModule could not be loaded: ${errorText(error)}`));
+  }
 
-  const writer = new CheckpointWriter(shared, {
-    log,
-    // Through the comment module once it has loaded, else through the host's sink when free.
-    comment: (comment, runId) => {
-      const fail = (error: unknown) =>
-        log("warn", `posting the task comment failed: ${errorText(error)}`, runId);
-      moduleReady.then(async () => {
-        if (moduleSink) await moduleSink(comment);
-        else if (data.hostComments) post({ type: "comment", comment });
-      }).catch(fail);
-    },
-    written: (event) => post({ type: "written", event }),
-  });
+  /** The run store's module, once loaded; null when there is none (no ledger from this thread). */
+  let store: StoreModule | null | undefined = data.storeModule === undefined ? null : undefined;
+  const storeReady: Promise<unknown> = data.storeModule === undefined
+    ? Promise.resolve()
+    : import(data.storeModule).then((mod: StoreModule) => {
+      if (typeof mod.openRunStore !== "function" || typeof mod.thisHost !== "function") {
+        throw new TypeError(`${data.storeModule} is not the run store's module`);
+      }
+      store = mod;
+    }).catch((error) => {
+      store = null;
+      log("error", `the run ledger is off in the watchdog: ${errorText(error)}`);
+    });
 
   /** The writes one look found due: one goes out at once, a burst concurrently. */
   let due: PendingWrite[] = [];
@@ -368,7 +526,11 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     if (now < openAt) return undefined;
     let noDriver = false;
     const say = openFailures === 0 || Number.isInteger(Math.log2(openFailures + 1));
-    const store = openRunStore({
+    if (!store) {
+      ledgerOff = true; // no store module, or it failed to load (said once)
+      return undefined;
+    }
+    const opened = store.openRunStore({
       home: data.home,
       settings,
       // A damaged file is moved aside (never deleted) and a new ledger started.
@@ -380,7 +542,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       },
       ...(data.storePort ? { storePort: data.storePort } : {}),
     });
-    if (!store) {
+    if (!opened) {
       if (noDriver) ledgerOff = true;
       else {
         openFailures++;
@@ -400,9 +562,9 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       log("info", `the run ledger opened after ${openFailures} failed tries`);
     }
     openFailures = 0;
-    ledger = { store, progress: new LedgerProgress(store, log, thisHost()) };
+    ledger = { store: opened, progress: new LedgerProgress(opened, log, store.thisHost()) };
     // A bounded batch of ended runs past their retention goes at each process's start.
-    store.prune(now - settings.ledger_retention_days * 86_400_000, PRUNE_AT_START).catch((error) =>
+    opened.prune(now - settings.ledger_retention_days * 86_400_000, PRUNE_AT_START).catch((error) =>
       log("warn", `pruning the run ledger failed: ${errorText(error)}`)
     );
     return ledger.progress;
@@ -416,6 +578,7 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
     if (!settings.enabled || !settings.ledger) return Infinity;
     if (now < nextProgress) return nextProgress;
     nextProgress = now + interval;
+    if (store === undefined) await storeReady;
     const writer = openLedger(settings, now);
     if (!writer) return ledgerOff ? Infinity : Math.max(nextProgress, openAt);
     const live = writer.collect(shared, (slot) => describe(slot)?.info, now);
@@ -491,7 +654,10 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
   /** When the watchdog's own look is next due (the ledger's interval may wake the loop sooner). */
   let nextLook = 0;
 
+  let stopped = false;
+
   async function loop(woken: boolean): Promise<void> {
+    if (stopped) return;
     const seen = shared.wakes();
     const next = await failOpenAsync(async () => {
       if (woken || nowMs() >= nextLook) {
@@ -505,24 +671,21 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
       log("error", `watchdog poll failed: ${errorText(error)}`);
       return nowMs() + 10_000;
     });
-    shared.waitForWake(seen, Math.ceil(next - nowMs())).then(
-      (result) => settle(result !== "timed-out"),
-      () => settle(true),
-    );
+    clock.sleep(shared, seen, Math.ceil(next - nowMs())).then(settle, () => settle(true));
   }
 
   function settle(woken: boolean): void {
     const gap = WAKE_GAP_MS - (nowMs() - lastLook);
-    if (woken && gap > 0) setTimeout(() => loop(true), gap);
+    if (woken && gap > 0) clock.after(gap, () => loop(true));
     else loop(woken);
   }
 
   // A pending Atomics.waitAsync does not keep a worker alive by itself. This
   // keeps the worker (not the host: the worker is unref'd) running.
-  setInterval(() => {}, 2 ** 30);
+  const timers = [setInterval(() => {}, 2 ** 30)];
   if (data.statsEveryMs) {
     const gc = (globalThis as { gc?: () => void }).gc;
-    setInterval(() => {
+    timers.push(setInterval(() => {
       gc?.();
       post({
         type: "stats",
@@ -533,10 +696,14 @@ function watchdog(port: MessagePort, data: WatchdogData): void {
           ledgerBacklog: ledger?.progress.backlog ?? 0,
         },
       });
-    }, data.statsEveryMs);
+    }, data.statsEveryMs));
   }
   loop(true);
+  return {
+    stop: () => {
+      stopped = true;
+      for (const timer of timers) clearInterval(timer);
+      shared.wake(); // the pending wait settles, and the loop ends there
+    },
+  };
 }
-
-// Imported outside a worker (by a documentation or type check), it does nothing.
-if (parentPort !== null && workerData !== null) watchdog(parentPort, workerData as WatchdogData);

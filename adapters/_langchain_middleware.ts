@@ -17,7 +17,7 @@ import {
 } from "npm:@langchain/core@1/messages";
 import { getConfig, isGraphBubbleUp } from "npm:@langchain/langgraph@1";
 import { z } from "npm:zod@^4";
-import type { AgentCheckpoint, Run } from "../mod.ts";
+import type { AgentCheckpoint, EndStatus, Run } from "../mod.ts";
 import {
   type AdapterInit,
   checkCap,
@@ -169,7 +169,7 @@ export function toolOutcome(out: unknown): { ok: boolean; error?: string } {
 
 /** How an invocation's run ends: its status, and why when it did not end well. */
 export type EndOutcome = {
-  status: "done" | "capped" | "failed" | "aborted" | "deadline";
+  status: EndStatus;
   summary?: string;
 };
 

@@ -30,7 +30,7 @@
  * @module
  */
 import * as aiDefault from "npm:ai@^7.0.0";
-import type { AgentCheckpoint, Run } from "../mod.ts";
+import type { AgentCheckpoint, EndStatus, Run } from "../mod.ts";
 import {
   type AdapterInit,
   guarded,
@@ -143,7 +143,6 @@ export interface Checkpointed<M extends AiSdkModule = typeof aiDefault> {
   streamText: M["streamText"];
 }
 
-type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
 // deno-lint-ignore no-explicit-any
 type Any = any;
 type Part = Record<string, Any>;

@@ -48,7 +48,7 @@ import {
   type SDKMessage,
   type SDKUserMessage,
 } from "npm:@anthropic-ai/claude-agent-sdk@0.x";
-import type { AgentCheckpoint, Run } from "../mod.ts";
+import type { AgentCheckpoint, EndStatus, Run } from "../mod.ts";
 import {
   type AdapterInit,
   errorLine,
@@ -119,8 +119,6 @@ export type CheckpointedQuery = Query & {
   /** The run this query reports to: its checkpoint file, caps and hooks. */
   readonly run: Run;
 };
-
-type EndStatus = "done" | "capped" | "failed" | "aborted" | "deadline";
 
 /** How long after an enforced cap's stop the query is aborted, for a CLI that reached no hook. */
 const BUDGET_ABORT_MS = 5000;

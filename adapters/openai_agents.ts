@@ -42,7 +42,7 @@ import {
   type StreamedRunResult,
   type StreamRunOptions,
 } from "npm:@openai/agents@0.x";
-import type { AgentCheckpoint, Run } from "../mod.ts";
+import type { AgentCheckpoint, EndStatus, Run } from "../mod.ts";
 import {
   type AdapterInit,
   errorLine,
@@ -81,7 +81,7 @@ export type RunInput<TContext, TAgent extends AnyAgent> =
   | string
   | AgentInputItem[]
   | RunState<TContext, TAgent>;
-type Status = "done" | "capped" | "failed" | "aborted" | "deadline";
+type Status = EndStatus;
 
 /**
  * Run an agent through the SDK's own `Runner.run()` as a checkpointed run:

@@ -49,6 +49,7 @@ export function listCheckpoints(dir: string): CheckpointFile[] {
       if (entry.name.endsWith(".md") && !entry.name.startsWith(".")) names.push(entry.name);
     }
   } catch {
+    // a directory that cannot be listed holds no checkpoint file to show
     return [];
   } finally {
     handle?.closeSync(); // closed once, here: it cannot be closed already

@@ -59,6 +59,7 @@ const untraced = () =>
   new AgentCheckpoint({ home: tempDir("ac-bench-otel-"), env: {}, settings: SETTINGS }, {
     openStore: (options) => openRunStore(options),
     thisHost,
+    storeModule: new URL("../store/mod.ts", import.meta.url).href,
     workspaces: (options) => new Workspaces(options),
   });
 const traced = () =>

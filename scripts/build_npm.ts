@@ -196,8 +196,8 @@ const NODE_TWINS: Record<string, string> = {
  * and a host loads the module only in the worker that runs it.
  */
 const DENO_ONLY_IMPORTS: Record<string, string> = {
-  "_watchdog_host.ts": `import "./watchdog.ts";`,
-  "store/_pg_bridge.ts": `import "./_pg_worker.ts";`,
+  "_watchdog_host.ts": `import "./_watchdog_worker.ts";`,
+  "store/_pg_bridge.ts": `import "./_pg_entry.ts";`,
 };
 
 /**

@@ -314,6 +314,7 @@ function checkpointDir(settings: Settings): CheckpointDir {
   try {
     return { dir, real: fs.realpathSync(dir) };
   } catch {
+    // the directory does not exist yet: no real path, so no file is served from it
     return { dir, real: undefined };
   }
 }
@@ -328,6 +329,7 @@ function underDir(file: string, dir: CheckpointDir): boolean {
   try {
     real = fs.realpathSync(parent);
   } catch {
+    // a parent that cannot be resolved is not shown to be inside the directory: refused
     return false;
   }
   const rel = path.relative(dir.real, real);
@@ -342,6 +344,7 @@ function checkpointStat(record: RunRecord, dir: CheckpointDir): fs.Stats | undef
     const st = fs.lstatSync(file);
     return st.isFile() ? st : undefined;
   } catch {
+    // absent or unreadable: not found, as the API answers
     return undefined;
   }
 }

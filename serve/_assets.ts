@@ -3,10 +3,12 @@
  * the package (npm and by URL in Deno) and are served without reading a file
  * or reaching a network. No framework: the script builds the page with DOM
  * calls and puts every value in with `textContent` or `setAttribute`, never
- * as HTML.
+ * as HTML. The script's list of statuses is made from the API's, so the two
+ * never drift.
  *
  * @module
  */
+import { SHOWN_STATUSES } from "./_api.ts";
 
 /** The page (`GET /`): a frame the script fills. */
 export const PAGE_HTML = `<!doctype html>
@@ -145,7 +147,7 @@ footer .mark { position: relative; display: inline-block; width: 10px; height: 1
 /** The page's script (`GET /app.js`): fetches the API every two seconds and draws it. */
 export const APP_JS = String.raw`"use strict";
 (function () {
-  var STATUSES = ["live", "done", "capped", "failed", "aborted", "deadline", "cut-off"];
+  var STATUSES = ${JSON.stringify(SHOWN_STATUSES)};
   var LABELS = { "cut-off": "cut off" };
   var POLL_MS = 2000;
   var state = { status: STATUSES.slice(), host: "", since: "", selected: "", runs: null, timer: 0 };

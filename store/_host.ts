@@ -18,6 +18,7 @@ function boot(): string {
     try {
       bootId = fs.readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
     } catch {
+      // no boot id on this system: the host is named without one
       bootId = "";
     }
   }

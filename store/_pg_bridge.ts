@@ -2,7 +2,7 @@
  * The main thread's side of the fleet store. `startRun` is synchronous, and
  * with PostgreSQL the attempt number and the previous record come over the
  * network; so the main thread never holds a connection. A thread of the
- * store's own (`_pg_worker.ts`) owns it: a run's start is posted to that
+ * store's own (`_pg_worker.ts`, started from `_pg_entry.ts`) owns it: a run's start is posted to that
  * thread and its answer read from a port with a bounded `Atomics.wait`
  * (one round trip, {@linkcode START_WAIT_MS} at most, and not at all while
  * the database is known to be away: the run then starts from its local file
@@ -21,13 +21,25 @@ import {
 import type { CheckpointEvent } from "../_writer.ts";
 import { thisHost } from "./_host.ts";
 import { openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
+import {
+  type BridgeData,
+  type FromBridge,
+  type FromWatchdog,
+  PG_ENTRY,
+  START_WAIT_MS,
+  STATE_DOWN,
+  STATE_UNKNOWN,
+  STATE_UP,
+  type ToBridge,
+} from "./_pg_protocol.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the store
-// thread's module with it. Outside the store thread the module does nothing.
-import "./_pg_worker.ts";
+// thread's module with it. Outside the store thread the entry does nothing.
+import "./_pg_entry.ts";
+
+export { START_WAIT_MS };
 import type {
   AttemptStart,
   Heartbeat,
-  HostId,
   ListQuery,
   RunRecord,
   RunStore,
@@ -37,8 +49,6 @@ import type {
   WriteBatch,
 } from "./types.ts";
 
-/** The longest a run's start waits for the fleet store's answer, ms. */
-export const START_WAIT_MS = 2000;
 /**
  * The longest the first start of a process waits, ms: it also waits for the
  * store thread to start, load the driver and connect (at most its 5 s
@@ -51,57 +61,10 @@ export const EXIT_WAIT_MS = 1000;
 /** How long `close()` lets the store thread write what waits, ms. */
 export const CLOSE_WAIT_MS = 5000;
 
-/** @internal The state word: not yet known, reachable, away. */
-export const STATE_UNKNOWN = 0;
-/** @internal */
-export const STATE_UP = 1;
-/** @internal */
-export const STATE_DOWN = 2;
-
-/** @internal What the store thread starts with. */
-export interface BridgeData {
-  bridge: true;
-  url: string;
-  hostTimeoutSeconds: number;
-  fileMaxKb: number;
-  /** [answers posted, state, statements sent]. */
-  flag: SharedArrayBuffer;
-  reply: MessagePort;
-}
-
-/** @internal Main thread to store thread. */
-export type ToBridge =
-  | {
-    type: "start";
-    id: number;
-    record: RunRecord;
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat };
-  }
-  | { type: "write"; records: RunRecord[] }
-  | { type: "file"; runId: string; file: string; host: HostId }
-  | { type: "late"; id: number }
-  | { type: "latest"; id: number; runId: string }
-  | { type: "drain"; id: number; ms: number }
-  | { type: "close"; ms: number }
-  | { type: "port"; port: MessagePort };
-
-/** @internal The watchdog to the store thread: its batch each interval, or a prune. */
-export type FromWatchdog =
-  | { type: "batch"; batch: WriteBatch }
-  | { type: "prune"; before: number; limit: number };
-
-/** @internal Store thread to main thread. */
-export type FromBridge =
-  | { type: "log"; level: "info" | "warn" | "error"; message: string }
-  | { type: "started"; id: number; started?: AttemptStart; error?: string }
-  | { type: "drained"; id: number; waiting: number }
-  | { type: "latest"; id: number; view?: RunView; error?: string }
-  | { type: "closed" };
-
-/** The store thread's module, next to this one (`.ts` under Deno, `.js` when built). */
+/** The store thread's entry module, next to this one (`.ts` under Deno, `.js` when built). */
 function workerUrl(): URL {
   const url = new URL(
-    import.meta.url.endsWith(".ts") ? "./_pg_worker.ts" : "./_pg_worker.js",
+    import.meta.url.endsWith(".ts") ? "./_pg_entry.ts" : "./_pg_entry.js",
     import.meta.url,
   );
   if (url.protocol === "file:") return url;
@@ -159,7 +122,7 @@ export class PgBridge implements RunStore {
     this.#port = port1;
     this.#flag = new Int32Array(new SharedArrayBuffer(12));
     const data: BridgeData = {
-      bridge: true,
+      entry: PG_ENTRY,
       url: options.url,
       hostTimeoutSeconds: options.hostTimeoutSeconds,
       fileMaxKb: options.fileMaxKb,

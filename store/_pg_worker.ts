@@ -7,10 +7,11 @@
  *
  * @module
  */
-import { type MessagePort, parentPort, workerData } from "node:worker_threads";
+import type { MessagePort } from "node:worker_threads";
 import { errorText } from "../log.ts";
-// The same bound as the embedded store's worker: the records that wait in memory.
-import { MAX_BACKLOG } from "../_ledger.ts";
+// The same bounds as the embedded store's worker: the records that wait in memory, the
+// longest wait between two tries.
+import { MAX_BACKLOG, MAX_BACKOFF_MS } from "../_ledger.ts";
 import { formatDuration } from "../template.ts";
 import { openPgStore, type PgRunStore, readForStore } from "./postgres.ts";
 import type { Heartbeat, HostId, RunRecord, WriteBatch } from "./types.ts";
@@ -22,12 +23,14 @@ import {
   STATE_DOWN,
   STATE_UP,
   type ToBridge,
-} from "./_pg_bridge.ts";
+} from "./_pg_protocol.ts";
 
-/** The longest wait between two tries of an unreachable database, ms. */
-const MAX_BACKOFF_MS = 30_000;
-
-function bridge(parent: MessagePort, data: BridgeData): void {
+/**
+ * The store thread's work, over the data the main thread's fleet store started it with. Its
+ * entry module (`_pg_entry.ts`) calls it in the thread started for it; nothing on import.
+ * @internal
+ */
+export function bridge(parent: MessagePort, data: BridgeData): void {
   const store: PgRunStore = openPgStore({
     url: data.url,
     hostTimeoutSeconds: data.hostTimeoutSeconds,
@@ -284,6 +287,7 @@ function bridge(parent: MessagePort, data: BridgeData): void {
             );
           }
           if (retryTimer !== undefined) clearTimeout(retryTimer);
+          // closing at the end: what did not land was said just above
           await store.close().catch(() => {});
           reply.close();
           parent.postMessage({ type: "closed" } satisfies FromBridge);
@@ -294,8 +298,4 @@ function bridge(parent: MessagePort, data: BridgeData): void {
       log("error", `the fleet store's thread failed: ${errorText(error)}`);
     }
   });
-}
-
-if (parentPort !== null && workerData !== null && (workerData as BridgeData).bridge === true) {
-  bridge(parentPort, workerData as BridgeData);
 }

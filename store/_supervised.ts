@@ -8,7 +8,7 @@
 import { loadSettings, resolveHome } from "../config.ts";
 import type { Env } from "../config.ts";
 import type { CheckpointRecord, EndStatus } from "../_record.ts";
-import { openStore } from "./mod.ts";
+import { openStore } from "./_open.ts";
 import { isPostgresUrl } from "./postgres.ts";
 import { openPgBridge } from "./_pg_bridge.ts";
 import { thisHost } from "./_host.ts";

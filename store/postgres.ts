@@ -399,6 +399,7 @@ export class PgRunStore implements RunStore {
       try {
         await this.#migrate(sql);
       } catch (error) {
+        // the migration's own error is what the caller is told
         await sql.end({ timeout: 0 }).catch(() => {});
         throw error;
       }
@@ -769,6 +770,7 @@ export class PgRunStore implements RunStore {
     this.#closed = true;
     const sql = this.#sql;
     this.#sql = undefined;
+    // a connection that never opened has nothing to end
     if (sql) await (await sql.catch(() => undefined))?.end({ timeout: 1 });
   }
 }
@@ -822,6 +824,7 @@ export function readForStore(file: string, maxKb: number): string | undefined {
   try {
     return boundContent(fs.readFileSync(file, "utf8"), maxKb);
   } catch {
+    // the file is gone or unreadable: the record is written without its content
     return undefined;
   }
 }

@@ -93,6 +93,7 @@ function identityOf(file: string): { dev: number; ino: number } | undefined {
     const st = fs.statSync(file);
     return { dev: st.dev, ino: st.ino };
   } catch {
+    // no file at the path (deleted): no identity, which the caller takes for a replaced ledger
     return undefined;
   }
 }
@@ -831,6 +832,7 @@ export class SqliteRunStore implements RunStore {
     try {
       return fs.statSync(`${this.location}-wal`).size;
     } catch {
+      // no write-ahead log: 0 bytes
       return 0;
     }
   }

@@ -10,164 +10,31 @@
  *
  * @module
  */
-import type { EndStatus, RunCaps, ToolCall, TreeRecord, UsageTotals } from "../_record.ts";
+import type { EndStatus } from "../_record.ts";
+import type {
+  AttemptStart,
+  Heartbeat,
+  RunRecord,
+  RunState,
+  RunView,
+  WriteBatch,
+} from "../_ledger.ts";
 
-/** The process a run ran in. */
-export interface HostId {
-  /** The machine's name (`os.hostname()`). */
-  machine: string;
-  /** The process id. */
-  pid: number;
-  /**
-   * The process's start time, as an opaque token that tells two processes of
-   * the same pid apart on the same machine (on Linux, the boot id and the
-   * start time in clock ticks); empty when the platform gives none.
-   */
-  start: string;
-}
-
-/** A tool call that had started and not ended when the record was brought up to date. */
-export interface CallInFlight {
-  /** The tool's name. */
-  tool: string;
-  /** The host's id for the call, when it gave one. */
-  callId?: string;
-  /** When it started, ms since the epoch. */
-  startedAt: number;
-  /** True once it ran past its deadline (a `tool_timeout` checkpoint names it). */
-  timedOut?: boolean;
-}
-
-/** A record's status: `live` while its run runs, else how it ended. */
-export type RecordStatus = "live" | EndStatus;
-
-/** How a run ended, as its record says. */
-export interface RecordEnd {
-  /** How it ended. */
-  status: EndStatus;
-  /** When, ms since the epoch. */
-  at: number;
-  /** The host's words about it. */
-  summary?: string;
-}
-
-/** What earlier attempts of the run used, for `resume_budget: remaining`. */
-export interface PriorUse {
-  /** Model calls the earlier attempts made, together. */
-  turns: number;
-  /** Seconds the earlier attempts ran, together. */
-  seconds: number;
-  /** Tokens the earlier attempts reported, together, when any did. */
-  tokens?: number;
-  /** Dollars the earlier attempts spent, together, when their cost is known. */
-  usd?: number;
-}
-
-/**
- * One attempt of one run, as the ledger holds it: where it got to, brought up
- * to date at most `progress_interval_seconds` after each change. Its size is
- * bounded: at most {@linkcode RECORD_RECENT} finished calls, the notes as in
- * the checkpoint file, and a file content of at most `store_file_max_kb`.
- */
-export interface RunRecord {
-  /** The run's id (the kanban task id, or the session id). */
-  runId: string;
-  /** 1 for a fresh run, n for the n-th attempt of a resumed one. */
-  attempt: number;
-  /** `chat`, `kanban`, `goal`, or `command` for a supervisor's record. */
-  dialect: string;
-  /** The kanban task, when there is one. */
-  taskId?: string;
-  /** The caps that count, with their sources. */
-  caps: RunCaps;
-  /** Model calls made so far. */
-  turnsUsed: number;
-  /** Seconds since the run started. */
-  elapsedSeconds: number;
-  /** The budget tier reached, 0 for none. */
-  tier: number;
-  /** When each tier reached was crossed, ms since the epoch (records written before it: none). */
-  tierAt?: { 1?: number; 2?: number };
-  /** Tool calls started and not ended, oldest first. */
-  inFlight: CallInFlight[];
-  /** The most recent finished tool calls, oldest first (`startedAt` in seconds after the run's start). */
-  recent: ToolCall[];
-  /** The notes the host gave, the newest last. */
-  notes: string[];
-  /** The checkpoint file, when the run has one (it may not exist yet). */
-  checkpointFile?: string;
-  /**
-   * The checkpoint file's content at its last write (the block and the
-   * agent's own text), up to `store_file_max_kb`, so a retry on another
-   * machine can recreate it. A backend may leave it out.
-   */
-  fileContent?: string;
-  /** One-line summaries of the earlier attempts, oldest first. */
-  attempts?: string[];
-  /** What the earlier attempts used. */
-  prior?: PriorUse;
-  /** The model use the run reported: tokens, and dollars when known. */
-  usage?: UsageTotals;
-  /** Its place in a tree of runs sharing a budget, and the tree's totals as it last knew them. */
-  tree?: TreeRecord;
-  /** The attempt's OpenTelemetry span, when it had one: a later attempt links to it. */
-  trace?: { traceId: string; spanId: string };
-  /** The process the run ran in. */
-  host: HostId;
-  /** `live`, or how it ended. */
-  status: RecordStatus;
-  /** Set when it ended. */
-  end?: RecordEnd;
-  /** When the run started, ms since the epoch. */
-  startedAt: number;
-  /** When the record was last brought up to date, ms since the epoch. */
-  updatedAt: number;
-}
-
-/** The most finished tool calls a record keeps. */
-export const RECORD_RECENT = 8;
-
-/** A process's sign of life, written with every batch of its records. */
-export interface Heartbeat {
-  /** The process. */
-  host: HostId;
-  /** When it was written, ms since the epoch. */
-  at: number;
-  /** The interval the process writes at, seconds. */
-  intervalSeconds: number;
-}
-
-/** One durable commit: the changed records of a process and its heartbeat. */
-export interface WriteBatch {
-  /**
-   * The records to bring up to date. A record whose stored status is no
-   * longer `live` is left as it is by a `live` one: an end is never undone.
-   */
-  records: RunRecord[];
-  /** The writing process's heartbeat. */
-  heartbeat?: Heartbeat;
-}
-
-/** A run as read back: its newest record, its process's heartbeat, and its state now. */
-export interface RunView {
-  /** The record. */
-  record: RunRecord;
-  /** The heartbeat of the record's process, when the store has it. */
-  heartbeat?: Heartbeat;
-  /** Live, ended or cut off, decided when read. */
-  state: RunState;
-}
-
-/** What {@linkcode RunStore.startAttempt} gives the new attempt. */
-export interface AttemptStart {
-  /** The attempt number the store gave it: distinct even for concurrent starts. */
-  attempt: number;
-  /** The newest earlier record of the run id, when there was one. */
-  previous?: RunView;
-}
-
-/** Live, ended or cut off. */
-export type RunState = "live" | "ended" | "cut-off";
+// The records of runs as the core writes them: its own types (the core imports no subsystem),
+// the store's contract through them.
+export type {
+  AttemptStart,
+  CallInFlight,
+  Heartbeat,
+  HostId,
+  PriorUse,
+  RecordEnd,
+  RecordStatus,
+  RunRecord,
+  RunState,
+  RunView,
+  WriteBatch,
+} from "../_ledger.ts";
 
 /** The states a listing can be filtered by. */
 export const RUN_STATES: readonly RunState[] = ["live", "ended", "cut-off"];

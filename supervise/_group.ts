@@ -39,6 +39,7 @@ function sendSignal(pid: number, signal: NodeJS.Signals | 0): boolean {
     process.kill(pid, signal);
     return true;
   } catch {
+    // the process is gone (or not ours): false is the answer
     return false;
   }
 }

@@ -461,6 +461,7 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
       stdio: [options.stdin ?? "inherit", "pipe", "pipe"],
     });
   } catch (error) {
+    // kept, and reported below as the command's failure to start
     startError = error as NodeJS.ErrnoException;
     child = undefined as never;
   }

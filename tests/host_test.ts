@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { type CheckpointEvent, createAgentCheckpoint } from "../mod.ts";
 import { parseRecord } from "../_record.ts";
-import { blockUntil, captureLog, tempHome, waitFor, watchdogLooks } from "./_helpers.ts";
+import { Worker } from "node:worker_threads";
+import { blockUntil, captureLog, fixture, tempHome, waitFor, watchdogLooks } from "./_helpers.ts";
 
 const record = (file: string) =>
   fs.existsSync(file) ? parseRecord(fs.readFileSync(file)) : undefined;
@@ -259,3 +260,49 @@ test("mid_run_persist: false: the deadline aborts but its timer writes no file",
   assert.ok(!events.some((e) => e.kind === "deadline"));
   await ac.close();
 });
+
+/** What the host's own worker saw (tests/fixtures/host_worker.ts). */
+interface HostWorkerResult {
+  byWatchdog: boolean;
+  watched: string;
+  capped: string;
+  lines: string[];
+}
+
+/** Run the host-in-a-worker fixture with these worker options; its result, or why it failed. */
+function hostWorker(options: { workerData?: unknown }): Promise<HostWorkerResult | string> {
+  const home = tempHome();
+  const worker = new Worker(fixture("host_worker"), options);
+  worker.postMessage({ home });
+  return new Promise((resolve) => {
+    // Bounded only against a hang; the fixture's own waits are bounded too.
+    const hang = setTimeout(() => resolve("no answer in 120 s"), 120_000);
+    const done = (result: HostWorkerResult | string) => {
+      clearTimeout(hang);
+      resolve(result); // first: under Deno, terminate() says "exit" at once
+      void worker.terminate();
+    };
+    worker.once("message", (result: HostWorkerResult) => done(result));
+    worker.once("error", (error) => done(`the host's worker failed: ${error}`));
+    worker.once("exit", (code) => done(`the host's worker exited with ${code}`));
+  });
+}
+
+for (
+  const [what, options] of [
+    ["without workerData", {}],
+    ["with workerData of its own", { workerData: { task: "crawl", jobs: [1, 2] } }],
+  ] as const
+) {
+  test(`a host that imports the library in its own worker thread ${what} gets its checkpoints`, async () => {
+    const result = await hostWorker(options);
+    assert.equal(typeof result, "object", String(result));
+    const seen = result as HostWorkerResult;
+    assert.equal(seen.byWatchdog, true, `no watchdog file while blocked: ${seen.lines.join("; ")}`);
+    const parsed = (text: string) => parseRecord(new TextEncoder().encode(text));
+    assert.equal(parsed(seen.watched)?.kind, "end", seen.watched);
+    assert.equal(parsed(seen.capped)?.kind, "end", seen.capped);
+    assert.equal(parsed(seen.capped)?.tier, 2, "the capped run crossed its tiers");
+    assert.deepEqual(seen.lines.filter((l) => l.startsWith("error")), []);
+  });
+}

@@ -114,6 +114,7 @@ export function isDestructiveCommand(command: string, depth = 0): boolean {
     // Newlines separate commands; the tokenizer would take them as spaces.
     tokens = shellParse(command.replace(/\r?\n/g, " ; "), (key: string) => `$${key}`) as Token[];
   } catch {
+    // a command the tokenizer cannot read is taken as destructive: snapshot first
     return true;
   }
   // Backquoted and $(...) commands: shell-quote leaves backquotes in words.

@@ -235,6 +235,7 @@ export class Git {
     try {
       return this.run(args, o);
     } catch {
+      // a git question whose no is its exit status: undefined is the answer
       return undefined;
     }
   }
@@ -306,11 +307,6 @@ export function diskHash(file: string | Buffer): string | null | undefined {
 export function ledgerKey(rel: Buffer): string {
   const text = rel.toString("utf8");
   return Buffer.from(text, "utf8").equals(rel) ? text : `\0b64:${rel.toString("base64")}`;
-}
-
-/** The bytes of a ledger key. */
-export function keyBytes(key: string): Buffer {
-  return key.startsWith("\0b64:") ? Buffer.from(key.slice(5), "base64") : Buffer.from(key, "utf8");
 }
 
 /** A path's bytes for display: lossless when UTF-8, else escaped like git does. */

@@ -214,6 +214,7 @@ export class Workspaces {
       try {
         id = this.#turnSnapshot(root, turn, options.runId, `before ${tool}`, tool);
       } catch (error) {
+        // kept, and thrown once the other steps ran
         failure = error;
       }
       // After waiting out the lock once, the tool is not held up a second time.
@@ -230,6 +231,7 @@ export class Workspaces {
           );
           this.#remember(key, { root, base, hold, paths: [], shell });
         } catch (error) {
+          // kept, and thrown once the other steps ran
           failure ??= error;
         }
       }

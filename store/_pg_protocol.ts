@@ -1,0 +1,84 @@
+/**
+ * The protocol between the main thread's fleet store (`_pg_bridge.ts`) and
+ * its connection thread (`_pg_worker.ts`): what the thread starts with, the
+ * messages each way, and the shared state word. Either side imports it; neither
+ * imports the other.
+ *
+ * @module
+ */
+import type { MessagePort } from "node:worker_threads";
+import type { AttemptStart, Heartbeat, HostId, RunRecord, RunView, WriteBatch } from "./types.ts";
+
+/** The longest a run's start waits for the fleet store's answer, ms. */
+export const START_WAIT_MS = 2000;
+/** @internal The state word: not yet known, reachable, away. */
+export const STATE_UNKNOWN = 0;
+/** @internal */
+export const STATE_UP = 1;
+/** @internal */
+export const STATE_DOWN = 2;
+
+/**
+ * The mark of the store thread's own start data: its entry module starts the thread's work
+ * only with it, never in a host's worker that imports the library.
+ */
+export const PG_ENTRY = "agent-checkpoint/pg-store";
+
+/** @internal What the store thread starts with. */
+export interface BridgeData {
+  /** {@linkcode PG_ENTRY}: the data is the store thread's. */
+  entry: typeof PG_ENTRY;
+  url: string;
+  hostTimeoutSeconds: number;
+  fileMaxKb: number;
+  /** [answers posted, state, statements sent]. */
+  flag: SharedArrayBuffer;
+  reply: MessagePort;
+}
+
+/** @internal Main thread to store thread. */
+export type ToBridge =
+  | {
+    type: "start";
+    id: number;
+    record: RunRecord;
+    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat };
+  }
+  | { type: "write"; records: RunRecord[] }
+  | { type: "file"; runId: string; file: string; host: HostId }
+  | { type: "late"; id: number }
+  | { type: "latest"; id: number; runId: string }
+  | { type: "drain"; id: number; ms: number }
+  | { type: "close"; ms: number }
+  | { type: "port"; port: MessagePort };
+
+/** @internal The watchdog to the store thread: its batch each interval, or a prune. */
+export type FromWatchdog =
+  | { type: "batch"; batch: WriteBatch }
+  | { type: "prune"; before: number; limit: number };
+
+/** @internal Store thread to main thread. */
+export type FromBridge =
+  | { type: "log"; level: "info" | "warn" | "error"; message: string }
+  | { type: "started"; id: number; started?: AttemptStart; error?: string }
+  | { type: "drained"; id: number; waiting: number }
+  | { type: "latest"; id: number; view?: RunView; error?: string }
+  | { type: "closed" };
+
+/**
+ * Whether a thread's `workerData` is the store thread's: a host's own worker, with data of
+ * its own or none, is never taken for it. @internal
+ *
+ * @example
+ * ```ts
+ * import { isBridgeData } from "./_pg_protocol.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(isBridgeData(undefined), false);
+ * assert.equal(isBridgeData({ bridge: true }), false);
+ * ```
+ */
+export function isBridgeData(data: unknown): data is BridgeData {
+  return typeof data === "object" && data !== null &&
+    (data as { entry?: unknown }).entry === PG_ENTRY;
+}
