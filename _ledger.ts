@@ -82,6 +82,8 @@ export interface LedgerStore {
 // Types only: the run store's records as the core speaks them, through this one module.
 export type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
 
+/** Ended runs whose end row waits for their file to be written, at most. */
+const MAX_UNWRITTEN = 1024;
 /** The most records the worker keeps while the store cannot take them. */
 export const MAX_BACKLOG = 50_000;
 /** The longest wait between two tries of a failing store (an open, a commit), ms. */
@@ -144,6 +146,8 @@ export function recordOf(
     updatedAt: Math.round(now),
   };
   if (info.taskId !== undefined) record.taskId = info.taskId;
+  const fileState = shared.fileState(slot);
+  if (fileState !== undefined) record.fileState = fileState;
   const tier1 = shared.tierAt(slot, 1);
   const tier2 = shared.tierAt(slot, 2);
   if (tier1 !== undefined || tier2 !== undefined) {
@@ -501,6 +505,8 @@ export class LedgerFeed {
   #failures = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
+  /** The end rows of ended runs whose file was not written yet, by file. */
+  #unwritten = new Map<string, RunRecord>();
 
   /** @param parts What the feed works with. */
   constructor(parts: LedgerFeedParts) {
@@ -609,7 +615,25 @@ export class LedgerFeed {
         now,
       );
       this.write([record], "the run's end");
+      if (record.fileState !== "written" && record.checkpointFile !== undefined) {
+        // Its end record may still land (a write tried again): the row then says so.
+        if (this.#unwritten.size >= MAX_UNWRITTEN) {
+          this.#unwritten.delete(this.#unwritten.keys().next().value!);
+        }
+        this.#unwritten.set(record.checkpointFile, record);
+      }
     }, (error) => ledgerFailed(this.#parts.log, "the run's end", error, info.runId));
+  }
+
+  /**
+   * A checkpoint file was written: a run that ended before its file was
+   * (a write tried again after a full disk) gets its row again, saying so.
+   */
+  written(file: string): void {
+    const record = this.#unwritten.get(file);
+    if (record === undefined) return;
+    this.#unwritten.delete(file);
+    this.write([{ ...record, fileState: "written" }], "the run's end");
   }
 
   /**

@@ -38,7 +38,7 @@ import {
   type UsageTotals,
 } from "./_record.ts";
 import type { Settings } from "./settings.ts";
-import { INFO_BYTES, type RunTable } from "./_run_table.ts";
+import { INFO_BYTES, nowMs, type RunTable } from "./_run_table.ts";
 import { formatDuration, formatUsd, renderTemplate, type TemplateValues } from "./template.ts";
 import {
   APPEND_FLAGS,
@@ -357,7 +357,27 @@ export interface Prepared {
   item: PendingWrite;
   record: CheckpointRecord;
   block: string;
+  /** Its number among the records made for the run's file (0 when the run no longer held its slot). */
+  seq: number;
 }
+
+/** A write that failed, tried again until it (or a newer record for the file) lands. */
+interface Owed {
+  prepared: Prepared;
+  /** Failed tries so far. */
+  failures: number;
+  /** When the next try is due, ms on the shared clock. */
+  at: number;
+}
+
+/** The longest wait between two tries of a failed checkpoint write, ms. */
+const MAX_RETRY_MS = 30_000;
+/** The wait before the next try of a write that failed `failures` times: 1 s, doubling to 30 s. */
+export const retryMs = (failures: number): number =>
+  Math.min(MAX_RETRY_MS, 1000 * 2 ** Math.min(15, failures - 1));
+
+/** Failed checkpoint writes kept for another try, at most, per writer (the oldest go first). */
+const MAX_OWED = 65_536;
 
 /** Writes of one burst in flight at once. */
 const BATCH_CONCURRENCY = 16;
@@ -372,6 +392,11 @@ const COMMENT_ONCE: Partial<Record<RecordKind, number>> = { uncapped: 1 };
 export class CheckpointWriter {
   readonly #shared: RunTable;
   readonly #sinks: WriterSinks;
+  /** Failed writes to try again, by file: the newest record for each. */
+  readonly #owed = new Map<string, Owed>();
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #retrying = false;
+  #stopped = false;
 
   constructor(shared: RunTable, sinks: WriterSinks) {
     this.#shared = shared;
@@ -402,8 +427,57 @@ export class CheckpointWriter {
     const written = failOpen((): true | undefined => {
       persistBlock(info.checkpointFile, prepared.block, this.#lock(prepared));
       return true;
-    }, (error) => this.#failed(info, error));
-    return written && this.#done(prepared);
+    }, (error) => this.#failed(prepared, error));
+    return written && this.#landed(prepared);
+  }
+
+  /**
+   * Whether the run's file is owed a record: a write failed (on this thread
+   * or the other) and no record as new has landed since.
+   */
+  owes(info: RunInfo): boolean {
+    return (this.#holds(info) && this.#shared.fileState(info.slot) === "pending") ||
+      this.#owed.has(info.checkpointFile);
+  }
+
+  /** Failed writes waiting for another try. */
+  get owed(): number {
+    return this.#owed.size;
+  }
+
+  /**
+   * Stop trying failed writes again, after one last try of each now (the
+   * keeper closes); what still fails is said, once per file.
+   */
+  settle(): void {
+    this.#stopped = true;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    for (const [file, owed] of [...this.#owed]) {
+      this.#owed.delete(file);
+      const { prepared } = owed;
+      const written = failOpen((): true | undefined => {
+        const held = this.#holds(prepared.item.info);
+        if (held && this.#shared.fileLanded(prepared.item.info.slot) >= prepared.seq) return;
+        persistBlock(file, prepared.block, held ? this.#lock(prepared) : undefined);
+        return true;
+      }, (error) => {
+        this.#sinks.log(
+          "error",
+          `the checkpoint to ${file} was not written (${owed.failures + 1} tries; the last: ${
+            errorText(error)
+          })`,
+          prepared.item.info.runId,
+        );
+        return undefined;
+      });
+      if (written) this.#landed(prepared, owed);
+    }
+  }
+
+  /** Whether the run still holds the slot it was given (its shared figures are its own). */
+  #holds(info: RunInfo): boolean {
+    return this.#shared.live(info.slot) && this.#shared.gen(info.slot) === info.gen;
   }
 
   /** The run's file lock in the shared table: one thread at a time rewrites a run's file. */
@@ -440,8 +514,8 @@ export class CheckpointWriter {
     }
     prepared.forEach((p, i) => {
       const error = results[i];
-      if (error) this.#failed(p.item.info, error);
-      else this.#done(p);
+      if (error) this.#failed(p, error);
+      else this.#landed(p);
     });
   }
 
@@ -460,17 +534,155 @@ export class CheckpointWriter {
     }
     return failOpen((): Prepared => {
       const record = buildRecord(info, this.#shared, settings, event, source, now);
-      return { item, record, block: renderBlock(record) };
-    }, (error) => this.#failed(info, error));
+      const seq = this.#holds(info) ? this.#shared.nextFileSeq(info.slot) : 0;
+      return { item, record, block: renderBlock(record), seq };
+    }, (error) => {
+      this.#sinks.log(
+        "error",
+        `could not make the checkpoint for ${info.checkpointFile}: ${errorText(error)}`,
+        info.runId,
+      );
+      return undefined;
+    });
   }
 
-  #failed(info: RunInfo, error: unknown): undefined {
-    this.#sinks.log(
-      "error",
-      `could not persist the checkpoint to ${info.checkpointFile}: ${errorText(error)}`,
-      info.runId,
-    );
+  /**
+   * A write failed: said, and kept to try again (1 s, doubling to 30 s) until
+   * it or a newer record for the file lands. A file the library refuses to
+   * touch (a FIFO, a file with several links, one too large) is not tried again.
+   */
+  #failed(prepared: Prepared, error: unknown): undefined {
+    const info = prepared.item.info;
+    const file = info.checkpointFile;
+    const held = this.#holds(info);
+    if (held) this.#shared.fileWrite(info.slot, prepared.seq, false);
+    const retried = !(error instanceof RefusedError) && !this.#stopped;
+    const now = nowMs();
+    const owed = this.#owed.get(file);
+    if (owed?.prepared === prepared) {
+      owed.failures++;
+      owed.at = now + retryMs(owed.failures);
+      // Said again at 2, 4, 8 … tries: a disk full for hours costs a few lines.
+      if (Number.isInteger(Math.log2(owed.failures))) {
+        this.#sinks.log(
+          "warn",
+          `the checkpoint to ${file} is still not written after ${owed.failures} tries: ${
+            errorText(error)
+          }; next try in ${Math.round(retryMs(owed.failures) / 1000)}s`,
+          info.runId,
+        );
+      }
+    } else {
+      // A newer record for the file replaces an older one waiting (the run's, or a later run's).
+      const older = owed !== undefined && held && this.#holds(owed.prepared.item.info) &&
+        owed.prepared.seq > prepared.seq;
+      if (retried && !older) {
+        this.#owed.delete(file);
+        if (this.#owed.size >= MAX_OWED) this.#owed.delete(this.#owed.keys().next().value!);
+        this.#owed.set(file, { prepared, failures: 1, at: now + retryMs(1) });
+      }
+      this.#sinks.log(
+        "error",
+        `could not persist the checkpoint to ${file}: ${errorText(error)}${
+          retried ? "; it is tried again in 1s, and until it lands" : ""
+        }`,
+        info.runId,
+      );
+    }
+    this.#arm();
     return undefined;
+  }
+
+  /** After a write landed: the run's file state, the write no longer owed, then {@linkcode #done}. */
+  #landed(prepared: Prepared, settled?: Owed): string {
+    const info = prepared.item.info;
+    const file = info.checkpointFile;
+    if (this.#holds(info)) this.#shared.fileWrite(info.slot, prepared.seq, true);
+    const owed = this.#owed.get(file) ?? settled;
+    if (
+      owed !== undefined &&
+      (owed.prepared === prepared || owed.prepared.seq <= prepared.seq ||
+        !this.#holds(owed.prepared.item.info))
+    ) {
+      this.#owed.delete(file);
+      if (owed.prepared === prepared) {
+        this.#sinks.log(
+          "info",
+          `the checkpoint to ${file} is written, after ${owed.failures} failed tr${
+            owed.failures === 1 ? "y" : "ies"
+          }`,
+          info.runId,
+        );
+      }
+    }
+    return this.#done(prepared);
+  }
+
+  /** The next try of the failed writes, at the earliest one's time. */
+  #arm(): void {
+    if (this.#timer !== undefined || this.#retrying || this.#stopped || this.#owed.size === 0) {
+      return;
+    }
+    let at = Infinity;
+    for (const owed of this.#owed.values()) at = Math.min(at, owed.at);
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.#retry();
+    }, Math.max(0, Math.ceil(at - nowMs())));
+    // The host's process is not kept alive by it (its close() tries each write once more).
+    (this.#timer as { unref?: () => void }).unref?.();
+  }
+
+  /** Try the failed writes that are due, one at a time, off the thread's hot path. */
+  async #retry(): Promise<void> {
+    if (this.#retrying || this.#stopped) return;
+    this.#retrying = true;
+    try {
+      const now = nowMs();
+      for (const owed of [...this.#owed.values()]) {
+        if (this.#stopped || this.#shared.closing()) break;
+        if (owed.at <= now) await this.#retryOne(owed);
+      }
+    } finally {
+      this.#retrying = false;
+      this.#arm();
+    }
+  }
+
+  async #retryOne(owed: Owed): Promise<void> {
+    const { prepared } = owed;
+    const info = prepared.item.info;
+    const file = info.checkpointFile;
+    const held = this.#holds(info);
+    if (!held && !isMainThread) {
+      // The run ended: its end record (the main thread's) carries what this one would have.
+      this.#owed.delete(file);
+      return;
+    }
+    const lock = held ? this.#lock(prepared) : undefined;
+    let locked = false;
+    try {
+      locked = (await lock?.takeAsync(FILE_LOCK_WAIT_MS)) ?? false;
+      if (this.#owed.get(file) !== owed) return; // a newer record took its place meanwhile
+      if (held && this.#shared.fileLanded(info.slot) >= prepared.seq) {
+        this.#owed.delete(file); // a record as new is in the file already
+        return;
+      }
+      // Counted as the watchdog's write in flight: a run's end waits for it, a close stops it.
+      if (!isMainThread && !this.#shared.writing(true)) return;
+      try {
+        ensureDir(path.dirname(file));
+        await runAsync(persistSteps(file, prepared.block, true));
+      } finally {
+        if (!isMainThread) this.#shared.writing(false);
+      }
+    } catch (error) {
+      this.#failed(prepared, error);
+      return;
+    } finally {
+      if (locked) lock!.release();
+    }
+    this.#landed(prepared);
   }
 
   /** After a write: tell the host, and post the kanban comment. */
@@ -543,6 +755,8 @@ function callOut(call: () => unknown, failed: (error: unknown, threw: boolean) =
  *
  * @param log Where failures of the host's code go.
  * @param host The host's callbacks.
+ * @param ledger The run ledger's feed, told of every write first (an ended
+ * run whose file was written late gets its row again).
  * @returns The sinks, with no store to tell until the run ledger opens one.
  *
  * @example
@@ -563,13 +777,18 @@ function callOut(call: () => unknown, failed: (error: unknown, threw: boolean) =
  * assert.match(lines[0]!, /^onCheckpoint threw: .*boom/);
  * ```
  */
-export function hostSinks(log: Log, host: HostCallbacks): HostSinks {
+export function hostSinks(
+  log: Log,
+  host: HostCallbacks,
+  ledger?: (event: CheckpointEvent) => void,
+): HostSinks {
   const sinks: HostSinks = {
     log,
     fileWritten: undefined,
     traced: undefined,
     comment: (comment) => postComment(log, host, comment),
     written: (event) => {
+      if (ledger) failOpen(() => ledger(event), () => {/* the ledger's feed logs its own */});
       const store = sinks.fileWritten;
       if (store) {
         callOut(() => store(event), (error) =>
@@ -609,16 +828,20 @@ function postComment(log: Log, host: HostCallbacks, comment: KanbanComment): voi
 
 // The persist of a block: every byte the agent wrote kept, the file's lock held.
 
+/** A file the library will not touch as it is: never tried again until it changes. */
+class RefusedError extends Error {}
 const notRegular = (file: string, st: fs.Stats) =>
-  new Error(`${file} is a ${kindOf(st)}, not a regular file; the checkpoint was not written`);
-class LinkedError extends Error {}
+  new RefusedError(
+    `${file} is a ${kindOf(st)}, not a regular file; the checkpoint was not written`,
+  );
+class LinkedError extends RefusedError {}
 const linked = (file: string, st: fs.Stats) =>
   new LinkedError(
     `${file} has ${st.nlink} hard links, so it may be another file's content; ` +
       "the checkpoint was not written and the file was left as it is",
   );
 const tooLarge = (file: string, size: number) =>
-  new Error(
+  new RefusedError(
     `${file} is ${MiB(size)}, over the ${
       MiB(MAX_CHECKPOINT_BYTES)
     } a checkpoint file may hold; the checkpoint was not written and the file was left as it is`,

@@ -195,7 +195,7 @@ export class AgentCheckpoint {
       },
     );
     this.#tracing = tracing;
-    const sinks = hostSinks(log, options);
+    const sinks = hostSinks(log, options, (event) => this.#ledger.written(event.file));
     this.#sinks = sinks;
     this.#ledger = new LedgerFeed({
       // Undefined: not now, tried again; null: never (no store subsystem, no driver).
@@ -542,6 +542,8 @@ export class AgentCheckpoint {
     if (this.#closed) return;
     this.#closed = true;
     this.#shared.beginClose();
+    // A checkpoint write that failed (a full disk) is tried once more, before the runs' records.
+    this.#writer.settle();
     const ledgerClosed = this.#ledger.close();
     const runs = this.#slots.runs;
     for (let slot = 0; slot < runs.length; slot++) {

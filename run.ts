@@ -1535,13 +1535,17 @@ export class Run {
       const prepared = settings.enabled
         ? ctx.writer.prepare({ info: this.#info, settings, event, source: "host", now })
         : undefined;
+      // A run whose file a failed write still owes gets its end record, file or no file.
+      const owed = prepared !== undefined && ctx.writer.owes(this.#info);
       ctx.ended(
         this.#info,
         event.summary === undefined ? { status } : { status, summary: event.summary },
       );
       if (!prepared) return;
       const commit = () => {
-        if (fileExists(this.checkpointFile)) ctx.writer.commit(prepared);
+        if (owed || ctx.writer.owes(this.#info) || fileExists(this.checkpointFile)) {
+          ctx.writer.commit(prepared);
+        }
       };
       if (ctx.shared.watchdogWriting()) {
         return ctx.shared.writesDone(END_WAIT_MS).then(commit).catch((error) =>

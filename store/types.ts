@@ -94,8 +94,14 @@ export interface RunRecord {
   recent: ToolCall[];
   /** The notes the host gave, the newest last. */
   notes: string[];
-  /** The checkpoint file, when the run has one (it may not exist yet). */
+  /** The checkpoint file, when the run has one (it may not exist yet: see `fileState`). */
   checkpointFile?: string;
+  /**
+   * Whether the checkpoint file holds the run's record: `written` once a
+   * write landed, `pending` while the newest write failed (a full disk) and
+   * is being tried again; absent while no record was due (no file yet).
+   */
+  fileState?: "written" | "pending";
   /**
    * The checkpoint file's content at its last write (the block and the
    * agent's own text), up to `store_file_max_kb`, so a retry on another
