@@ -340,8 +340,14 @@ function doAsync(op: Op): Promise<unknown> {
   }
 }
 
+/**
+ * Told of each step that succeeded, with its result (an `open`'s descriptor):
+ * the steps are data, so a test can check their order (the flush before the rename).
+ */
+export type StepTrace = (op: Op, result: unknown) => void;
+
 /** Run steps synchronously. */
-export function runSync<T>(steps: Steps<T>): T {
+export function runSync<T>(steps: Steps<T>, trace?: StepTrace): T {
   let next = steps.next();
   while (!next.done) {
     let value: unknown;
@@ -351,13 +357,14 @@ export function runSync<T>(steps: Steps<T>): T {
       next = steps.throw(error);
       continue;
     }
+    trace?.(next.value, value);
     next = steps.next(value);
   }
   return next.value;
 }
 
 /** Run steps on the event loop. */
-export async function runAsync<T>(steps: Steps<T>): Promise<T> {
+export async function runAsync<T>(steps: Steps<T>, trace?: StepTrace): Promise<T> {
   let next = steps.next();
   while (!next.done) {
     let value: unknown;
@@ -367,6 +374,7 @@ export async function runAsync<T>(steps: Steps<T>): Promise<T> {
       next = steps.throw(error);
       continue;
     }
+    trace?.(next.value, value);
     next = steps.next(value);
   }
   return next.value;
@@ -457,7 +465,7 @@ export const tempPath = (target: string) =>
   path.join(path.dirname(target), tempName(path.basename(target)));
 
 /** The steps of an atomic write; the mode of a replaced regular file is kept. */
-function* atomicSteps(target: string, data: Uint8Array): Steps<void> {
+export function* atomicSteps(target: string, data: Uint8Array): Steps<void> {
   const dir = path.dirname(target);
   yield { op: "sweep", dir };
   const st = yield* lstatIfThere(target);

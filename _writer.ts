@@ -52,6 +52,7 @@ import {
   readUpTo,
   runAsync,
   runSync,
+  type StepTrace,
   type Steps,
   tempPath,
   unlinkQuietly,
@@ -1235,6 +1236,8 @@ export interface PersistBlocksOptions {
  *
  * @param items The files, their blocks and their locks.
  * @param options How many writes are in flight at once.
+ * @param trace Told of every file-system step and its result, in order
+ * (tests check that each file is flushed before its rename). @internal
  * @returns One entry per item, in order: undefined when it was written, else
  * the error that left its file unchanged.
  * @throws {RangeError} When `concurrency` is not a positive integer.
@@ -1258,6 +1261,7 @@ export interface PersistBlocksOptions {
 export async function persistBlocks(
   items: BlockWrite[],
   options: PersistBlocksOptions = {},
+  trace?: StepTrace,
 ): Promise<Array<Error | undefined>> {
   const concurrency = options.concurrency ?? 16;
   if (!Number.isInteger(concurrency) || concurrency < 1) {
@@ -1284,7 +1288,7 @@ export async function persistBlocks(
           }
           locked = (await lock?.takeAsync(FILE_LOCK_WAIT_MS)) ?? false;
           ensureDir(path.dirname(file));
-          await runAsync(persistSteps(file, block, false));
+          await runAsync(persistSteps(file, block, false), trace);
           dirs.add(path.dirname(file));
         } catch (error) {
           results[i] = error instanceof Error ? error : new Error(String(error));
@@ -1297,9 +1301,12 @@ export async function persistBlocks(
   await Promise.all(Array.from({ length: Math.min(concurrency, groups.length) }, lane));
   await Promise.all(
     [...dirs].map((dir) =>
-      runAsync((function* (): Steps<void> {
-        yield { op: "syncDir", dir };
-      })())
+      runAsync(
+        (function* (): Steps<void> {
+          yield { op: "syncDir", dir };
+        })(),
+        trace,
+      )
     ),
   );
   return results;
