@@ -35,7 +35,6 @@ import {
   type CheckpointEvent,
   type CheckpointWriter,
   encodeRunInfo,
-  FILE_LOCK_WAIT_MS,
   MAX_NOTES,
   type PersistEvent,
   type RunInfo,
@@ -43,6 +42,7 @@ import {
   tierMessage,
   usageTotals,
 } from "./_writer.ts";
+import { FILE_LOCK_WAIT_MS } from "./_write_steps.ts";
 
 /**
  * The earlier attempt of a resumed run, as the run ledger recorded it (where
@@ -1543,9 +1543,8 @@ export class Run {
       );
       if (!prepared) return;
       const commit = () => {
-        if (owed || ctx.writer.owes(this.#info) || fileExists(this.checkpointFile)) {
-          ctx.writer.commit(prepared);
-        }
+        const late = owed || ctx.writer.owes(this.#info);
+        if (late || fileExists(this.checkpointFile)) ctx.writer.commit(prepared, late);
       };
       if (ctx.shared.watchdogWriting()) {
         return ctx.shared.writesDone(END_WAIT_MS).then(commit).catch((error) =>

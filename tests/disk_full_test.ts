@@ -48,7 +48,9 @@ function fill(dir: string): string {
   const tail = fs.openSync(filler, "a");
   try {
     for (;;) fs.writeSync(tail, "x");
-  } catch { /* full */ } finally {
+  } catch {
+    /* full */
+  } finally {
     fs.closeSync(tail);
   }
   return filler;

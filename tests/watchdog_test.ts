@@ -645,7 +645,10 @@ test("the stall record fires at its window, not before and not at twice it (on t
     await silentFor(20); // 1.1 of the window: due now, long before twice it
     const stall = record(run.checkpointFile);
     assert.equal(stall?.kind, "stall", "the stall record is written once the window has passed");
-    assert.ok(stall!.silentSeconds! >= 100 && stall!.silentSeconds! < 200, `${stall!.silentSeconds}`);
+    assert.ok(
+      stall!.silentSeconds! >= 100 && stall!.silentSeconds! < 200,
+      `${stall!.silentSeconds}`,
+    );
   } finally {
     await ac.close();
   }

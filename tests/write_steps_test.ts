@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { atomicSteps, type Op, runSync } from "../_file_ops.ts";
-import { persistBlocks, persistSteps } from "../_writer.ts";
+import { persistBlocks, persistSteps } from "../_write_steps.ts";
 import { tempHome } from "./_helpers.ts";
 
 const block = (text: string) =>
@@ -36,9 +36,7 @@ function checkDurable(steps: Traced, dirFlushed: boolean): number {
     if (opened === -1) return; // not a temporary file of this write
     placed++;
     const fd = steps[opened]![1] as number;
-    const life = steps.slice(opened + 1, i).map(([o]) => o).filter((o) =>
-      "fd" in o && o.fd === fd
-    );
+    const life = steps.slice(opened + 1, i).map(([o]) => o).filter((o) => "fd" in o && o.fd === fd);
     const lastWrite = life.findLastIndex((o) => o.op === "write");
     const flushed = life.findLastIndex((o) => o.op === "fsync");
     const closed = life.findLastIndex((o) => o.op === "close");
@@ -95,7 +93,10 @@ test("a burst flushes each file before its rename and each directory once, after
   }));
   fs.writeFileSync(items[0]!.file, "agent text\n"); // one replaced, the others new
   const { steps, trace } = tracer();
-  assert.deepEqual(await persistBlocks(items, { concurrency: 4 }, trace), items.map(() => undefined));
+  assert.deepEqual(
+    await persistBlocks(items, { concurrency: 4 }, trace),
+    items.map(() => undefined),
+  );
   assert.equal(checkDurable(steps, true), 12);
   for (const dir of dirs) {
     const flushes = steps.flatMap(([o], k) => o.op === "syncDir" && o.dir === dir ? [k] : []);

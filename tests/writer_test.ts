@@ -84,7 +84,9 @@ test("a single write waits for the run's file lock another thread holds, then go
     assert.equal(file, item.info.checkpointFile);
     assert.ok(
       waited >= FILE_LOCK_WAIT_MS - 50,
-      `the write waited ${Math.round(waited)} ms for the lock (documented: ${FILE_LOCK_WAIT_MS} ms)`,
+      `the write waited ${
+        Math.round(waited)
+      } ms for the lock (documented: ${FILE_LOCK_WAIT_MS} ms)`,
     );
     assert.equal(parseRecord(fs.readFileSync(item.info.checkpointFile))?.runId, "single");
     assert.deepEqual(written, ["single"]);
