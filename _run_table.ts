@@ -71,7 +71,10 @@ const SETTLED = CALL_IDS + 1;
 const FILE_SEQ = SETTLED + 1;
 const FILE_LANDED = FILE_SEQ + 1;
 const FILE_FAILED = FILE_LANDED + 1;
-const I32_PER_SLOT = FILE_FAILED + 2; // an even count keeps the parts after it 8-byte aligned
+// Records a burst (the watchdog's) is to make for the run and has not made yet: a run that ends
+// meanwhile writes its end record even without a file, since the burst leaves its record unmade.
+const FILE_DUE = FILE_FAILED + 1;
+const I32_PER_SLOT = FILE_DUE + 1; // an even count keeps the parts after it 8-byte aligned
 
 /** Bytes of a tool call's id in the ring: a length byte, then up to 47 bytes of UTF-8. */
 const CALL_ID_BYTES = 48;
@@ -766,6 +769,16 @@ export class RunTable {
     for (let old = Atomics.load(this.#i, i); old < seq; old = Atomics.load(this.#i, i)) {
       if (Atomics.compareExchange(this.#i, i, old, seq) === old) return;
     }
+  }
+
+  /** Count records a burst is to make for the run (`n` > 0), or made or left out (`n` < 0). */
+  writesDue(slot: number, n: number): void {
+    Atomics.add(this.#i, this.#iAt(slot) + FILE_DUE, n);
+  }
+
+  /** Whether a burst is yet to make a record for the run. */
+  writeDue(slot: number): boolean {
+    return Atomics.load(this.#i, this.#iAt(slot) + FILE_DUE) > 0;
   }
 
   /**

@@ -1031,29 +1031,70 @@ export async function persistBlocks(
   if (!Number.isInteger(concurrency) || concurrency < 1) {
     throw new RangeError(`concurrency must be a positive integer, got ${concurrency}`);
   }
-  const results: Array<Error | undefined> = items.map(() => undefined);
-  const byFile = new Map<string, number[]>();
-  items.forEach((item, i) => {
-    const list = byFile.get(item?.file);
+  const results = await writeBurst(
+    items.map((item) => item?.file),
+    (i) => {
+      const { file, block, lock } = items[i] ?? {};
+      if (typeof file !== "string" || typeof block !== "string") {
+        throw new TypeError(`item ${i} needs a file and a block, got ${typeof file}`);
+      }
+      return lock ? { block, lock } : { block };
+    },
+    concurrency,
+    trace,
+  );
+  return results.map((r) => r === SKIPPED ? undefined : r);
+}
+
+/** A write of a burst its maker left out (nothing to write). @internal */
+export const SKIPPED: unique symbol = Symbol("skipped");
+
+/**
+ * The engine of a burst: `files[i]` is the file of write `i`, whose block
+ * `make(i)` makes when a lane comes to it (so the first files land while
+ * later records are still to be made; undefined leaves it out, a throw is its
+ * error). Writes to one file are made in order, each directory is made once
+ * (not once per write) and flushed once, after its renames. @internal
+ *
+ * @returns Per write: undefined when written, {@linkcode SKIPPED}, or its error.
+ */
+export async function writeBurst(
+  files: readonly (string | undefined)[],
+  make: (i: number) => { block: string; lock?: FileLock } | undefined,
+  concurrency: number,
+  trace?: StepTrace,
+): Promise<Array<Error | undefined | typeof SKIPPED>> {
+  const results: Array<Error | undefined | typeof SKIPPED> = files.map(() => undefined);
+  const byFile = new Map<string | undefined, number[]>();
+  files.forEach((file, i) => {
+    const list = byFile.get(file);
     if (list) list.push(i);
-    else byFile.set(item?.file, [i]);
+    else byFile.set(file, [i]);
   });
   const groups = [...byFile.values()];
+  /** Directories made (or found) in this burst, and written to: each is flushed once at the end. */
   const dirs = new Set<string>();
   let next = 0;
   const lane = async () => {
     while (next < groups.length) {
       for (const i of groups[next++]!) {
-        const { file, block, lock } = items[i] ?? {};
+        let lock: FileLock | undefined;
         let locked = false;
         try {
-          if (typeof file !== "string" || typeof block !== "string") {
-            throw new TypeError(`item ${i} needs a file and a block, got ${typeof file}`);
+          const made = make(i);
+          if (made === undefined) {
+            results[i] = SKIPPED;
+            continue;
           }
+          const file = files[i]!;
+          lock = made.lock;
           locked = (await lock?.takeAsync(FILE_LOCK_WAIT_MS)) ?? false;
-          ensureDir(path.dirname(file));
-          await runAsync(persistSteps(file, block, false), trace);
-          dirs.add(path.dirname(file));
+          const dir = path.dirname(file);
+          if (!dirs.has(dir)) {
+            ensureDir(dir);
+            dirs.add(dir);
+          }
+          await runAsync(persistSteps(file, made.block, false), trace);
         } catch (error) {
           results[i] = error instanceof Error ? error : new Error(String(error));
         } finally {

@@ -45,10 +45,11 @@ import {
   FILE_LOCK_WAIT_MS,
   type FileLock,
   persistBlock,
-  persistBlocks,
   persistSteps,
   RefusedError,
   runAsync,
+  SKIPPED,
+  writeBurst,
 } from "./_write_steps.ts";
 
 /** What the worker must know of a run that shared memory does not hold. */
@@ -497,24 +498,39 @@ export class CheckpointWriter {
    * would, its run's file lock held. Never rejects.
    */
   async writeMany(items: PendingWrite[]): Promise<void> {
-    const prepared = items.map((item) => this.prepare(item)).filter((p) => p !== undefined);
-    if (prepared.length === 0) return;
-    let results: Array<Error | undefined>;
+    if (items.length === 0) return;
+    // Each record is made as its lane comes to it: the first files land while later ones wait.
+    // Until then the run's slot says a record is due, so a run that ends first writes its end
+    // record, file or no file (a record is never made from a slot its run let go).
+    const prepared: Array<Prepared | undefined> = items.map(() => undefined);
+    const due = items.map((item) => this.#holds(item.info));
+    items.forEach((item, i) => due[i] && this.#shared.writesDue(item.info.slot, 1));
+    let results: Array<Error | undefined | typeof SKIPPED>;
     try {
-      results = await persistBlocks(
-        prepared.map((p) => ({
-          file: p.item.info.checkpointFile,
-          block: p.block,
-          lock: this.#lock(p),
-        })),
-        { concurrency: BATCH_CONCURRENCY },
+      results = await writeBurst(
+        items.map((item) => item.info.checkpointFile),
+        (i) => {
+          const item = items[i]!;
+          if (!this.#holds(item.info)) return undefined; // ended: its end record says it all
+          const p = prepared[i] = this.prepare(item);
+          if (due[i]) {
+            due[i] = false;
+            this.#shared.writesDue(item.info.slot, -1);
+          }
+          return p && { block: p.block, lock: this.#lock(p) };
+        },
+        BATCH_CONCURRENCY,
       );
     } catch (error) {
-      results = prepared.map(() => error instanceof Error ? error : new Error(String(error)));
+      results = items.map(() => error instanceof Error ? error : new Error(String(error)));
     }
+    items.forEach((item, i) => {
+      if (due[i] && this.#holds(item.info)) this.#shared.writesDue(item.info.slot, -1);
+    });
     prepared.forEach((p, i) => {
-      const error = results[i];
-      if (error) this.#failed(p, error);
+      const result = results[i];
+      if (p === undefined || result === SKIPPED) return;
+      if (result) this.#failed(p, result);
       else this.#landed(p);
     });
   }

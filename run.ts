@@ -1535,8 +1535,10 @@ export class Run {
       const prepared = settings.enabled
         ? ctx.writer.prepare({ info: this.#info, settings, event, source: "host", now })
         : undefined;
-      // A run whose file a failed write still owes gets its end record, file or no file.
+      // A run whose file a failed write still owes gets its end record, file or no file; so does
+      // one whose record the watchdog's burst has yet to make (it makes none once the run ends).
       const owed = prepared !== undefined && ctx.writer.owes(this.#info);
+      const due = prepared !== undefined && ctx.shared.writeDue(this.#info.slot);
       ctx.ended(
         this.#info,
         event.summary === undefined ? { status } : { status, summary: event.summary },
@@ -1544,7 +1546,7 @@ export class Run {
       if (!prepared) return;
       const commit = () => {
         const late = owed || ctx.writer.owes(this.#info);
-        if (late || fileExists(this.checkpointFile)) ctx.writer.commit(prepared, late);
+        if (late || due || fileExists(this.checkpointFile)) ctx.writer.commit(prepared, late);
       };
       if (ctx.shared.watchdogWriting()) {
         return ctx.shared.writesDone(END_WAIT_MS).then(commit).catch((error) =>

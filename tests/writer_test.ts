@@ -97,3 +97,39 @@ test("a single write waits for the run's file lock another thread holds, then go
     await holder.terminate();
   }
 });
+
+test("a burst makes each record as its lane comes to it, never from a slot its run let go", async () => {
+  const dir = tempHome();
+  const table = new RunTable(undefined, 64);
+  assert.ok(table.grow());
+  const written: string[] = [];
+  const writer = new CheckpointWriter(table, {
+    log: () => {},
+    comment: () => {},
+    written: (event) => written.push(event.runId),
+  });
+  const settings = defaultSettings(dir);
+  const items: PendingWrite[] = Array.from({ length: 17 }, (_, slot) => {
+    table.claim(slot, Date.now());
+    const info: RunInfo = {
+      slot,
+      gen: table.gen(slot),
+      runId: `r${slot}`,
+      dialect: "chat",
+      caps: {},
+      checkpointFile: path.join(dir, `r${slot}.md`),
+      notes: [],
+    };
+    return { info, settings, event: { kind: "manual" }, source: "watchdog", now: Date.now() };
+  });
+  // Sixteen lanes, each held at its first run's file lock: the seventeenth record is not made yet.
+  for (let slot = 0; slot < 16; slot++) assert.ok(table.lockFile(slot, 0));
+  const burst = writer.writeMany(items);
+  assert.equal(table.writeDue(16), true, "the burst says the run's record is still to be made");
+  assert.equal(table.writeDue(0), false, "the first sixteen are made");
+  table.free(16); // the run ends before its record is made: its end record is the last word
+  for (let slot = 0; slot < 16; slot++) table.unlockFile(slot);
+  await burst;
+  assert.equal(fs.existsSync(items[16]!.info.checkpointFile), false);
+  assert.deepEqual(written.sort(), items.slice(0, 16).map((i) => i.info.runId).sort());
+});
