@@ -49,6 +49,7 @@ export type Op =
   | { op: "write"; fd: number; data: Uint8Array; position: number | null }
   | { op: "fsync"; fd: number }
   | { op: "fchmod"; fd: number; mode: number }
+  | { op: "ftruncate"; fd: number; length: number }
   | { op: "close"; fd: number }
   | { op: "rename"; from: string; to: string }
   | { op: "link"; from: string; to: string }
@@ -259,6 +260,8 @@ function doSync(op: Op): unknown {
       return fs.fsyncSync(op.fd);
     case "fchmod":
       return fs.fchmodSync(op.fd, op.mode);
+    case "ftruncate":
+      return fs.ftruncateSync(op.fd, op.length);
     case "close":
       return fs.closeSync(op.fd);
     case "rename":
@@ -328,6 +331,8 @@ function doAsync(op: Op): Promise<unknown> {
       return cb((d) => fs.fsync(op.fd, d));
     case "fchmod":
       return cb((d) => fs.fchmod(op.fd, op.mode, d));
+    case "ftruncate":
+      return cb((d) => fs.ftruncate(op.fd, op.length, d));
     case "close":
       return cb((d) => fs.close(op.fd, d));
     case "rename":
@@ -702,10 +707,20 @@ function* hold(file: string, replaced: Replaced[]): Steps<void> {
 /** Append bytes to the file at its path (not through a link), flushed. */
 function* appendTo(file: string, bytes: Uint8Array): Steps<void> {
   let out: number | undefined;
+  let size: number | undefined;
   try {
     out = (yield { op: "open", path: file, flags: APPEND_FLAGS }) as number;
+    size = ((yield { op: "fstat", fd: out }) as fs.Stats).size;
     yield { op: "write", fd: out, data: bytes, position: null };
     yield { op: "fsync", fd: out };
+  } catch (error) {
+    // A write cut short (a full disk) is taken back, so the bytes are kept whole or not at all.
+    if (out !== undefined && size !== undefined) {
+      try {
+        yield { op: "ftruncate", fd: out, length: size };
+      } catch { /* the caller keeps the bytes; at worst a part of them is there twice */ }
+    }
+    throw error;
   } finally {
     yield* closeQuietly(out);
   }
@@ -732,11 +747,41 @@ function* copyLate(file: string, fd: number, base: Uint8Array): Steps<number> {
     try {
       yield* appendTo(file, late);
     } catch {
-      break; // the next persist carries them over
+      // On the main thread the held inode keeps them for the next persist; a worker thread
+      // holds no inode (it may be terminated at any moment), so it keeps the bytes instead.
+      if (!isMainThread) keepStuck(file, late);
+      break;
     }
     copied += late.length;
   }
   return copied;
+}
+
+/**
+ * Off the main thread: bytes the agent appended to a replaced file that
+ * could not be copied to the new one (a full disk), by file, oldest first.
+ * The next persist of the file on the thread folds them in; until then the
+ * file counts as owed a write (see {@linkcode stuckBytes}).
+ */
+const stuck = new Map<string, Uint8Array>();
+/** Files whose stuck bytes are kept, at most (the least recently kept go first). */
+const MAX_STUCK_FILES = 256;
+
+function keepStuck(file: string, bytes: Uint8Array): void {
+  const before = stuck.get(file);
+  stuck.delete(file);
+  const all = before ? Buffer.concat([before, bytes]) : Buffer.from(bytes);
+  stuck.set(file, all.length > MAX_CHECKPOINT_BYTES ? all.subarray(0, MAX_CHECKPOINT_BYTES) : all);
+  if (stuck.size > MAX_STUCK_FILES) stuck.delete(stuck.keys().next().value!);
+}
+
+/**
+ * Bytes the agent appended during an earlier persist of `file` on this
+ * thread that are in no file yet (a worker thread's copy after the rename
+ * failed); the writer tries the file again until none are left. @internal
+ */
+export function stuckBytes(file: string): number {
+  return stuck.get(file)?.length ?? 0;
 }
 
 /** A try's outcome: the replaced inode to hold, "done" when there was none, or "retry". */
@@ -850,9 +895,11 @@ export function* persistSteps(file: string, block: string, flushDir: boolean): S
   yield { op: "sweep", dir: path.dirname(file) };
   const older = held.get(file) ?? [];
   held.delete(file);
+  const kept = stuck.get(file);
+  stuck.delete(file);
   let outcome: Try = "retry";
   try {
-    const late: Uint8Array[] = [];
+    const late: Uint8Array[] = kept ? [kept] : [];
     for (const r of older) late.push(yield* lateBytes(r.fd, r.offset));
     const carry = late.length === 0 ? EMPTY : Buffer.concat(late);
     for (let attempt = 1; attempt <= MAX_TRIES + 2 && outcome === "retry"; attempt++) {
@@ -870,9 +917,10 @@ export function* persistSteps(file: string, block: string, flushDir: boolean): S
     if (outcome === "retry") {
       throw new Error(`${file} kept changing while the checkpoint was written; it was not written`);
     }
+    const fromHeld = kept ? late.slice(1) : late;
     older.forEach((r, i) => {
-      r.offset += late[i]!.length;
-      r.active = late[i]!.length > 0;
+      r.offset += fromHeld[i]!.length;
+      r.active = fromHeld[i]!.length > 0;
     });
     // A writer that opened an older file even earlier may have written since.
     for (const r of older) {
@@ -885,6 +933,12 @@ export function* persistSteps(file: string, block: string, flushDir: boolean): S
       } catch { /* the next persist looks again */ }
     }
   } finally {
+    // Not written: the stuck bytes wait for the next persist, ahead of any kept since.
+    if (outcome === "retry" && kept) {
+      const since = stuck.get(file);
+      stuck.delete(file);
+      keepStuck(file, since ? Buffer.concat([kept, since]) : kept);
+    }
     const keep = outcome === "retry" || outcome === "done" ? older : [...older, outcome];
     if (keep.length > 0) yield* hold(file, keep);
   }

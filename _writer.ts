@@ -49,6 +49,7 @@ import {
   RefusedError,
   runAsync,
   SKIPPED,
+  stuckBytes,
   writeBurst,
 } from "./_write_steps.ts";
 
@@ -618,12 +619,26 @@ export class CheckpointWriter {
     const info = prepared.item.info;
     const file = info.checkpointFile;
     const held = this.#holds(info);
+    const stuck = stuckBytes(file);
+    if (stuck > 0 && held && !this.#stopped) {
+      // Lines the agent appended during the write could not follow it (a full disk): the file
+      // is written again, with them, until they are in it.
+      if (this.#owed.get(file)?.prepared !== prepared) {
+        this.#owed.set(file, { prepared, failures: 0, at: nowMs() + retryMs(1) });
+        this.#sinks.log(
+          "warn",
+          `${stuck} bytes appended to ${file} during its write are not in it yet (the disk refused them); it is written again until they are`,
+          info.runId,
+        );
+      } else this.#owed.get(file)!.at = nowMs() + retryMs(2);
+      this.#arm();
+    }
     if (held && this.#shared.fileState(info.slot) === "pending") late = true;
     if (held) this.#shared.fileWrite(info.slot, prepared.seq, true);
     const owed = this.#owed.get(file) ?? settled;
     if (owed !== undefined) late = true;
     if (
-      owed !== undefined &&
+      stuck === 0 && owed !== undefined &&
       (owed.prepared === prepared || owed.prepared.seq <= prepared.seq ||
         !this.#holds(owed.prepared.item.info))
     ) {
@@ -631,9 +646,11 @@ export class CheckpointWriter {
       if (owed.prepared === prepared) {
         this.#sinks.log(
           "info",
-          `the checkpoint to ${file} is written, after ${owed.failures} failed tr${
-            owed.failures === 1 ? "y" : "ies"
-          }`,
+          owed.failures === 0
+            ? `the lines appended to ${file} during its write are in it now`
+            : `the checkpoint to ${file} is written, after ${owed.failures} failed tr${
+              owed.failures === 1 ? "y" : "ies"
+            }`,
           info.runId,
         );
       }
@@ -692,7 +709,7 @@ export class CheckpointWriter {
     try {
       locked = (await lock?.takeAsync(FILE_LOCK_WAIT_MS)) ?? false;
       if (this.#owed.get(file) !== owed) return; // a newer record took its place meanwhile
-      if (held && this.#shared.fileLanded(info.slot) >= prepared.seq) {
+      if (held && this.#shared.fileLanded(info.slot) >= prepared.seq && stuckBytes(file) === 0) {
         this.#owed.delete(file); // a record as new is in the file already
         return;
       }

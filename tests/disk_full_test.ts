@@ -12,7 +12,8 @@ import { readCheckpoint } from "../persist.ts";
 import { openSqliteStore, storeFile } from "../store/sqlite.ts";
 import type { RunView } from "../store/types.ts";
 import { sqliteDriver } from "../_sqlite.ts";
-import { captureLog, tempHome, waitFor } from "./_helpers.ts";
+import { Worker } from "node:worker_threads";
+import { captureLog, fixture, tempHome, waitFor } from "./_helpers.ts";
 
 /** A small tmpfs mounted on a fresh directory; undefined (with why) when mounting is not allowed. */
 function smallDisk(): { dir: string; unmount: () => void } | string {
@@ -163,6 +164,69 @@ test("at close, a write still owed is tried once more", {
     await ac.close(); // before the first retry is due (1 s): close tries it
     assert.equal(readCheckpoint(run.checkpointFile).record?.tier, 2);
   } finally {
+    disk.unmount();
+  }
+});
+
+test("a worker's persist keeps the agent's late lines a full disk refused, and writes them next", {
+  skip: typeof mounted === "string" ? mounted : false,
+}, async () => {
+  const disk = smallDisk();
+  if (typeof disk === "string") return;
+  const worker = new Worker(fixture("late_bytes_on_full_disk"), { workerData: disk.dir });
+  try {
+    const result = await new Promise<
+      { during: string; stuck: number; after: string; left: number }
+    >((resolve, reject) => {
+      worker.once("message", resolve);
+      worker.once("error", reject);
+    });
+    const line = `agent: ${"a long line written during the swap ".repeat(300)}\n`;
+    assert.equal(result.during.includes(line), false, "the full disk refused the copy");
+    assert.equal(result.stuck, line.length, "the worker kept the refused bytes");
+    assert.equal(result.after.split(line).length - 1, 1, result.after);
+    assert.match(result.after, /two/);
+    assert.ok(result.after.startsWith("agent: started\n"), result.after);
+    assert.equal(result.left, 0);
+  } finally {
+    await worker.terminate();
+    disk.unmount();
+  }
+});
+
+test("the watchdog's stall record, refused by a full disk, lands once space returns", {
+  skip: typeof mounted === "string" ? mounted : false,
+}, async () => {
+  const disk = smallDisk();
+  if (typeof disk === "string") return;
+  const log = captureLog();
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: {},
+    logger: log.logger,
+    settings: { checkpoint_dir: disk.dir, stall_window_seconds: 0.3 },
+  });
+  try {
+    const filler = fill(disk.dir);
+    const run = ac.startRun({ sessionId: "W", caps: { turns: 100 } });
+    run.preToolCall("slow_tool"); // silent from here: one stall record, written by the watchdog
+    assert.ok(
+      await waitFor(() =>
+        log.records.some((r) => /could not persist the checkpoint/.test(r.message))
+      ),
+      "the watchdog's write failed and said so",
+    );
+    assert.equal(fs.existsSync(run.checkpointFile), false);
+    fs.unlinkSync(filler);
+    assert.ok(
+      await waitFor(() => fs.existsSync(run.checkpointFile), 90_000),
+      "written once it can",
+    );
+    const found = readCheckpoint(run.checkpointFile);
+    assert.equal(found.record?.kind, "stall");
+    assert.equal(found.record?.source, "watchdog");
+  } finally {
+    await ac.close();
     disk.unmount();
   }
 });
