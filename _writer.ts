@@ -48,6 +48,7 @@ import {
   persistSteps,
   RefusedError,
   runAsync,
+  runSync,
   SKIPPED,
   stuckBytes,
   writeBurst,
@@ -678,6 +679,32 @@ export class CheckpointWriter {
     (this.#timer as { unref?: () => void }).unref?.();
   }
 
+  /** One synchronous try of a failed write (the main thread's), its run's file lock held. */
+  #retrySync(owed: Owed, lock: FileLock | undefined): void {
+    const { prepared } = owed;
+    const info = prepared.item.info;
+    const file = info.checkpointFile;
+    const locked = lock?.take(FILE_LOCK_WAIT_MS) ?? false;
+    let written = false;
+    try {
+      if (this.#owed.get(file) !== owed) return; // a newer record took its place meanwhile
+      if (
+        lock && this.#shared.fileLanded(info.slot) >= prepared.seq && stuckBytes(file) === 0
+      ) {
+        this.#owed.delete(file); // a record as new is in the file already
+        return;
+      }
+      ensureDir(path.dirname(file));
+      runSync(persistSteps(file, prepared.block, true));
+      written = true;
+    } catch (error) {
+      this.#failed(prepared, error);
+    } finally {
+      if (locked) lock!.release();
+    }
+    if (written) this.#landed(prepared);
+  }
+
   /** Try the failed writes that are due, one at a time, off the thread's hot path. */
   async #retry(): Promise<void> {
     if (this.#retrying || this.#stopped) return;
@@ -706,6 +733,12 @@ export class CheckpointWriter {
     }
     const lock = held ? this.#lock(prepared) : undefined;
     let locked = false;
+    if (isMainThread) {
+      // On the host's thread a try is one synchronous write, as a hook's is: a lock held across
+      // an await there would make the next hook's write of the file wait out the lock.
+      this.#retrySync(owed, lock);
+      return;
+    }
     try {
       locked = (await lock?.takeAsync(FILE_LOCK_WAIT_MS)) ?? false;
       if (this.#owed.get(file) !== owed) return; // a newer record took its place meanwhile
