@@ -155,8 +155,14 @@ export interface RunRecord {
   recent: ToolCall[];
   /** The notes the host gave, the newest last. */
   notes: string[];
-  /** The checkpoint file, when the run has one (it may not exist yet). */
+  /** The checkpoint file, when the run has one (it may not exist yet: see `fileState`). */
   checkpointFile?: string;
+  /**
+   * Whether the checkpoint file holds the run's record: `written` once a
+   * write landed, `pending` while the newest write failed (a full disk) and
+   * is being tried again; absent while no record was due (no file yet).
+   */
+  fileState?: "written" | "pending";
   /**
    * The checkpoint file's content at its last write (the block and the
    * agent's own text), up to `store_file_max_kb`, so a retry on another
@@ -227,6 +233,8 @@ export interface AttemptStart {
 /** Live, ended or cut off. */
 export type RunState = "live" | "ended" | "cut-off";
 
+/** Ended runs whose end row waits for their file to be written, at most. */
+const MAX_UNWRITTEN = 1024;
 /** The most records the worker keeps while the store cannot take them. */
 export const MAX_BACKLOG = 50_000;
 /** The longest wait between two tries of a failing store (an open, a commit, a connection), ms. */
@@ -289,6 +297,8 @@ export function recordOf(
     updatedAt: Math.round(now),
   };
   if (info.taskId !== undefined) record.taskId = info.taskId;
+  const fileState = shared.fileState(slot);
+  if (fileState !== undefined) record.fileState = fileState;
   const tier1 = shared.tierAt(slot, 1);
   const tier2 = shared.tierAt(slot, 2);
   if (tier1 !== undefined || tier2 !== undefined) {
@@ -648,6 +658,8 @@ export class LedgerFeed {
   #failures = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
+  /** The end rows of ended runs whose file was not written yet, by file. */
+  #unwritten = new Map<string, RunRecord>();
 
   /** @param parts What the feed works with. */
   constructor(parts: LedgerFeedParts) {
@@ -750,7 +762,25 @@ export class LedgerFeed {
         now,
       );
       this.write([record], "the run's end");
+      if (record.fileState !== "written" && record.checkpointFile !== undefined) {
+        // Its end record may still land (a write tried again): the row then says so.
+        if (this.#unwritten.size >= MAX_UNWRITTEN) {
+          this.#unwritten.delete(this.#unwritten.keys().next().value!);
+        }
+        this.#unwritten.set(record.checkpointFile, record);
+      }
     }, (error) => ledgerFailed(this.#parts.log, "the run's end", error, info.runId));
+  }
+
+  /**
+   * A checkpoint file was written: a run that ended before its file was
+   * (a write tried again after a full disk) gets its row again, saying so.
+   */
+  written(file: string): void {
+    const record = this.#unwritten.get(file);
+    if (record === undefined) return;
+    this.#unwritten.delete(file);
+    this.write([{ ...record, fileState: "written" }], "the run's end");
   }
 
   /**

@@ -65,7 +65,16 @@ const TIMED_CALLS = TIMED_OUT + 1; // tool calls started with a deadline so far
 const CALL_IDS = TIMED_CALLS + 1; // a bit per ring entry whose call id is in the table
 // A bit per ring entry whose claimed timeout record is written (or given up).
 const SETTLED = CALL_IDS + 1;
-const I32_PER_SLOT = SETTLED + 1; // an even count keeps the parts after it 8-byte aligned
+// The run's checkpoint file: records made for it (each write's number), the newest that landed
+// in the file, the newest whose write failed (0: none). A failed write is tried again until a
+// record as new lands, and the run's ledger record says which of these holds.
+const FILE_SEQ = SETTLED + 1;
+const FILE_LANDED = FILE_SEQ + 1;
+const FILE_FAILED = FILE_LANDED + 1;
+// Records a burst (the watchdog's) is to make for the run and has not made yet: a run that ends
+// meanwhile writes its end record even without a file, since the burst leaves its record unmade.
+const FILE_DUE = FILE_FAILED + 1;
+const I32_PER_SLOT = FILE_DUE + 1; // an even count keeps the parts after it 8-byte aligned
 
 /** Bytes of a tool call's id in the ring: a length byte, then up to 47 bytes of UTF-8. */
 const CALL_ID_BYTES = 48;
@@ -747,6 +756,46 @@ export class RunTable {
     Atomics.notify(this.#i, i);
   }
 
+  /** Number the next record made for the run's file (1, 2, …), whichever thread makes it. */
+  nextFileSeq(slot: number): number {
+    return Atomics.add(this.#i, this.#iAt(slot) + FILE_SEQ, 1) + 1;
+  }
+
+  /** The newest record (by its number) that landed in the run's file; 0 for none. */
+  fileLanded(slot: number): number {
+    return Atomics.load(this.#i, this.#iAt(slot) + FILE_LANDED);
+  }
+
+  /** Say that record `seq` landed in the run's file (or failed to: `landed` false). */
+  fileWrite(slot: number, seq: number, landed: boolean): void {
+    const i = this.#iAt(slot) + (landed ? FILE_LANDED : FILE_FAILED);
+    for (let old = Atomics.load(this.#i, i); old < seq; old = Atomics.load(this.#i, i)) {
+      if (Atomics.compareExchange(this.#i, i, old, seq) === old) return;
+    }
+  }
+
+  /** Count records a burst is to make for the run (`n` > 0), or made or left out (`n` < 0). */
+  writesDue(slot: number, n: number): void {
+    Atomics.add(this.#i, this.#iAt(slot) + FILE_DUE, n);
+  }
+
+  /** Whether a burst is yet to make a record for the run. */
+  writeDue(slot: number): boolean {
+    return Atomics.load(this.#i, this.#iAt(slot) + FILE_DUE) > 0;
+  }
+
+  /**
+   * The run's checkpoint file as its writes left it: `pending` while a write
+   * failed and no record as new has landed since, `written` once one landed,
+   * undefined before any write.
+   */
+  fileState(slot: number): "written" | "pending" | undefined {
+    const i = this.#iAt(slot);
+    const landed = Atomics.load(this.#i, i + FILE_LANDED);
+    if (Atomics.load(this.#i, i + FILE_FAILED) > landed) return "pending";
+    return landed > 0 ? "written" : undefined;
+  }
+
   /** Whether a stall checkpoint stands for the current silence. */
   stalled(slot: number): boolean {
     return Atomics.load(this.#i, this.#iAt(slot) + STALLED) !== 0;
@@ -883,6 +932,8 @@ export class RunTable {
       h = (h * 31 + Atomics.load(this.#i, i + RING_I + k * 2 + 1)) | 0;
     }
     h = (h * 31 + Atomics.load(this.#i, i + TIMED_OUT)) | 0;
+    h = (h * 31 + Atomics.load(this.#i, i + FILE_LANDED)) | 0;
+    h = (h * 31 + Atomics.load(this.#i, i + FILE_FAILED)) | 0;
     // The model use: tokens, and dollars to the micro-dollar (NaN, cost unknown, counts as 0).
     const f = this.#fAt(slot);
     h = (h * 31 + ((this.#f[f + IN_TOKENS]! + this.#f[f + OUT_TOKENS]!) % 2 ** 31)) | 0;

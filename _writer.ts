@@ -4,9 +4,12 @@
  * build its record and render the block, take the run's file lock, replace
  * the block in the file while keeping every byte the agent wrote, log a
  * failure, post the kanban comment, and tell the host. Only the sinks differ
- * between the threads. Every checkpoint file is written by
- * {@linkcode persistBlock}, or by {@linkcode persistBlocks} for a burst,
- * under its lock.
+ * between the threads. Every checkpoint file is written by the file-write
+ * steps of `_write_steps.ts` ({@linkcode persistBlock}, or
+ * {@linkcode persistBlocks} for a burst), under its lock. A write that
+ * fails (a full disk) is kept and tried again, 1 s doubling to 30 s, until
+ * it or a newer record for the file lands; the run's file state in shared
+ * memory says which, for its ledger record.
  *
  * The main thread's sinks are here too ({@linkcode hostSinks}): a written
  * file goes to the run ledger's store (the fleet store keeps its content) and
@@ -17,10 +20,8 @@
  *
  * @module
  */
-import type * as fs from "node:fs";
 import * as path from "node:path";
 import { isMainThread } from "node:worker_threads";
-import { Buffer } from "node:buffer";
 import { errorText, failOpen, isThenable, type Log } from "./log.ts";
 import {
   type BudgetStop,
@@ -28,7 +29,6 @@ import {
   commentBody,
   type EndStatus,
   formatTimeout,
-  mergeBlock,
   type RecordKind,
   type RecordSource,
   renderBlock,
@@ -38,25 +38,21 @@ import {
   type UsageTotals,
 } from "./_record.ts";
 import type { Settings } from "./settings.ts";
-import { INFO_BYTES, type RunTable } from "./_run_table.ts";
+import { INFO_BYTES, nowMs, type RunTable } from "./_run_table.ts";
 import { formatDuration, formatUsd, renderTemplate, type TemplateValues } from "./template.ts";
 import {
-  APPEND_FLAGS,
-  closeQuietly,
-  codeOf,
-  CREATE_FLAGS,
   ensureDir,
-  kindOf,
-  lstatIfThere,
-  READ_FLAGS,
-  readUpTo,
+  FILE_LOCK_WAIT_MS,
+  type FileLock,
+  persistBlock,
+  persistSteps,
+  RefusedError,
   runAsync,
   runSync,
-  type Steps,
-  tempPath,
-  unlinkQuietly,
-} from "./_file_ops.ts";
-import { MAX_CHECKPOINT_BYTES, MiB } from "./_file_ops.ts";
+  SKIPPED,
+  stuckBytes,
+  writeBurst,
+} from "./_write_steps.ts";
 
 /** What the worker must know of a run that shared memory does not hold. */
 export interface RunInfo {
@@ -341,6 +337,12 @@ export interface WriterSinks {
   comment(comment: { taskId: string; body: string }, runId: string): void;
   /** Tell the host a file was written. */
   written(event: CheckpointEvent): void;
+  /**
+   * A file was written that a failed write had left owed (after a full
+   * disk): told after `written`, so a run that ended meanwhile gets its
+   * ledger row again. Never called on a write that landed at its first try.
+   */
+  writtenLate?(event: CheckpointEvent): void;
 }
 
 /** One write a watchdog look found due. */
@@ -357,7 +359,27 @@ export interface Prepared {
   item: PendingWrite;
   record: CheckpointRecord;
   block: string;
+  /** Its number among the records made for the run's file (0 when the run no longer held its slot). */
+  seq: number;
 }
+
+/** A write that failed, tried again until it (or a newer record for the file) lands. */
+interface Owed {
+  prepared: Prepared;
+  /** Failed tries so far. */
+  failures: number;
+  /** When the next try is due, ms on the shared clock. */
+  at: number;
+}
+
+/** The longest wait between two tries of a failed checkpoint write, ms. */
+const MAX_RETRY_MS = 30_000;
+/** The wait before the next try of a write that failed `failures` times: 1 s, doubling to 30 s. */
+export const retryMs = (failures: number): number =>
+  Math.min(MAX_RETRY_MS, 1000 * 2 ** Math.min(15, failures - 1));
+
+/** Failed checkpoint writes kept for another try, at most, per writer (the oldest go first). */
+const MAX_OWED = 65_536;
 
 /** Writes of one burst in flight at once. */
 const BATCH_CONCURRENCY = 16;
@@ -372,6 +394,11 @@ const COMMENT_ONCE: Partial<Record<RecordKind, number>> = { uncapped: 1 };
 export class CheckpointWriter {
   readonly #shared: RunTable;
   readonly #sinks: WriterSinks;
+  /** Failed writes to try again, by file: the newest record for each. */
+  readonly #owed = new Map<string, Owed>();
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #retrying = false;
+  #stopped = false;
 
   constructor(shared: RunTable, sinks: WriterSinks) {
     this.#shared = shared;
@@ -394,16 +421,66 @@ export class CheckpointWriter {
   }
 
   /**
-   * Write a record made earlier by {@linkcode CheckpointWriter.prepare}.
+   * Write a record made earlier by {@linkcode CheckpointWriter.prepare};
+   * `owed` when the file was owed a record (see {@linkcode CheckpointWriter.owes}).
    * Returns the file written, or undefined.
    */
-  commit(prepared: Prepared): string | undefined {
+  commit(prepared: Prepared, owed = false): string | undefined {
     const info = prepared.item.info;
     const written = failOpen((): true | undefined => {
       persistBlock(info.checkpointFile, prepared.block, this.#lock(prepared));
       return true;
-    }, (error) => this.#failed(info, error));
-    return written && this.#done(prepared);
+    }, (error) => this.#failed(prepared, error));
+    return written && this.#landed(prepared, undefined, owed);
+  }
+
+  /**
+   * Whether the run's file is owed a record: a write failed (on this thread
+   * or the other) and no record as new has landed since.
+   */
+  owes(info: RunInfo): boolean {
+    return (this.#holds(info) && this.#shared.fileState(info.slot) === "pending") ||
+      this.#owed.has(info.checkpointFile);
+  }
+
+  /** Failed writes waiting for another try. */
+  get owed(): number {
+    return this.#owed.size;
+  }
+
+  /**
+   * Stop trying failed writes again, after one last try of each now (the
+   * keeper closes); what still fails is said, once per file.
+   */
+  settle(): void {
+    this.#stopped = true;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    for (const [file, owed] of [...this.#owed]) {
+      this.#owed.delete(file);
+      const { prepared } = owed;
+      const written = failOpen((): true | undefined => {
+        const held = this.#holds(prepared.item.info);
+        if (held && this.#shared.fileLanded(prepared.item.info.slot) >= prepared.seq) return;
+        persistBlock(file, prepared.block, held ? this.#lock(prepared) : undefined);
+        return true;
+      }, (error) => {
+        this.#sinks.log(
+          "error",
+          `the checkpoint to ${file} was not written (${owed.failures + 1} tries; the last: ${
+            errorText(error)
+          })`,
+          prepared.item.info.runId,
+        );
+        return undefined;
+      });
+      if (written) this.#landed(prepared, owed);
+    }
+  }
+
+  /** Whether the run still holds the slot it was given (its shared figures are its own). */
+  #holds(info: RunInfo): boolean {
+    return this.#shared.live(info.slot) && this.#shared.gen(info.slot) === info.gen;
   }
 
   /** The run's file lock in the shared table: one thread at a time rewrites a run's file. */
@@ -423,25 +500,40 @@ export class CheckpointWriter {
    * would, its run's file lock held. Never rejects.
    */
   async writeMany(items: PendingWrite[]): Promise<void> {
-    const prepared = items.map((item) => this.prepare(item)).filter((p) => p !== undefined);
-    if (prepared.length === 0) return;
-    let results: Array<Error | undefined>;
+    if (items.length === 0) return;
+    // Each record is made as its lane comes to it: the first files land while later ones wait.
+    // Until then the run's slot says a record is due, so a run that ends first writes its end
+    // record, file or no file (a record is never made from a slot its run let go).
+    const prepared: Array<Prepared | undefined> = items.map(() => undefined);
+    const due = items.map((item) => this.#holds(item.info));
+    items.forEach((item, i) => due[i] && this.#shared.writesDue(item.info.slot, 1));
+    let results: Array<Error | undefined | typeof SKIPPED>;
     try {
-      results = await persistBlocks(
-        prepared.map((p) => ({
-          file: p.item.info.checkpointFile,
-          block: p.block,
-          lock: this.#lock(p),
-        })),
-        { concurrency: BATCH_CONCURRENCY },
+      results = await writeBurst(
+        items.map((item) => item.info.checkpointFile),
+        (i) => {
+          const item = items[i]!;
+          if (!this.#holds(item.info)) return undefined; // ended: its end record says it all
+          const p = prepared[i] = this.prepare(item);
+          if (due[i]) {
+            due[i] = false;
+            this.#shared.writesDue(item.info.slot, -1);
+          }
+          return p && { block: p.block, lock: this.#lock(p) };
+        },
+        BATCH_CONCURRENCY,
       );
     } catch (error) {
-      results = prepared.map(() => error instanceof Error ? error : new Error(String(error)));
+      results = items.map(() => error instanceof Error ? error : new Error(String(error)));
     }
+    items.forEach((item, i) => {
+      if (due[i] && this.#holds(item.info)) this.#shared.writesDue(item.info.slot, -1);
+    });
     prepared.forEach((p, i) => {
-      const error = results[i];
-      if (error) this.#failed(p.item.info, error);
-      else this.#done(p);
+      const result = results[i];
+      if (p === undefined || result === SKIPPED) return;
+      if (result) this.#failed(p, result);
+      else this.#landed(p);
     });
   }
 
@@ -460,21 +552,219 @@ export class CheckpointWriter {
     }
     return failOpen((): Prepared => {
       const record = buildRecord(info, this.#shared, settings, event, source, now);
-      return { item, record, block: renderBlock(record) };
-    }, (error) => this.#failed(info, error));
+      const seq = this.#holds(info) ? this.#shared.nextFileSeq(info.slot) : 0;
+      return { item, record, block: renderBlock(record), seq };
+    }, (error) => {
+      this.#sinks.log(
+        "error",
+        `could not make the checkpoint for ${info.checkpointFile}: ${errorText(error)}`,
+        info.runId,
+      );
+      return undefined;
+    });
   }
 
-  #failed(info: RunInfo, error: unknown): undefined {
-    this.#sinks.log(
-      "error",
-      `could not persist the checkpoint to ${info.checkpointFile}: ${errorText(error)}`,
-      info.runId,
-    );
+  /**
+   * A write failed: said, and kept to try again (1 s, doubling to 30 s) until
+   * it or a newer record for the file lands. A file the library refuses to
+   * touch (a FIFO, a file with several links, one too large) is not tried again.
+   */
+  #failed(prepared: Prepared, error: unknown): undefined {
+    const info = prepared.item.info;
+    const file = info.checkpointFile;
+    const held = this.#holds(info);
+    if (held) this.#shared.fileWrite(info.slot, prepared.seq, false);
+    const retried = !(error instanceof RefusedError) && !this.#stopped;
+    const now = nowMs();
+    const owed = this.#owed.get(file);
+    if (owed?.prepared === prepared) {
+      owed.failures++;
+      owed.at = now + retryMs(owed.failures);
+      // Said again at 2, 4, 8 … tries: a disk full for hours costs a few lines.
+      if (Number.isInteger(Math.log2(owed.failures))) {
+        this.#sinks.log(
+          "warn",
+          `the checkpoint to ${file} is still not written after ${owed.failures} tries: ${
+            errorText(error)
+          }; next try in ${Math.round(retryMs(owed.failures) / 1000)}s`,
+          info.runId,
+        );
+      }
+    } else {
+      // A newer record for the file replaces an older one waiting (the run's, or a later run's).
+      const older = owed !== undefined && held && this.#holds(owed.prepared.item.info) &&
+        owed.prepared.seq > prepared.seq;
+      if (retried && !older) {
+        this.#owed.delete(file);
+        if (this.#owed.size >= MAX_OWED) this.#owed.delete(this.#owed.keys().next().value!);
+        this.#owed.set(file, { prepared, failures: 1, at: now + retryMs(1) });
+      }
+      this.#sinks.log(
+        "error",
+        `could not persist the checkpoint to ${file}: ${errorText(error)}${
+          retried ? "; it is tried again in 1s, and until it lands" : ""
+        }`,
+        info.runId,
+      );
+    }
+    this.#arm();
     return undefined;
   }
 
-  /** After a write: tell the host, and post the kanban comment. */
-  #done({ item, record }: Prepared): string {
+  /**
+   * After a write landed: the run's file state, the write no longer owed,
+   * then {@linkcode #done}; `late` when the file was owed a record (a run's
+   * end record, written after its earlier write failed).
+   */
+  #landed(prepared: Prepared, settled?: Owed, late = false): string {
+    const info = prepared.item.info;
+    const file = info.checkpointFile;
+    const held = this.#holds(info);
+    const stuck = stuckBytes(file);
+    if (stuck > 0 && held && !this.#stopped) {
+      // Lines the agent appended during the write could not follow it (a full disk): the file
+      // is written again, with them, until they are in it.
+      if (this.#owed.get(file)?.prepared !== prepared) {
+        this.#owed.set(file, { prepared, failures: 0, at: nowMs() + retryMs(1) });
+        this.#sinks.log(
+          "warn",
+          `${stuck} bytes appended to ${file} during its write are not in it yet (the disk refused them); it is written again until they are`,
+          info.runId,
+        );
+      } else this.#owed.get(file)!.at = nowMs() + retryMs(2);
+      this.#arm();
+    }
+    if (held && this.#shared.fileState(info.slot) === "pending") late = true;
+    if (held) this.#shared.fileWrite(info.slot, prepared.seq, true);
+    const owed = this.#owed.get(file) ?? settled;
+    if (owed !== undefined) late = true;
+    if (
+      stuck === 0 && owed !== undefined &&
+      (owed.prepared === prepared || owed.prepared.seq <= prepared.seq ||
+        !this.#holds(owed.prepared.item.info))
+    ) {
+      this.#owed.delete(file);
+      if (owed.prepared === prepared) {
+        this.#sinks.log(
+          "info",
+          owed.failures === 0
+            ? `the lines appended to ${file} during its write are in it now`
+            : `the checkpoint to ${file} is written, after ${owed.failures} failed tr${
+              owed.failures === 1 ? "y" : "ies"
+            }`,
+          info.runId,
+        );
+      }
+    }
+    const written = this.#done(prepared);
+    if (late && this.#sinks.writtenLate) {
+      const tell = this.#sinks.writtenLate;
+      failOpen(() => tell(this.#eventOf(prepared)), () => {/* the sink logs its own */});
+    }
+    return written;
+  }
+
+  /** The next try of the failed writes, at the earliest one's time. */
+  #arm(): void {
+    if (this.#timer !== undefined || this.#retrying || this.#stopped || this.#owed.size === 0) {
+      return;
+    }
+    let at = Infinity;
+    for (const owed of this.#owed.values()) at = Math.min(at, owed.at);
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.#retry();
+    }, Math.max(0, Math.ceil(at - nowMs())));
+    // The host's process is not kept alive by it (its close() tries each write once more).
+    (this.#timer as { unref?: () => void }).unref?.();
+  }
+
+  /** One synchronous try of a failed write (the main thread's), its run's file lock held. */
+  #retrySync(owed: Owed, lock: FileLock | undefined): void {
+    const { prepared } = owed;
+    const info = prepared.item.info;
+    const file = info.checkpointFile;
+    const locked = lock?.take(FILE_LOCK_WAIT_MS) ?? false;
+    let written = false;
+    try {
+      if (this.#owed.get(file) !== owed) return; // a newer record took its place meanwhile
+      if (
+        lock && this.#shared.fileLanded(info.slot) >= prepared.seq && stuckBytes(file) === 0
+      ) {
+        this.#owed.delete(file); // a record as new is in the file already
+        return;
+      }
+      ensureDir(path.dirname(file));
+      runSync(persistSteps(file, prepared.block, true));
+      written = true;
+    } catch (error) {
+      this.#failed(prepared, error);
+    } finally {
+      if (locked) lock!.release();
+    }
+    if (written) this.#landed(prepared);
+  }
+
+  /** Try the failed writes that are due, one at a time, off the thread's hot path. */
+  async #retry(): Promise<void> {
+    if (this.#retrying || this.#stopped) return;
+    this.#retrying = true;
+    try {
+      const now = nowMs();
+      for (const owed of [...this.#owed.values()]) {
+        if (this.#stopped || this.#shared.closing()) break;
+        if (owed.at <= now) await this.#retryOne(owed);
+      }
+    } finally {
+      this.#retrying = false;
+      this.#arm();
+    }
+  }
+
+  async #retryOne(owed: Owed): Promise<void> {
+    const { prepared } = owed;
+    const info = prepared.item.info;
+    const file = info.checkpointFile;
+    const held = this.#holds(info);
+    if (!held && !isMainThread) {
+      // The run ended: its end record (the main thread's) carries what this one would have.
+      this.#owed.delete(file);
+      return;
+    }
+    const lock = held ? this.#lock(prepared) : undefined;
+    let locked = false;
+    if (isMainThread) {
+      // On the host's thread a try is one synchronous write, as a hook's is: a lock held across
+      // an await there would make the next hook's write of the file wait out the lock.
+      this.#retrySync(owed, lock);
+      return;
+    }
+    try {
+      locked = (await lock?.takeAsync(FILE_LOCK_WAIT_MS)) ?? false;
+      if (this.#owed.get(file) !== owed) return; // a newer record took its place meanwhile
+      if (held && this.#shared.fileLanded(info.slot) >= prepared.seq && stuckBytes(file) === 0) {
+        this.#owed.delete(file); // a record as new is in the file already
+        return;
+      }
+      // Counted as the watchdog's write in flight: a run's end waits for it, a close stops it.
+      if (!isMainThread && !this.#shared.writing(true)) return;
+      try {
+        ensureDir(path.dirname(file));
+        await runAsync(persistSteps(file, prepared.block, true));
+      } finally {
+        if (!isMainThread) this.#shared.writing(false);
+      }
+    } catch (error) {
+      this.#failed(prepared, error);
+      return;
+    } finally {
+      if (locked) lock!.release();
+    }
+    this.#landed(prepared);
+  }
+
+  /** What the host is told of a written record. */
+  #eventOf({ item, record }: Prepared): CheckpointEvent {
     const { info, event, source } = item;
     const written: CheckpointEvent = {
       runId: info.runId,
@@ -484,7 +774,14 @@ export class CheckpointWriter {
       persistedAt: record.persistedAt,
     };
     if (event.kind === "tier") written.tier = event.tier;
-    this.#sinks.written(written);
+    return written;
+  }
+
+  /** After a write: tell the host, and post the kanban comment. */
+  #done(prepared: Prepared): string {
+    const { item, record } = prepared;
+    const { info } = item;
+    this.#sinks.written(this.#eventOf(prepared));
     const once = COMMENT_ONCE[record.kind];
     if (
       info.taskId !== undefined && record.kind !== "end" &&
@@ -521,7 +818,11 @@ export interface HostCallbacks {
  */
 export interface WriteListeners {
   /** The run ledger's main-thread feed: its store, while open. */
-  readonly ledger: { readonly store: { fileWritten?(event: CheckpointEvent): void } | undefined };
+  readonly ledger: {
+    readonly store: { fileWritten?(event: CheckpointEvent): void } | undefined;
+    /** A file landed after a failed write: an ended run's row says so again. */
+    written?(file: string): void;
+  };
   /** The tracer, told of every write once `spans` (it never throws). */
   readonly tracing: { written(event: CheckpointEvent): void } | undefined;
   /** Whether a run has a span. */
@@ -550,7 +851,9 @@ function callOut(call: () => unknown, failed: (error: unknown, threw: boolean) =
  *
  * @param log Where failures of the host's code go.
  * @param host The host's callbacks.
- * @param listeners Who else hears of each write, as they are at that write.
+ * @param listeners Who else hears of each write, as they are at that write
+ * (the run ledger's feed also of a write that landed after a failed one: an
+ * ended run whose file was written late gets its row again).
  * @returns The sinks.
  *
  * @example
@@ -579,6 +882,7 @@ export function hostSinks(
   return {
     log,
     comment: (comment) => postComment(log, host, comment),
+    writtenLate: (event) => listeners.ledger.written?.(event.file),
     written: (event) => {
       const store = listeners.ledger.store;
       if (store?.fileWritten) {
@@ -614,479 +918,4 @@ function postComment(log: Log, host: HostCallbacks, comment: KanbanComment): voi
     },
     (error) => log("warn", `posting the task comment failed: ${errorText(error)}`, comment.taskId),
   );
-}
-
-// The persist of a block: every byte the agent wrote kept, the file's lock held.
-
-const notRegular = (file: string, st: fs.Stats) =>
-  new Error(`${file} is a ${kindOf(st)}, not a regular file; the checkpoint was not written`);
-class LinkedError extends Error {}
-const linked = (file: string, st: fs.Stats) =>
-  new LinkedError(
-    `${file} has ${st.nlink} hard links, so it may be another file's content; ` +
-      "the checkpoint was not written and the file was left as it is",
-  );
-const tooLarge = (file: string, size: number) =>
-  new Error(
-    `${file} is ${MiB(size)}, over the ${
-      MiB(MAX_CHECKPOINT_BYTES)
-    } a checkpoint file may hold; the checkpoint was not written and the file was left as it is`,
-  );
-
-/** Full re-reads before a persist gives up on a file that keeps changing. */
-const MAX_TRIES = 5;
-/** Appends folded into the temporary file before the rename, per try. */
-const MAX_ROUNDS = 8;
-/** Replaced inodes held open in all, across files (the least recently persisted file's go first). */
-const MAX_HELD = 64;
-/**
- * Replaced inodes held per file: at least the last 3, and any replaced in the
- * last 2 s up to 16, so a writer delayed between its open and its write (a
- * busy machine) loses nothing.
- */
-const GENERATIONS = 3;
-const HOLD_MS = 2000;
-const MAX_GENERATIONS = 16;
-
-/** A replaced inode, held open, and how much of it the file at the path already holds. */
-interface Replaced {
-  fd: number;
-  offset: number;
-  /** Whether late bytes reached it at the last persist (a writer keeps it open). */
-  active?: boolean;
-  /** When it was replaced, ms since the epoch. */
-  since: number;
-}
-
-/**
- * The replaced inodes of each recently persisted file, oldest first: an agent
- * that opened the file just before a rename (or keeps it open) writes there,
- * and the next persist carries those bytes over. Main thread only.
- */
-const held = new Map<string, Replaced[]>();
-
-const EMPTY = new Uint8Array(0);
-const concat = (a: Uint8Array, b: Uint8Array) => (b.length === 0 ? a : Buffer.concat([a, b]));
-const prefixEqual = (bytes: Uint8Array, prefix: Uint8Array) =>
-  bytes.length >= prefix.length &&
-  Buffer.compare(
-      Buffer.from(bytes.buffer, bytes.byteOffset, prefix.length),
-      Buffer.from(prefix.buffer, prefix.byteOffset, prefix.length),
-    ) === 0;
-const sameInode = (a: fs.Stats | undefined, b: fs.Stats) =>
-  a !== undefined && a.ino === b.ino && a.dev === b.dev;
-
-/** Bytes written to a replaced (unlinked) inode past `offset`; none while it still has a name. */
-function* lateBytes(fd: number, offset: number): Steps<Uint8Array> {
-  try {
-    const st = (yield { op: "fstat", fd }) as fs.Stats;
-    if (st.nlink !== 0 || st.size <= offset) return EMPTY;
-    const bytes = yield* readUpTo(fd, offset, MAX_CHECKPOINT_BYTES, st.size - offset);
-    return bytes.length > MAX_CHECKPOINT_BYTES ? bytes.subarray(0, MAX_CHECKPOINT_BYTES) : bytes;
-  } catch {
-    return EMPTY;
-  }
-}
-
-function* hold(file: string, replaced: Replaced[]): Steps<void> {
-  if (!isMainThread) {
-    // A worker thread can be terminated at any moment, and its descriptors would leak.
-    for (const r of replaced) yield* closeQuietly(r.fd);
-    return;
-  }
-  // Another persist of this file (another batch, or a hook between a batch's steps) held some too.
-  const also = held.get(file);
-  if (also) replaced = [...also, ...replaced];
-  const now = Date.now();
-  while (replaced.length > GENERATIONS) {
-    // A file a writer still writes to is kept over a quiet one, a recent one over an old one.
-    let drop = replaced.findIndex((r) => !r.active && now - r.since >= HOLD_MS);
-    if (drop === -1 && replaced.length > MAX_GENERATIONS) {
-      drop = Math.max(0, replaced.findIndex((r) => !r.active));
-    }
-    if (drop === -1) break;
-    const [dropped] = replaced.splice(drop, 1);
-    yield* closeQuietly(dropped!.fd);
-  }
-  held.delete(file);
-  let count = replaced.length;
-  for (const list of held.values()) count += list.length;
-  while (count > MAX_HELD && held.size > 0) {
-    const [oldest, list] = held.entries().next().value!;
-    held.delete(oldest);
-    count -= list.length;
-    for (const r of list) yield* closeQuietly(r.fd);
-  }
-  held.set(file, replaced);
-}
-
-/** Append bytes to the file at its path (not through a link), flushed. */
-function* appendTo(file: string, bytes: Uint8Array): Steps<void> {
-  let out: number | undefined;
-  try {
-    out = (yield { op: "open", path: file, flags: APPEND_FLAGS }) as number;
-    yield { op: "write", fd: out, data: bytes, position: null };
-    yield { op: "fsync", fd: out };
-  } finally {
-    yield* closeQuietly(out);
-  }
-}
-
-/**
- * After the rename: copy what was appended to the replaced inode since it was
- * read (by a writer that opened it before the rename) to the end of the new
- * file. Returns how many bytes were copied.
- */
-function* copyLate(file: string, fd: number, base: Uint8Array): Steps<number> {
-  let copied = 0;
-  for (let round = 0; round < 3; round++) {
-    const st = (yield { op: "fstat", fd }) as fs.Stats;
-    const from = base.length + copied;
-    if (st.nlink !== 0 || st.size <= from) break;
-    if (round === 0) {
-      // Appended, not rewritten: the part already merged is unchanged.
-      const again = yield* readUpTo(fd, 0, MAX_CHECKPOINT_BYTES, base.length);
-      if (!prefixEqual(again, base)) break;
-    }
-    const late = yield* readUpTo(fd, from, MAX_CHECKPOINT_BYTES, st.size - from);
-    if (late.length === 0) break;
-    try {
-      yield* appendTo(file, late);
-    } catch {
-      break; // the next persist carries them over
-    }
-    copied += late.length;
-  }
-  return copied;
-}
-
-/** A try's outcome: the replaced inode to hold, "done" when there was none, or "retry". */
-type Try = Replaced | "done" | "retry";
-
-/** One try at a persist; "retry" when the file changed in a way that needs a fresh read. */
-function* persistTry(
-  file: string,
-  block: string,
-  carry: Uint8Array,
-  flushDir: boolean,
-  last: boolean,
-): Steps<Try> {
-  const st = yield* lstatIfThere(file);
-  if (st && !st.isSymbolicLink()) {
-    if (!st.isFile()) throw notRegular(file, st);
-    if (st.nlink > 1) throw linked(file, st);
-    if (st.size > MAX_CHECKPOINT_BYTES) throw tooLarge(file, st.size);
-  }
-  let fd: number | undefined;
-  let tfd: number | undefined;
-  let tmp: string | undefined;
-  let installed = false;
-  try {
-    let base: Uint8Array = EMPTY;
-    let seen: fs.Stats | undefined;
-    if (st?.isFile()) {
-      try {
-        fd = (yield { op: "open", path: file, flags: READ_FLAGS }) as number;
-      } catch (error) {
-        if (codeOf(error) === "ENOENT" || codeOf(error) === "ELOOP") return "retry";
-        throw error;
-      }
-      const opened = (yield { op: "fstat", fd }) as fs.Stats;
-      if (!opened.isFile() || !sameInode(st, opened)) return "retry";
-      base = yield* readUpTo(fd, 0, MAX_CHECKPOINT_BYTES, opened.size);
-      if (base.length > MAX_CHECKPOINT_BYTES) throw tooLarge(file, base.length);
-      seen = (yield { op: "fstat", fd }) as fs.Stats;
-    }
-    const merged = mergeBlock(concat(base, carry), block);
-    tmp = tempPath(file);
-    tfd = (yield { op: "open", path: tmp, flags: CREATE_FLAGS, mode: 0o644 }) as number;
-    if (seen) yield { op: "fchmod", fd: tfd, mode: seen.mode & 0o7777 };
-    yield { op: "write", fd: tfd, data: merged, position: 0 };
-    let length = merged.length;
-    // Flushed before the last check, so that only a rename lies between them.
-    yield { op: "fsync", fd: tfd };
-    for (let round = 0; fd !== undefined && seen; round++) {
-      const now = (yield { op: "fstat", fd }) as fs.Stats;
-      // The agent replaced the file (an editor's save): never clobber that.
-      if (!sameInode(yield* lstatIfThere(file), now)) return "retry";
-      const unchanged = now.size === base.length && now.mtimeMs === seen.mtimeMs &&
-        now.ctimeMs === seen.ctimeMs;
-      if (unchanged || last || round >= MAX_ROUNDS) break; // later appends: copyLate
-      if (now.size < base.length) return "retry";
-      const again = yield* readUpTo(fd, 0, MAX_CHECKPOINT_BYTES, now.size);
-      if (again.length > MAX_CHECKPOINT_BYTES) throw tooLarge(file, again.length);
-      if (!prefixEqual(again, base)) return "retry"; // rewritten, not appended
-      const appended = again.subarray(base.length);
-      yield { op: "write", fd: tfd, data: appended, position: length };
-      yield { op: "fsync", fd: tfd };
-      length += appended.length;
-      base = again;
-      seen = (yield { op: "fstat", fd }) as fs.Stats;
-    }
-    if (st?.isSymbolicLink() && !sameInode(yield* lstatIfThere(file), st)) return "retry";
-    const closing = tfd;
-    tfd = undefined;
-    yield { op: "close", fd: closing };
-    if (st) {
-      yield { op: "rename", from: tmp, to: file };
-    } else {
-      // A file the agent creates meanwhile must not be replaced: link() fails on it.
-      try {
-        yield { op: "link", from: tmp, to: file };
-      } catch (error) {
-        const code = codeOf(error);
-        if (code === "EEXIST") return "retry";
-        if (code !== "EPERM" && code !== "ENOTSUP" && code !== "ENOSYS" && code !== "EMLINK") {
-          throw error;
-        }
-        if (yield* lstatIfThere(file)) return "retry";
-        yield { op: "rename", from: tmp, to: file };
-        tmp = undefined;
-      }
-    }
-    installed = true;
-    if (tmp !== undefined) yield* unlinkQuietly(tmp);
-    if (flushDir) yield { op: "syncDir", dir: path.dirname(file) };
-    if (fd === undefined) return "done";
-    const copied = yield* copyLate(file, fd, base);
-    const replaced = { fd, offset: base.length + copied, since: Date.now() };
-    fd = undefined;
-    return replaced;
-  } finally {
-    yield* closeQuietly(tfd);
-    if (!installed && tmp !== undefined) yield* unlinkQuietly(tmp);
-    yield* closeQuietly(fd);
-  }
-}
-
-/** Files with more than one link for which the directory was swept again. */
-const relinked = new Set<string>();
-const MAX_RELINKED = 256;
-
-/**
- * The steps of one persist of `block` to `file` (no lock taken: the caller
- * holds it); `flushDir` flushes the directory after the rename.
- */
-export function* persistSteps(file: string, block: string, flushDir: boolean): Steps<void> {
-  yield { op: "sweep", dir: path.dirname(file) };
-  const older = held.get(file) ?? [];
-  held.delete(file);
-  let outcome: Try = "retry";
-  try {
-    const late: Uint8Array[] = [];
-    for (const r of older) late.push(yield* lateBytes(r.fd, r.offset));
-    const carry = late.length === 0 ? EMPTY : Buffer.concat(late);
-    for (let attempt = 1; attempt <= MAX_TRIES + 2 && outcome === "retry"; attempt++) {
-      try {
-        outcome = yield* persistTry(file, block, carry, flushDir, attempt >= MAX_TRIES);
-      } catch (error) {
-        // A writer killed between its link() and its unlink() leaves a second link: its
-        // temporary file. Sweep for it once per file, then judge the links again.
-        if (!(error instanceof LinkedError) || relinked.has(file)) throw error;
-        if (relinked.size >= MAX_RELINKED) relinked.clear();
-        relinked.add(file);
-        yield { op: "sweepNow", dir: path.dirname(file) };
-      }
-    }
-    if (outcome === "retry") {
-      throw new Error(`${file} kept changing while the checkpoint was written; it was not written`);
-    }
-    older.forEach((r, i) => {
-      r.offset += late[i]!.length;
-      r.active = late[i]!.length > 0;
-    });
-    // A writer that opened an older file even earlier may have written since.
-    for (const r of older) {
-      const more = yield* lateBytes(r.fd, r.offset);
-      if (more.length === 0) continue;
-      try {
-        yield* appendTo(file, more);
-        r.offset += more.length;
-        r.active = true;
-      } catch { /* the next persist looks again */ }
-    }
-  } finally {
-    const keep = outcome === "retry" || outcome === "done" ? older : [...older, outcome];
-    if (keep.length > 0) yield* hold(file, keep);
-  }
-}
-
-/**
- * A per-file lock that threads of one process share, so that one thread at a
- * time rewrites a checkpoint file (the run table's, for a live run).
- */
-export interface FileLock {
-  /** Take the lock, blocking the thread up to `ms`; whether it was taken. */
-  take(ms: number): boolean;
-  /** Take the lock, waiting up to `ms` without blocking the thread; whether it was taken. */
-  takeAsync(ms: number): Promise<boolean>;
-  /** Give it back; only after a `take` that returned true. */
-  release(): void;
-}
-
-/**
- * How long a write waits for another thread's write of the same file, in
- * ms; past the wait, the write goes ahead anyway.
- *
- * @example
- * ```ts
- * import { FILE_LOCK_WAIT_MS } from "./persist.ts";
- * import assert from "node:assert/strict";
- *
- * assert.equal(FILE_LOCK_WAIT_MS, 2000);
- * ```
- */
-export const FILE_LOCK_WAIT_MS = 2000;
-
-/**
- * Replace (or append) the plugin's block in a checkpoint file, atomically,
- * keeping every byte the agent wrote. The directory is created when missing.
- * This, and {@linkcode persistBlocks} for a burst, is how every checkpoint
- * file is written.
- *
- * An agent may write to the file meanwhile: appends made while the new
- * content is prepared are folded in before the rename, other changes make it
- * start over (up to five times), appends that reach the replaced file after
- * the rename are copied to the new one, and (on the main thread) bytes
- * written even later through a descriptor the agent kept open are carried
- * over by the next persist. A file the agent creates or replaces meanwhile is
- * never clobbered.
- *
- * A symbolic link at the path is replaced by a regular file, never followed;
- * a FIFO, device or directory there, a file with more than one hard link, or
- * a file over 4 MiB, is refused with an error and left as it is. A replaced
- * file keeps its permissions. Only a block with the library's data line is
- * replaced: a copy of the markers the agent made without one is its text.
- *
- * @param file The checkpoint file.
- * @param block The block, markers included (see `renderBlock`).
- * @param lock The file's lock, held for the write (waiting up to
- * {@linkcode FILE_LOCK_WAIT_MS} for another thread's write).
- * @throws {Error} When the file cannot be written; the file is then unchanged.
- *
- * @example
- * ```ts
- * import { persistBlock } from "./persist.ts";
- * import assert from "node:assert/strict";
- * import { appendFileSync, mkdtempSync, readFileSync } from "node:fs";
- * import { tmpdir } from "node:os";
- * import { join } from "node:path";
- *
- * const file = join(mkdtempSync(join(tmpdir(), "ac-")), "run.md");
- * const block = (text: string) =>
- *   `<!-- agent-checkpoint:begin -->\n${text}\n<!-- agent-checkpoint:data {"v":1} -->\n` +
- *   "<!-- agent-checkpoint:end -->";
- * persistBlock(file, block("one"));
- * appendFileSync(file, "my notes\n");
- * persistBlock(file, block("two"));
- * assert.equal(readFileSync(file, "utf8"), `${block("two")}\nmy notes\n`);
- * ```
- */
-export function persistBlock(file: string, block: string, lock?: FileLock): void {
-  const locked = lock?.take(FILE_LOCK_WAIT_MS) ?? false;
-  try {
-    ensureDir(path.dirname(file));
-    runSync(persistSteps(file, block, true));
-  } finally {
-    if (locked) lock!.release();
-  }
-}
-
-/** One checkpoint file to write in a burst. */
-export interface BlockWrite {
-  /** The checkpoint file. */
-  file: string;
-  /** The block, markers included. */
-  block: string;
-  /** The file's lock, held for its write, as {@linkcode persistBlock} holds it. */
-  lock?: FileLock;
-}
-
-/** Options of {@linkcode persistBlocks}. */
-export interface PersistBlocksOptions {
-  /**
-   * How many files are written at once.
-   *
-   * @default {16}
-   */
-  concurrency?: number;
-}
-
-/**
- * Persist a burst of blocks concurrently, each as {@linkcode persistBlock}
- * writes it (its lock held, waited for without blocking the thread): each
- * file's temporary file is flushed before it is renamed, and each directory
- * is flushed once, after the batch's renames. Writes to the same file are
- * made in the order given.
- *
- * @param items The files, their blocks and their locks.
- * @param options How many writes are in flight at once.
- * @returns One entry per item, in order: undefined when it was written, else
- * the error that left its file unchanged.
- * @throws {RangeError} When `concurrency` is not a positive integer.
- *
- * @example
- * ```ts
- * import { persistBlocks } from "./persist.ts";
- * import assert from "node:assert/strict";
- * import { mkdtempSync, readFileSync } from "node:fs";
- * import { tmpdir } from "node:os";
- * import { join } from "node:path";
- *
- * const dir = mkdtempSync(join(tmpdir(), "ac-"));
- * const block = "<!-- agent-checkpoint:begin -->\n<!-- agent-checkpoint:data {\"v\":1} -->\n" +
- *   "<!-- agent-checkpoint:end -->";
- * const items = ["a", "b", "c"].map((n) => ({ file: join(dir, `${n}.md`), block }));
- * assert.deepEqual(await persistBlocks(items), [undefined, undefined, undefined]);
- * assert.equal(readFileSync(join(dir, "b.md"), "utf8"), `${block}\n`);
- * ```
- */
-export async function persistBlocks(
-  items: BlockWrite[],
-  options: PersistBlocksOptions = {},
-): Promise<Array<Error | undefined>> {
-  const concurrency = options.concurrency ?? 16;
-  if (!Number.isInteger(concurrency) || concurrency < 1) {
-    throw new RangeError(`concurrency must be a positive integer, got ${concurrency}`);
-  }
-  const results: Array<Error | undefined> = items.map(() => undefined);
-  const byFile = new Map<string, number[]>();
-  items.forEach((item, i) => {
-    const list = byFile.get(item?.file);
-    if (list) list.push(i);
-    else byFile.set(item?.file, [i]);
-  });
-  const groups = [...byFile.values()];
-  const dirs = new Set<string>();
-  let next = 0;
-  const lane = async () => {
-    while (next < groups.length) {
-      for (const i of groups[next++]!) {
-        const { file, block, lock } = items[i] ?? {};
-        let locked = false;
-        try {
-          if (typeof file !== "string" || typeof block !== "string") {
-            throw new TypeError(`item ${i} needs a file and a block, got ${typeof file}`);
-          }
-          locked = (await lock?.takeAsync(FILE_LOCK_WAIT_MS)) ?? false;
-          ensureDir(path.dirname(file));
-          await runAsync(persistSteps(file, block, false));
-          dirs.add(path.dirname(file));
-        } catch (error) {
-          results[i] = error instanceof Error ? error : new Error(String(error));
-        } finally {
-          if (locked) lock!.release();
-        }
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, groups.length) }, lane));
-  await Promise.all(
-    [...dirs].map((dir) =>
-      runAsync((function* (): Steps<void> {
-        yield { op: "syncDir", dir };
-      })())
-    ),
-  );
-  return results;
 }

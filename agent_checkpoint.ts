@@ -153,7 +153,7 @@ export class AgentCheckpoint {
   readonly #sinks: WriterSinks;
   /** Who besides the host hears of each write (the writer's sinks read it at each write). */
   readonly #listeners: {
-    ledger: { readonly store: LedgerStore | undefined };
+    ledger: { readonly store: LedgerStore | undefined; written?(file: string): void };
     tracing: Tracing | undefined;
     spans: boolean;
   } = { ledger: { store: undefined }, tracing: undefined, spans: false };
@@ -555,6 +555,8 @@ export class AgentCheckpoint {
     if (this.#closed) return;
     this.#closed = true;
     this.#shared.beginClose();
+    // A checkpoint write that failed (a full disk) is tried once more, before the runs' records.
+    this.#writer.settle();
     const ledgerClosed = this.#ledger.close();
     const runs = this.#slots.runs;
     for (let slot = 0; slot < runs.length; slot++) {

@@ -20,9 +20,16 @@ import {
   type SettingsLayer,
   type SettingSource,
 } from "./settings.ts";
-import { errorText, isMapping, nonEmptyText as text } from "./_show.ts";
 import { parseYaml } from "./_yaml.ts";
-import { createLog, failOpen, type HostLogger, type Log } from "./log.ts";
+import {
+  createLog,
+  errorText,
+  failOpen,
+  type HostLogger,
+  isMapping,
+  type Log,
+  nonEmptyText as text,
+} from "./log.ts";
 import { RunTable, type RunTableBuffers } from "./_run_table.ts";
 import { CheckpointWriter, type WriterSinks } from "./_writer.ts";
 

@@ -31,7 +31,7 @@ import {
   settingsFrom,
   type SettingsOptions,
 } from "./config.ts";
-import { errorText, nonEmptyText as text, show } from "./_show.ts";
+import { errorText, nonEmptyText as text, show } from "./log.ts";
 import { nothingAt } from "./_file_ops.ts";
 
 /** The host's description of a run. */

@@ -11,8 +11,8 @@
  * The public face of the checkpoint file, which the rest of the library
  * imports; each job lives in a private module: the atomic write with the
  * file-system steps it is made of in `_file_ops.ts`, the block persist and
- * the burst with the one writer in `_writer.ts`, the reader in `_file_ops.ts`;
- * file names are made here.
+ * the burst in `_write_steps.ts`, the reader in `_file_ops.ts`; file names
+ * are made here.
  *
  * @module
  */
@@ -26,7 +26,7 @@ export {
   persistBlock,
   persistBlocks,
   type PersistBlocksOptions,
-} from "./_writer.ts";
+} from "./_write_steps.ts";
 export {
   type CheckpointFile,
   type FileState,

@@ -35,7 +35,6 @@ import {
   type CheckpointEvent,
   type CheckpointWriter,
   encodeRunInfo,
-  FILE_LOCK_WAIT_MS,
   MAX_NOTES,
   type PersistEvent,
   type RunInfo,
@@ -43,6 +42,7 @@ import {
   tierMessage,
   usageTotals,
 } from "./_writer.ts";
+import { FILE_LOCK_WAIT_MS } from "./_write_steps.ts";
 
 /**
  * The earlier attempt of a resumed run, as the run ledger recorded it (where
@@ -1536,13 +1536,18 @@ export class Run {
       const prepared = settings.enabled
         ? ctx.writer.prepare({ info: this.#info, settings, event, source: "host", now })
         : undefined;
+      // A run whose file a failed write still owes gets its end record, file or no file; so does
+      // one whose record the watchdog's burst has yet to make (it makes none once the run ends).
+      const owed = prepared !== undefined && ctx.writer.owes(this.#info);
+      const due = prepared !== undefined && ctx.shared.writeDue(this.#info.slot);
       ctx.ended(
         this.#info,
         event.summary === undefined ? { status } : { status, summary: event.summary },
       );
       if (!prepared) return;
       const commit = () => {
-        if (fileExists(this.checkpointFile)) ctx.writer.commit(prepared);
+        const late = owed || ctx.writer.owes(this.#info);
+        if (late || due || fileExists(this.checkpointFile)) ctx.writer.commit(prepared, late);
       };
       if (ctx.shared.watchdogWriting()) {
         return ctx.shared.writesDone(END_WAIT_MS).then(commit).catch((error) =>

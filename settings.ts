@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { isMapping, show } from "./_show.ts";
+import { isMapping, show } from "./log.ts";
 
 /** A JSON Schema fragment: the keywords the settings' schema uses. */
 export interface JsonSchema {

@@ -12,7 +12,7 @@ import {
   SettingsSource,
 } from "../config.ts";
 import { createAgentCheckpoint } from "../mod.ts";
-import { SHOW_LIMIT } from "../_show.ts";
+import { SHOW_LIMIT } from "../log.ts";
 import { RunContext } from "../run.ts";
 import { nowMs, RunTable } from "../_run_table.ts";
 import { CheckpointWriter } from "../_writer.ts";

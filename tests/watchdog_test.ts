@@ -620,3 +620,36 @@ test("a run the watchdog stopped watching for its budget still gets its tool_tim
   assert.equal(record(run.checkpointFile)?.timedOut?.callId, "c9");
   await ac.close();
 });
+
+test("the stall record fires at its window, not before and not at twice it (on the run's clock)", async () => {
+  // The run's clock is moved, not waited for: its start and last hook call are put back in the
+  // shared table (a fake clock for the one run), and its description republished so the
+  // watchdog weighs it at its next look. A window of 100 s is never waited in real time.
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: {},
+    settings: { stall_window_seconds: 100 },
+  });
+  try {
+    const run = ac.startRun({ sessionId: "s", caps: { turns: 1000 } });
+    run.preLlmCall(); // starts the watchdog; the silence starts now
+    const table = ac.sharedRuns;
+    const silentFor = async (seconds: number) => {
+      table.rewind(run.slot, seconds * 1000);
+      const info = table.readInfo(run.slot)!;
+      assert.ok(table.writeInfo(run.slot, new TextEncoder().encode(info.text)));
+      assert.ok(await watchdogLooks(table, 2), "the watchdog looked again");
+    };
+    await silentFor(90); // 0.9 of the window
+    assert.equal(record(run.checkpointFile), undefined, "no stall record before the window");
+    await silentFor(20); // 1.1 of the window: due now, long before twice it
+    const stall = record(run.checkpointFile);
+    assert.equal(stall?.kind, "stall", "the stall record is written once the window has passed");
+    assert.ok(
+      stall!.silentSeconds! >= 100 && stall!.silentSeconds! < 200,
+      `${stall!.silentSeconds}`,
+    );
+  } finally {
+    await ac.close();
+  }
+});
