@@ -18,9 +18,10 @@ import type { RunStore, StoreOptions } from "./types.ts";
 import { isPostgresUrl, openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
 import { openPgBridge, type PgBridge, PortStore } from "./_pg_bridge.ts";
 import type { MessagePort } from "node:worker_threads";
+import { nameMachine } from "./_host.ts";
 
 export * from "./types.ts";
-export { here, processStart, thisHost } from "./_host.ts";
+export { here, nameMachine, processStart, thisHost } from "./_host.ts";
 export {
   isCorruptError,
   NO_DRIVER,
@@ -65,6 +66,8 @@ export function openStore(
     setAside?: boolean;
   },
 ): SqliteRunStore | undefined {
+  // Runs are recorded under the machine name the settings give (`machine`), in every thread.
+  nameMachine(options.settings.machine);
   const file = storeFile(options.home);
   try {
     const open: Parameters<typeof openSqliteStore>[0] = {
@@ -144,6 +147,7 @@ export function openRunStore(
   },
 ): SqliteRunStore | PgRunStore | PgBridge | PortStore | undefined {
   const url = options.settings.store;
+  nameMachine(options.settings.machine);
   return isPostgresUrl(url) ? openFleet(options, url) : openStore(options);
 }
 
