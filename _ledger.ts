@@ -25,11 +25,13 @@ import type { TreeRow } from "./_tree.ts";
 import type {
   AttemptStart,
   CallInFlight,
+  FencedRecord,
   Heartbeat,
   HostId,
   PriorUse,
   RunRecord,
   RunView,
+  StartOptions,
   WriteBatch,
 } from "./store/types.ts";
 
@@ -42,10 +44,12 @@ export interface LedgerStore {
    * next is made (the embedded store): the worker's batch never lives whole.
    */
   writeEachSync?(records: Iterable<RunRecord>, heartbeat?: Heartbeat): void;
-  startAttemptSync?(
-    record: RunRecord,
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
-  ): AttemptStart;
+  startAttemptSync?(record: RunRecord, options?: StartOptions): AttemptStart;
+  /**
+   * The records refused since the last call because their attempt lost the
+   * run to a later one (the store's fencing), each said once.
+   */
+  takeFenced?(): FencedRecord[];
   latestSync?(runId: string): RunView | undefined;
   /** The newest attempt of every run in the tree rooted at `root` (trees sharing a budget). */
   treeSync?(root: string): TreeRow[];

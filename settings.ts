@@ -563,7 +563,7 @@ export const SETTINGS = {
   machine: spec(
     "The machine name runs are recorded under: empty for the host name (the environment's AGENT_CHECKPOINT_MACHINE wins over the file).",
     "",
-    { type: "string", maxLength: 200, pattern: "^[^\\s]*$" },
+    { type: "string", pattern: "^[^\\s]{0,200}$" },
     (v) =>
       typeof v === "string" && v.length <= 200 && !/\s/.test(v)
         ? accept(v)

@@ -32,6 +32,7 @@ import type {
   RunRecord,
   RunStore,
   RunView,
+  StartOptions,
   StoreSummary,
   SummaryQuery,
   WriteBatch,
@@ -64,6 +65,8 @@ export interface BridgeData {
   url: string;
   hostTimeoutSeconds: number;
   fileMaxKb: number;
+  /** This process: the store thread's connection holds its lease. */
+  host: HostId;
   /** [answers posted, state, statements sent]. */
   flag: SharedArrayBuffer;
   reply: MessagePort;
@@ -75,7 +78,7 @@ export type ToBridge =
     type: "start";
     id: number;
     record: RunRecord;
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat };
+    options?: StartOptions;
   }
   | { type: "write"; records: RunRecord[] }
   | { type: "file"; runId: string; file: string; host: HostId }
@@ -163,6 +166,7 @@ export class PgBridge implements RunStore {
       url: options.url,
       hostTimeoutSeconds: options.hostTimeoutSeconds,
       fileMaxKb: options.fileMaxKb,
+      host: thisHost(),
       flag: this.#flag.buffer as SharedArrayBuffer,
       reply: port2,
     };
@@ -219,10 +223,7 @@ export class PgBridge implements RunStore {
    * log line per outage; its record reaches the database with the next batch
    * after it returns.
    */
-  startAttemptSync(
-    record: RunRecord,
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
-  ): AttemptStart {
+  startAttemptSync(record: RunRecord, options?: StartOptions): AttemptStart {
     // The store thread says in the log why, once per outage.
     const provisional = (): AttemptStart => ({
       attempt: Math.max(1, Math.floor(options?.minAttempt ?? 1)),
@@ -329,10 +330,7 @@ export class PgBridge implements RunStore {
     return this.#reader;
   }
 
-  startAttempt(
-    record: RunRecord,
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
-  ): Promise<AttemptStart> {
+  startAttempt(record: RunRecord, options?: StartOptions): Promise<AttemptStart> {
     return this.#read().startAttempt(record, options);
   }
   latest(runId: string): Promise<RunView | undefined> {

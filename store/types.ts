@@ -156,6 +156,36 @@ export interface RunView {
   heartbeat?: Heartbeat;
   /** Live, ended or cut off, decided when read. */
   state: RunState;
+  /**
+   * Whether its process still holds its lease in the store (the fleet store:
+   * its connection's lock), when the store can tell: a live record whose
+   * lease is `free` is cut off at once.
+   */
+  lease?: LeaseState;
+}
+
+/** A lease as the store sees it: `held` by a process that is there, or `free`. */
+export type LeaseState = "held" | "free";
+
+/** What a second start of a live run does: setting `on_duplicate`. */
+export type OnDuplicate = "warn" | "refuse" | "take-over";
+
+/** What a start may ask of {@linkcode RunStore.startAttempt}. */
+export interface StartOptions {
+  /** The attempt number at least (the local file's count + 1). */
+  minAttempt?: number;
+  /** Start afresh as `minAttempt`, whatever the store holds (resume off). */
+  fresh?: boolean;
+  /** The starting process's heartbeat, written with the start. */
+  heartbeat?: Heartbeat;
+  /**
+   * When the newest attempt is live and its process holds its lease:
+   * `warn` (start anyway, the lease left with it), `refuse` (write nothing:
+   * the answer is `refused`) or `take-over` (start, and take the lease: the
+   * old attempt's later records are refused). Whatever it says, a start
+   * whose earlier attempt is not live takes the lease. @default {"warn"}
+   */
+  onDuplicate?: OnDuplicate;
 }
 
 /** What {@linkcode RunStore.startAttempt} gives the new attempt. */
@@ -164,6 +194,26 @@ export interface AttemptStart {
   attempt: number;
   /** The newest earlier record of the run id, when there was one. */
   previous?: RunView;
+  /**
+   * True when the start was refused (`onDuplicate: "refuse"` and a live
+   * holder, named by `previous`): nothing was written.
+   */
+  refused?: boolean;
+  /**
+   * True when this attempt took the run from a live record: every earlier
+   * attempt's later records are refused by the store (a fencing token).
+   */
+  fenced?: boolean;
+}
+
+/** A record the store refused: its attempt lost the run to a later one. */
+export interface FencedRecord {
+  /** The run id. */
+  runId: string;
+  /** The attempt whose record was refused. */
+  attempt: number;
+  /** The attempt that holds the run now. */
+  holder: number;
 }
 
 /** Live, ended or cut off. */
@@ -233,7 +283,7 @@ export interface RunStore {
    * records of the id are replaced. The record is stored with the attempt
    * given; the newest earlier record comes back as `previous`.
    */
-  startAttempt(record: RunRecord, options?: { minAttempt?: number }): Promise<AttemptStart>;
+  startAttempt(record: RunRecord, options?: StartOptions): Promise<AttemptStart>;
   /** The newest record of a run id, or undefined. */
   latest(runId: string): Promise<RunView | undefined>;
   /** Runs, the most recently started first: the newest attempt of each run id unless `runId` is given. */
@@ -264,14 +314,16 @@ export interface Vantage {
 /**
  * Whether a run is live, ended or cut off, from its record and its process's
  * heartbeat. A run that ended is never cut off. A live record is cut off when
- * its process is gone: on the same machine, its pid no longer runs with the
- * same start time; from anywhere, its heartbeat (or, without one, the record
- * itself) is older than `hostTimeoutSeconds`. Pure: where it is read comes in
- * as `vantage`.
+ * its process is gone: when the store says its lease is `free` (the fleet
+ * store: the server saw its connection end), at once, on every machine; on
+ * the same machine, its pid no longer runs with the same start time; from
+ * anywhere, its heartbeat (or, without one, the record itself) is older than
+ * `hostTimeoutSeconds`. Pure: where it is read comes in as `vantage`.
  *
  * @param record The run's record.
  * @param heartbeat Its process's heartbeat, when known.
  * @param vantage Now, the timeout, and this machine.
+ * @param lease Whether its process still holds its lease, when the store can tell.
  * @returns `live`, `ended` or `cut-off`.
  *
  * @example
@@ -295,14 +347,19 @@ export interface Vantage {
  *   "cut-off",
  * );
  * assert.equal(runState({ ...record, status: "done" }, undefined, vantage), "ended");
+ * // Its lease is free: the store's server saw its process go.
+ * assert.equal(runState(record, { host, at: 4_000, intervalSeconds: 1 }, vantage, "free"), "cut-off");
  * ```
  */
 export function runState(
   record: Pick<RunRecord, "status" | "host" | "updatedAt">,
   heartbeat: Heartbeat | undefined,
   vantage: Vantage,
+  lease?: LeaseState,
 ): RunState {
   if (record.status !== "live") return "ended";
+  // Its process's lease is gone (the store's server saw its connection end): at once.
+  if (lease === "free") return "cut-off";
   const host = record.host;
   if (host.machine === vantage.machine && host.pid > 0) {
     const start = vantage.processStart(host.pid);
