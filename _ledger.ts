@@ -84,7 +84,14 @@ export interface LedgerStore {
 }
 
 // Types only: the run store's records as the core speaks them, through this one module.
-export type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
+export type {
+  AttemptStart,
+  HostId,
+  PriorUse,
+  RunRecord,
+  RunView,
+  StartOptions,
+} from "./store/types.ts";
 
 /** The most records the worker keeps while the store cannot take them. */
 export const MAX_BACKLOG = 50_000;
@@ -177,6 +184,31 @@ export function endRecord(
 }
 
 const key = (r: RunRecord) => `${r.attempt}\u0000${r.runId}`;
+
+/** The attempts said to have lost their run, per log: each said once (bounded). */
+const lostSaid = new WeakMap<Log, Set<string>>();
+
+/**
+ * Say, once per attempt, which records the store refused because a later
+ * attempt took their run over (its fencing).
+ */
+export function sayLost(store: LedgerStore, log: Log): void {
+  const fenced = store.takeFenced?.();
+  if (!fenced || fenced.length === 0) return;
+  const said = lostSaid.get(log) ?? new Set<string>();
+  lostSaid.set(log, said);
+  for (const f of fenced) {
+    const k = `${f.attempt}\u0000${f.runId}`;
+    if (said.has(k)) continue;
+    if (said.size > 10_000) said.clear();
+    said.add(k);
+    log(
+      "warn",
+      `run id ${f.runId}: attempt ${f.attempt} lost the run to attempt ${f.holder}, which took it over; the store refuses this attempt's records from now on`,
+      f.runId,
+    );
+  }
+}
 
 /**
  * The worker's side: bring every changed run's record up to date once per
@@ -352,6 +384,7 @@ export class LedgerProgress {
         each.call(this.#store, this.#made(), heartbeat);
         this.#dueCount = 0;
         this.#written();
+        sayLost(this.#store, this.#log);
       } catch (error) {
         // Rolled back, and the records made for it are gone: made again, they wait in memory
         // as a whole batch's would.
@@ -372,6 +405,7 @@ export class LedgerProgress {
       if (heartbeat) write.heartbeat = heartbeat;
       await this.#store.write(write);
       this.#written();
+      sayLost(this.#store, this.#log);
     } catch (error) {
       // Back in, behind anything newer taken meanwhile.
       const newer = this.#backlog;
@@ -650,8 +684,10 @@ export class LedgerFeed {
     }
     failOpen(() => {
       store.heal?.();
-      if (store.writeSync) store.writeSync({ records: batch });
-      else {
+      if (store.writeSync) {
+        store.writeSync({ records: batch });
+        sayLost(store, this.#parts.log);
+      } else {
         store.write({ records: batch }).catch((error) => this.#keep(batch, what, error));
       }
       this.#pending = [];
