@@ -940,7 +940,7 @@ export class PgRunStore implements RunStore {
 
 /** The text a process's lease key is made of (hashed by the server). */
 const leaseName = (host: HostId) =>
-  `agent-checkpoint host ${host.machine}\u0000${host.pid}\u0000${host.start}`;
+  `agent-checkpoint host ${host.machine}\t${host.pid}\t${host.start}`;
 
 function heartbeatRow(heartbeat: Heartbeat): Record<string, unknown> {
   return {
