@@ -11,12 +11,7 @@ import { existsSync } from "node:fs";
 import { failOpen, type Log } from "./log.ts";
 import { ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { type EndStatus, MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
-import {
-  attemptHost,
-  type EarlierTrace,
-  type PreviousAttempt,
-  type RefusedStart,
-} from "./run.ts";
+import { attemptHost, type EarlierTrace, type PreviousAttempt, type RefusedStart } from "./run.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import type { RunInfo } from "./_writer.ts";

@@ -25,7 +25,7 @@
 import process from "node:process";
 import { tempHome } from "../tests/_helpers.ts";
 import { freshSchema } from "../tests/store/_pg.ts";
-import { machine, type Machine } from "../tests/store/_machines.ts";
+import { type Machine, machine } from "../tests/store/_machines.ts";
 import { openStore } from "../store/mod.ts";
 import { openPgStore } from "../store/postgres.ts";
 import type { RunStore } from "../store/types.ts";

@@ -26,7 +26,6 @@ import { openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
 import "./_pg_worker.ts";
 import type {
   AttemptStart,
-  Heartbeat,
   HostId,
   ListQuery,
   RunRecord,

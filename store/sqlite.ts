@@ -31,10 +31,10 @@ import {
   runState,
   type RunStore,
   type RunView,
+  type StartOptions,
   type StoreSummary,
   type SummaryQuery,
   type Vantage,
-  type StartOptions,
   type WriteBatch,
 } from "./types.ts";
 

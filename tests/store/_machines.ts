@@ -15,6 +15,8 @@ export interface StartAnswer {
   holder?: string;
   previous?: string;
   at: number;
+  /** The first prologue: the resume text of a resumed run. */
+  resume?: string;
   tries?: number;
 }
 

@@ -5,14 +5,18 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { tempHome } from "../_helpers.ts";
 import { admin, freshSchema, skipFleet } from "./_pg.ts";
-import { machine, type Machine } from "./_machines.ts";
+import { type Machine, machine } from "./_machines.ts";
 import { openPgStore } from "../../store/postgres.ts";
 import { openStore } from "../../store/mod.ts";
 import type { RunStore } from "../../store/types.ts";
+import { main } from "../../cli/mod.ts";
+import { memoryIo } from "../../cli/_io.ts";
 
 /** A fleet to test on: a store, and machines that share it. */
 interface Fleet {
   store: RunStore;
+  /** The store's URL, for the command line (the fleet store). */
+  url?: string;
   /** A machine of the fleet; `name` is its machine name where the fleet has several. */
   machine(name: string, settings: Record<string, unknown>): Machine;
   done(): Promise<void>;
@@ -26,6 +30,7 @@ async function pgFleet(): Promise<Fleet & { schema: string }> {
   const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
   return {
     schema: db.schema,
+    url: db.url,
     store,
     machine: (name, settings) => {
       const m = machine(tempHome(), { name, store: db.url, settings: { ...FAST, ...settings } });
@@ -108,10 +113,31 @@ for (const engine of ["postgres", "sqlite"] as const) {
           // A reader (`show`, `ls`, the web view) says cut off once the lease is gone.
           if (kill === 0) {
             assert.equal(await until(fleet.store, runId, (s) => s === "cut-off"), "cut-off");
+            if (fleet.url) {
+              const show = memoryIo();
+              const home = tempHome();
+              assert.equal(
+                await main(["show", runId, "--home", home, "--store", fleet.url], show.io),
+                0,
+              );
+              assert.match(show.stdout(), new RegExp(`^Run ${runId}, attempt 1: cut off`, "m"));
+              const ls = memoryIo();
+              assert.equal(
+                await main(
+                  ["ls", "--home", home, "--store", fleet.url, "--status", "cut-off"],
+                  ls.io,
+                ),
+                0,
+              );
+              assert.match(ls.stdout(), new RegExp(runId));
+            }
           }
           const started = await b.retry(runId);
           assert.equal(started.refused, false);
           assert.equal(started.previous, "cut-off");
+          // The resume text B's run gives the model says so too, not "still live".
+          assert.match(started.resume ?? "", /attempt \d+ cut off after/);
+          assert.doesNotMatch(started.resume ?? "", /still live/);
           assert.equal(started.attempt, held.attempt + 1);
           // Far within the 30 s heartbeat timeout (bounded lateness, not speed: see the bench).
           assert.ok(started.at - killedAt < 15_000, `${started.at - killedAt} ms`);
@@ -177,7 +203,9 @@ for (const engine of ["postgres", "sqlite"] as const) {
         assert.equal(old.record.status, "live", "the old attempt's end did not land");
         assert.ok(
           old.record.updatedAt <= took.at,
-          `the old attempt's record is from before the take-over (${old.record.updatedAt - took.at} ms after)`,
+          `the old attempt's record is from before the take-over (${
+            old.record.updatedAt - took.at
+          } ms after)`,
         );
         const newest = await fleet.store.latest(runId);
         assert.equal(newest?.record.attempt, took.attempt);
