@@ -281,17 +281,15 @@ $fn$;
 
 /** One batch and the heartbeat: one statement, so one round trip and one commit. */
 const writeSql = (s: string) => `
-WITH b0 AS (
+WITH b AS (
   SELECT * FROM json_to_recordset($1::text::json) AS b(run_id text, attempt integer, status text,
     machine text, pid integer, host_start text, started_at bigint, updated_at bigint,
     record json, file_content text, top boolean)
 ), fenced AS (
-  -- Records of attempts a later one took the run from: refused (a fencing token).
-  SELECT b0.run_id, b0.attempt, f.attempt AS holder FROM b0
-  JOIN ${s}.run_fences f ON f.run_id = b0.run_id AND f.attempt > b0.attempt
-), b AS (
-  SELECT * FROM b0 WHERE NOT EXISTS
-    (SELECT 1 FROM fenced x WHERE x.run_id = b0.run_id AND x.attempt = b0.attempt)
+  -- Records of attempts a later one took the run from: refused (a fencing token). Few runs
+  -- have a fence, so this reads the fences, not the batch.
+  SELECT b.run_id, b.attempt, f.attempt AS holder FROM ${s}.run_fences f
+  JOIN b ON b.run_id = f.run_id AND f.attempt > b.attempt
 ), hb AS (
   INSERT INTO ${s}.heartbeats AS h (machine, pid, host_start, at, interval_seconds)
   SELECT * FROM json_to_recordset($2::text::json) AS x(machine text, pid integer, host_start text,
@@ -313,6 +311,7 @@ WITH b0 AS (
     b.status, b.machine, b.pid, b.host_start, b.started_at, b.updated_at, b.record::text,
     b.file_content
   FROM b
+  WHERE NOT EXISTS (SELECT 1 FROM ${s}.run_fences f WHERE f.run_id = b.run_id AND f.attempt > b.attempt)
   ON CONFLICT (run_id, attempt) DO UPDATE SET
     status = excluded.status, machine = excluded.machine, pid = excluded.pid,
     host_start = excluded.host_start, updated_at = excluded.updated_at, record = excluded.record,
