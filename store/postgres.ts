@@ -921,9 +921,20 @@ export class PgRunStore implements RunStore {
           SELECT 1 FROM ${s}.runs r WHERE r.machine = h.machine AND r.pid = h.pid
           AND r.host_start = h.host_start)
         RETURNING 1
+      ), leases AS (
+        -- Leases of processes gone (their lock free) that no record names any more.
+        DELETE FROM ${s}.host_leases hl WHERE ${s}.lease_free(hl.key) AND NOT EXISTS (
+          SELECT 1 FROM ${s}.runs r WHERE r.machine = hl.machine AND r.pid = hl.pid
+          AND r.host_start = hl.host_start)
+        RETURNING 1
+      ), fences AS (
+        DELETE FROM ${s}.run_fences f
+        WHERE NOT EXISTS (SELECT 1 FROM ${s}.runs r WHERE r.run_id = f.run_id)
+        RETURNING 1
       )
       SELECT (SELECT count(*) FROM doomed) AS n, (SELECT count(*) FROM gone) AS g,
-        (SELECT count(*) FROM beats) AS b`,
+        (SELECT count(*) FROM beats) AS b, (SELECT count(*) FROM leases) AS l,
+        (SELECT count(*) FROM fences) AS f`,
       [String(Math.floor(before))],
     );
     return Number(rows[0]?.n ?? 0);
