@@ -59,6 +59,7 @@ async function sqliteFleet(): Promise<Fleet> {
   const store = {
     latest: (runId: string) => read()!.latest(runId),
     list: (query: Parameters<RunStore["list"]>[0]) => read()!.list(query),
+    summary: () => read()!.summary(),
     close: () => opened?.close() ?? Promise.resolve(),
   } as RunStore;
   return {
@@ -113,6 +114,8 @@ for (const engine of ["postgres", "sqlite"] as const) {
           // A reader (`show`, `ls`, the web view) says cut off once the lease is gone.
           if (kill === 0) {
             assert.equal(await until(fleet.store, runId, (s) => s === "cut-off"), "cut-off");
+            const counts = (await fleet.store.summary()).byState;
+            assert.deepEqual(counts, { live: 0, ended: 0, "cut-off": 1 }, "audit's counts");
             if (fleet.url) {
               const show = memoryIo();
               const home = tempHome();
