@@ -202,7 +202,7 @@ interface LedgerStart {
 }
 
 /** How long a start that must know the holder (`refuse`, `take-over`) tries a busy store, ms. */
-const LEASE_WAIT_MS = 500;
+const LEASE_WAIT_MS = 1000;
 
 /** The live holder a refused start names, and the line that says so. */
 function refusal(info: RunInfo, view: RunView, log: Log): RefusedStart {
