@@ -539,9 +539,10 @@ export class PgRunStore implements RunStore {
 
   /**
    * Take the process's lease on this connection: its row (the lock's key)
-   * and the session lock, in one statement. The lock may still be held by
-   * the session of a connection this process lost, which the server has not
-   * yet seen go: then it is tried again at the next query.
+   * and the session lock, in one statement. The lock is a shared one: every
+   * store connection of the process (several keepers, a connection lost that
+   * the server has not yet seen go) may hold it, and the lease is free once
+   * none does. Should it not be granted, it is tried again at the next query.
    */
   async #takeLease(sql: Sql, host: HostId): Promise<void> {
     this.roundTrips++;
@@ -550,7 +551,7 @@ export class PgRunStore implements RunStore {
         INSERT INTO ${this.#s}.host_leases (machine, pid, host_start, key)
         SELECT $2, $3::integer, $4, key FROM k
         ON CONFLICT (machine, pid, host_start) DO UPDATE SET key = excluded.key RETURNING 1
-      ) SELECT pg_try_advisory_lock((SELECT key FROM k)) AS ok, (SELECT count(*) FROM up) AS n`,
+      ) SELECT pg_try_advisory_lock_shared((SELECT key FROM k)) AS ok, (SELECT count(*) FROM up) AS n`,
       [leaseName(host), host.machine, String(host.pid), host.start],
     );
     this.#leased = rows[0]?.ok === true;
