@@ -3,6 +3,11 @@
 // machine sharing a home's SQLite ledger.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import process from "node:process";
+import { execFileSync } from "node:child_process";
 import { tempHome } from "../_helpers.ts";
 import { admin, freshSchema, skipFleet } from "./_pg.ts";
 import { type Machine, machine } from "./_machines.ts";
@@ -264,3 +269,80 @@ async function waitForAsync(check: () => Promise<boolean>, ms = 30_000): Promise
   }
   return false;
 }
+
+/** A PostgreSQL server of the test's own, to restart: its binaries, when this machine has them. */
+function privateServer(): { bin: string } | undefined {
+  if (process.platform !== "linux" || process.getuid?.() !== 0) return undefined;
+  const root = "/usr/lib/postgresql";
+  const version = (fs.existsSync(root) ? fs.readdirSync(root) : []).sort().at(-1);
+  const bin = version === undefined ? "" : path.join(root, version, "bin");
+  return bin !== "" && fs.existsSync(path.join(bin, "initdb")) ? { bin } : undefined;
+}
+
+test(
+  "postgres: a server restart frees every lease; a live holder takes its own again and stays the run's",
+  {
+    skip: skipFleet ||
+      (!privateServer() && "no PostgreSQL binaries to start a server of its own (needs root)"),
+  },
+  async () => {
+    const { bin } = privateServer()!;
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ac-pg-"));
+    fs.chownSync(dir, Number(execFileSync("id", ["-u", "postgres"], { encoding: "utf8" })), 0);
+    const port = 20_000 + (process.pid % 20_000);
+    const pgCtl = (...args: string[]) =>
+      execFileSync("runuser", [
+        "-u",
+        "postgres",
+        "--",
+        path.join(bin, "pg_ctl"),
+        "-D",
+        path.join(dir, "data"),
+        "-o",
+        `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`,
+        "-l",
+        path.join(dir, "log"),
+        ...args,
+      ], { stdio: "ignore" });
+    execFileSync("runuser", [
+      "-u",
+      "postgres",
+      "--",
+      path.join(bin, "initdb"),
+      "-D",
+      path.join(dir, "data"),
+      "-A",
+      "trust",
+    ], { stdio: "ignore" });
+    pgCtl("-w", "start");
+    const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+    const store = openPgStore({ url, hostTimeoutSeconds: 30 });
+    const machines: Machine[] = [];
+    try {
+      const a = machine(tempHome(), { name: "machine-a", store: url, settings: FAST });
+      const b = machine(tempHome(), {
+        name: "machine-b",
+        store: url,
+        settings: { ...FAST, on_duplicate: "refuse" },
+      });
+      machines.push(a, b);
+      await a.hold("nightly");
+      assert.equal(await until(store, "nightly", (s) => s === "live"), "live");
+      pgCtl("-w", "-m", "fast", "restart");
+      assert.ok(
+        await waitForAsync(async () => (await store.latest("nightly"))?.lease === "held"),
+        "A takes its lease again once the server is back",
+      );
+      assert.equal((await store.latest("nightly"))?.state, "live");
+      assert.equal((await b.hold("nightly")).refused, true, "the run is still A's");
+      await a.end("nightly");
+    } finally {
+      await Promise.all(machines.map((m) => m.close().catch(() => {})));
+      await store.close();
+      try {
+        pgCtl("-w", "-m", "immediate", "stop");
+      } catch { /* never started */ }
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
