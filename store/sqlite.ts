@@ -242,12 +242,14 @@ const UPSERT = `INSERT INTO runs
  * when it was brought up to date, no indexed column touched. Anything else
  * (a start, an end, another process, file content) goes through the upsert.
  * Neither puts an older record of a live run over a newer one: the worker's
- * interval write may land after the main thread's own (a tree's use).
+ * interval write may land after the main thread's own (a tree's use). Its
+ * parameters are anonymous (`?`): better-sqlite3 binds no numbered ones by
+ * position.
  */
-const PROGRESS = `UPDATE runs SET updated_at = ?1, record = ?2
-  WHERE run_id = ?3 AND attempt = ?4 AND status = 'live' AND machine = ?5 AND pid = ?6
-    AND host_start = ?7 AND updated_at <= ?1
-    AND NOT EXISTS (SELECT 1 FROM run_fences f WHERE f.run_id = ?3 AND f.attempt > ?4)`;
+const PROGRESS = `UPDATE runs SET updated_at = ?, record = ?
+  WHERE run_id = ? AND attempt = ? AND status = 'live' AND machine = ? AND pid = ?
+    AND host_start = ? AND updated_at <= ?
+    AND NOT EXISTS (SELECT 1 FROM run_fences f WHERE f.run_id = ? AND f.attempt > ?)`;
 /** The attempt a run was taken by, when it was taken from a live one. */
 const FENCE = "SELECT attempt FROM run_fences WHERE run_id = ?";
 /** Records of attempts below this one are refused from now on. */
@@ -513,7 +515,19 @@ export class SqliteRunStore implements RunStore {
     // A live record without file content: its progress, most likely, on the row it owns.
     if (
       row[2] === "live" && row[9] === null &&
-      this.#db.run(PROGRESS, row[7], row[8], row[0], row[1], row[3], row[4], row[5]) > 0
+      this.#db.run(
+          PROGRESS,
+          row[7],
+          row[8],
+          row[0],
+          row[1],
+          row[3],
+          row[4],
+          row[5],
+          row[7],
+          row[0],
+          row[1],
+        ) > 0
     ) return;
     // A later attempt took the run from this one: its records are refused (a fencing token).
     const fence = this.#db.get(FENCE, row[0]);
