@@ -11,11 +11,12 @@ import { existsSync } from "node:fs";
 import { failOpen, type Log } from "./log.ts";
 import { ensureDir, readCheckpoint, writeFileAtomicSync } from "./persist.ts";
 import { type EndStatus, MAX_ATTEMPTS, summaryLine, type UsageTotals } from "./_record.ts";
-import { attemptHost, type EarlierTrace, type PreviousAttempt } from "./run.ts";
+import { attemptHost, type EarlierTrace, type PreviousAttempt, type RefusedStart } from "./run.ts";
 import { nowMs, type RunTable } from "./_run_table.ts";
 import type { Settings } from "./settings.ts";
 import type { RunInfo } from "./_writer.ts";
 import {
+  type AttemptStart,
   type HostId,
   ledgerFailed,
   type LedgerStore,
@@ -26,6 +27,7 @@ import {
   resumeNote,
   type RunRecord,
   type RunView,
+  type StartOptions,
   unknownCalls,
 } from "./_ledger.ts";
 import { nothingAt } from "./_file_ops.ts";
@@ -195,6 +197,44 @@ interface LedgerStart {
   /** True when the attempt number was worked out here (the ledger could not give one). */
   numbered?: boolean;
   earlier?: Earlier;
+  /** The start was refused (`on_duplicate: refuse`): the live attempt that holds the run. */
+  refused?: RefusedStart;
+}
+
+/** How long a start that must know the holder (`refuse`, `take-over`) tries a busy store, ms. */
+const LEASE_WAIT_MS = 1000;
+
+/** The live holder a refused start names, and the line that says so. */
+function refusal(info: RunInfo, view: RunView, log: Log): RefusedStart {
+  const r = view.record;
+  const host = attemptHost(r.host.machine, r.host.pid);
+  const reason =
+    `run id ${info.runId} is live in another process (attempt ${r.attempt} on ${host}); on_duplicate is refuse, so this start does nothing`;
+  log("warn", reason, info.runId);
+  return { attempt: r.attempt, host, reason };
+}
+
+/**
+ * The store's start of an attempt: with `on_duplicate` other than `warn`,
+ * a busy store (another process's write lock) is tried again for a bounded
+ * while, since the answer decides whether this attempt may run.
+ */
+function startIn(
+  store: LedgerStore,
+  record: RunRecord,
+  options: StartOptions,
+): AttemptStart {
+  if ((options.onDuplicate ?? "warn") === "warn") return store.startAttemptSync!(record, options);
+  const until = nowMs() + LEASE_WAIT_MS;
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  for (let wait = 1;; wait = Math.min(20, wait * 2)) {
+    try {
+      return store.startAttemptSync!(record, options);
+    } catch (error) {
+      if (nowMs() + wait > until) throw error;
+      Atomics.wait(cell, 0, 0, wait);
+    }
+  }
 }
 
 /**
@@ -215,7 +255,7 @@ function ledgerStart(
   return failOpen((): LedgerStart => {
     const host = parts.host();
     const now = nowMs();
-    const started = store.startAttemptSync!(recordOf(info, table, host, now), {
+    const started = startIn(store, recordOf(info, table, host, now), {
       minAttempt: fromFile ? fromFile.previous.attempt + 1 : 1,
       fresh: settings.resume === false,
       heartbeat: {
@@ -223,7 +263,11 @@ function ledgerStart(
         at: Math.round(now),
         intervalSeconds: settings.progress_interval_seconds,
       },
+      onDuplicate: settings.on_duplicate,
     });
+    if (started.refused && started.previous) {
+      return { recorded: false, refused: refusal(info, started.previous, log) };
+    }
     info.attempt = started.attempt;
     const previous = started.previous;
     if (!previous || settings.resume === false) return { recorded: true };
@@ -251,7 +295,11 @@ function ledgerStart(
     if (previous.state === "live") {
       log(
         "warn",
-        `run id ${info.runId} is still live in another process (${previous.record.host.machine}, pid ${previous.record.host.pid}); this is attempt ${started.attempt}`,
+        `run id ${info.runId} is still live in another process (${previous.record.host.machine}, pid ${previous.record.host.pid}); this is attempt ${started.attempt}${
+          settings.on_duplicate === "take-over"
+            ? `, which takes the run over: attempt ${previous.record.attempt}'s records are refused from now on`
+            : ""
+        }`,
         info.runId,
       );
     }
@@ -262,8 +310,15 @@ function ledgerStart(
     // Busy or failing for writes, it may still be read (a reader never waits): the ledger
     // still decides, and the worker records the run within an interval.
     return failOpen((): LedgerStart => {
-      const previous = settings.resume === false ? undefined : store.latestSync?.(info.runId);
+      const previous = settings.resume === false && settings.on_duplicate !== "refuse"
+        ? undefined
+        : store.latestSync?.(info.runId);
       if (!previous) return { recorded: false };
+      // The store cannot take the start, but says the run is held: refused all the same.
+      if (settings.on_duplicate === "refuse" && previous.state === "live") {
+        return { recorded: false, refused: refusal(info, previous, log) };
+      }
+      if (settings.resume === false) return { recorded: false };
       const earlier = ledgerAttempt(previous, fromFile, Date.now());
       if (!earlier) return { recorded: false, seen: true };
       info.attempt = Math.max(earlier.previous.attempt, fromFile?.previous.attempt ?? 0) + 1;
@@ -284,12 +339,16 @@ export interface Resumed {
   noFile?: true;
 }
 
+/** What a run's start found: the earlier attempt to resume, or that the start was refused. */
+export type StartFound = Resumed | { refused: RefusedStart };
+
 /**
  * A run's start: its earlier attempt, from the run ledger first (where it was
  * when it stopped), from its checkpoint file second. Fills in the run's
  * description (its attempt number, the earlier attempts' summaries and use,
  * the caps they left) and records the start in the ledger. Undefined when
- * there is no earlier attempt to resume.
+ * there is no earlier attempt to resume; `{ refused }` when `on_duplicate`
+ * is `refuse` and a live attempt holds the run (nothing was written).
  * @internal
  *
  * @param info The run's description, which this completes.
@@ -297,7 +356,7 @@ export interface Resumed {
  * @param settings The settings in force.
  * @param now The time of the run's start, ms.
  * @param parts The log and the run ledger.
- * @returns The earlier attempt and the resume text's sentences, if any.
+ * @returns The earlier attempt and the resume text's sentences, if any, or the refusal.
  *
  * @example
  * ```ts
@@ -333,7 +392,7 @@ export function resume(
   settings: Settings,
   now: number,
   parts: ResumeParts,
-): Resumed | undefined {
+): StartFound | undefined {
   const runId = info.runId;
   const fromFile = settings.resume === false ? undefined : earlierAttempt(
     info.checkpointFile,
@@ -341,6 +400,7 @@ export function resume(
   );
   // The run ledger first (where the earlier attempt was when it stopped), the file second.
   const ledger = ledgerStart(info, table, settings, fromFile, parts);
+  if (ledger.refused) return { refused: ledger.refused };
   const earlier = ledger.seen ? ledger.earlier : fromFile;
   if (!earlier) return undefined;
   if (!ledger.recorded && !ledger.numbered) info.attempt = earlier.previous.attempt + 1;

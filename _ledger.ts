@@ -33,10 +33,12 @@ export interface LedgerStore {
    * next is made (the embedded store): the worker's batch never lives whole.
    */
   writeEachSync?(records: Iterable<RunRecord>, heartbeat?: Heartbeat): void;
-  startAttemptSync?(
-    record: RunRecord,
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
-  ): AttemptStart;
+  startAttemptSync?(record: RunRecord, options?: StartOptions): AttemptStart;
+  /**
+   * The records refused since the last call because their attempt lost the
+   * run to a later one (the store's fencing), each said once.
+   */
+  takeFenced?(): FencedRecord[];
   latestSync?(runId: string): RunView | undefined;
   /** The newest attempt of every run in the tree rooted at `root` (trees sharing a budget). */
   treeSync?(root: string): TreeRow[];
@@ -220,6 +222,36 @@ export interface RunView {
   heartbeat?: Heartbeat;
   /** Live, ended or cut off, decided when read. */
   state: RunState;
+  /**
+   * Whether its process still holds its lease in the store (the fleet store:
+   * its connection's lock), when the store can tell: a live record whose
+   * lease is `free` is cut off at once.
+   */
+  lease?: LeaseState;
+}
+
+/** A lease as the store sees it: `held` by a process that is there, or `free`. */
+export type LeaseState = "held" | "free";
+
+/** What a second start of a live run does: setting `on_duplicate`. */
+export type OnDuplicate = "warn" | "refuse" | "take-over";
+
+/** What a start may ask of the store's `startAttempt`. */
+export interface StartOptions {
+  /** The attempt number at least (the local file's count + 1). */
+  minAttempt?: number;
+  /** Start afresh as `minAttempt`, whatever the store holds (resume off). */
+  fresh?: boolean;
+  /** The starting process's heartbeat, written with the start. */
+  heartbeat?: Heartbeat;
+  /**
+   * When the newest attempt is live and its process holds its lease:
+   * `warn` (start anyway, the lease left with it), `refuse` (write nothing:
+   * the answer is `refused`) or `take-over` (start, and take the lease: the
+   * old attempt's later records are refused). Whatever it says, a start
+   * whose earlier attempt is not live takes the lease. @default {"warn"}
+   */
+  onDuplicate?: OnDuplicate;
 }
 
 /** What the store's `startAttempt` gives the new attempt. */
@@ -228,6 +260,26 @@ export interface AttemptStart {
   attempt: number;
   /** The newest earlier record of the run id, when there was one. */
   previous?: RunView;
+  /**
+   * True when the start was refused (`onDuplicate: "refuse"` and a live
+   * holder, named by `previous`): nothing was written.
+   */
+  refused?: boolean;
+  /**
+   * True when this attempt took the run from a live record: every earlier
+   * attempt's later records are refused by the store (a fencing token).
+   */
+  fenced?: boolean;
+}
+
+/** A record the store refused: its attempt lost the run to a later one. */
+export interface FencedRecord {
+  /** The run id. */
+  runId: string;
+  /** The attempt whose record was refused. */
+  attempt: number;
+  /** The attempt that holds the run now. */
+  holder: number;
 }
 
 /** Live, ended or cut off. */
@@ -328,6 +380,31 @@ export function endRecord(
 }
 
 const key = (r: RunRecord) => `${r.attempt}\u0000${r.runId}`;
+
+/** The attempts said to have lost their run, per log: each said once (bounded). */
+const lostSaid = new WeakMap<Log, Set<string>>();
+
+/**
+ * Say, once per attempt, which records the store refused because a later
+ * attempt took their run over (its fencing).
+ */
+export function sayLost(store: LedgerStore, log: Log): void {
+  const fenced = store.takeFenced?.();
+  if (!fenced || fenced.length === 0) return;
+  const said = lostSaid.get(log) ?? new Set<string>();
+  lostSaid.set(log, said);
+  for (const f of fenced) {
+    const k = `${f.attempt}\u0000${f.runId}`;
+    if (said.has(k)) continue;
+    if (said.size > 10_000) said.clear();
+    said.add(k);
+    log(
+      "warn",
+      `run id ${f.runId}: attempt ${f.attempt} lost the run to attempt ${f.holder}, which took it over; the store refuses this attempt's records from now on`,
+      f.runId,
+    );
+  }
+}
 
 /**
  * The worker's side: bring every changed run's record up to date once per
@@ -503,6 +580,7 @@ export class LedgerProgress {
         each.call(this.#store, this.#made(), heartbeat);
         this.#dueCount = 0;
         this.#written();
+        sayLost(this.#store, this.#log);
       } catch (error) {
         // Rolled back, and the records made for it are gone: made again, they wait in memory
         // as a whole batch's would.
@@ -523,6 +601,7 @@ export class LedgerProgress {
       if (heartbeat) write.heartbeat = heartbeat;
       await this.#store.write(write);
       this.#written();
+      sayLost(this.#store, this.#log);
     } catch (error) {
       // Back in, behind anything newer taken meanwhile.
       const newer = this.#backlog;
@@ -817,8 +896,10 @@ export class LedgerFeed {
     }
     failOpen(() => {
       store.heal?.();
-      if (store.writeSync) store.writeSync({ records: batch });
-      else {
+      if (store.writeSync) {
+        store.writeSync({ records: batch });
+        sayLost(store, this.#parts.log);
+      } else {
         store.write({ records: batch }).catch((error) => this.#keep(batch, what, error));
       }
       this.#pending = [];

@@ -408,7 +408,18 @@ export class AgentCheckpoint {
       }
       if (found.turnsUsed) table.raiseTurns(info.slot, found.turnsUsed.value);
       if (found.goalSession !== undefined) info.goalSession = found.goalSession;
-      const resumed = resume(info, table, settings, now, this.#resumeParts);
+      const began = resume(info, table, settings, now, this.#resumeParts);
+      if (began && "refused" in began) {
+        // Another live attempt holds the run (on_duplicate: refuse): this one does nothing.
+        if (claimed) this.#slots.unclaim(claimed.slot);
+        claimed = undefined;
+        return new Run(undefined, {
+          info: { ...info, slot: -1, gen: -1, checkpointFile: "", notes: NO_NOTES },
+          attempt: info.attempt ?? 1,
+          refused: began.refused,
+        });
+      }
+      const resumed = began;
       const trace = this.#traceOf(info, table, settings, now, init, resumed?.trace);
       this.#slots.take(info, claimed !== undefined);
       if (claimed) {

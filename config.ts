@@ -51,6 +51,8 @@ export const CONFIG_SIZE_LIMIT = 1024 * 1024;
 
 /** The environment variable that names the run ledger's store; it wins over the file. */
 export const STORE_ENV = "AGENT_CHECKPOINT_STORE";
+/** The environment variable that names the machine runs are recorded under. */
+const MACHINE_ENV = "AGENT_CHECKPOINT_MACHINE";
 
 /** The most YAML aliases (`*name`) one `config.yaml` may hold. */
 export const CONFIG_ALIAS_LIMIT = 1000;
@@ -392,6 +394,14 @@ export function settingsFrom(
     layers.splice(layers.length - 1, 0, {
       source: "env AGENT_CHECKPOINT_STORE",
       values: { store },
+    });
+  }
+  // So does the machine's name: a container or a fleet tried on one box names itself.
+  const machine = env[MACHINE_ENV];
+  if (typeof machine === "string" && machine.trim() !== "") {
+    layers.splice(layers.length - 1, 0, {
+      source: "env AGENT_CHECKPOINT_MACHINE",
+      values: { machine: machine.trim() },
     });
   }
   const resolved = resolveSettings(defaultSettings(path.join(home, "agent-checkpoints")), layers);

@@ -129,6 +129,19 @@ export function attemptHost(machine: string, pid: number): AttemptHost {
   return host;
 }
 
+/**
+ * Why a start was refused (setting `on_duplicate: refuse`): another attempt
+ * of the run id is live and holds the run.
+ */
+export interface RefusedStart {
+  /** The attempt that holds the run. */
+  attempt: number;
+  /** Where it runs: `String(host)` reads `machine (pid N)`. */
+  host: AttemptHost;
+  /** The line the log got: who holds the run, and that this start does nothing. */
+  reason: string;
+}
+
 /** What a run starts with besides its context. @internal */
 export interface RunStart {
   info: RunInfo;
@@ -144,6 +157,8 @@ export interface RunStart {
   trace?: RunTrace;
   /** True when the earlier attempt left no checkpoint file: the resume text names none. */
   noFile?: true;
+  /** The start was refused: the run's hooks do nothing. */
+  refused?: RefusedStart;
 }
 
 const MAX_NOTE = 2000;
@@ -241,6 +256,12 @@ export class Run {
   readonly previous: PreviousAttempt | undefined;
   /** 1 for a fresh run; a resumed run is the earlier attempt's number + 1. */
   readonly attempt: number;
+  /**
+   * Set when the start was refused (setting `on_duplicate: refuse`): another
+   * live attempt holds the run id, and it names that attempt. The run's hooks
+   * then do nothing and write nothing; the host should not do the work.
+   */
+  readonly refused: RefusedStart | undefined;
 
   // A run's own fields, kept few: every live run holds them (the run id, caps and file are read
   // from its description), and what only some runs need waits in #extras until one does.
@@ -265,6 +286,7 @@ export class Run {
     this.#info = start.info;
     this.attempt = start.attempt;
     this.previous = start.previous;
+    this.refused = start.refused;
     this.#resume = start.previous !== undefined &&
       { note: start.resumeNote, noFile: start.noFile === true };
     this.#workspace = start.workspace ?? "";

@@ -555,6 +555,20 @@ export const SETTINGS = {
     "The fleet store keeps each run's checkpoint file up to this many KiB, so a retry on another machine can recreate it.",
     256,
   ),
+  on_duplicate: choice(
+    ["warn", "refuse", "take-over"],
+    "A start of a run id that another live attempt holds: warn (it runs, with a warning), refuse (run.refused; its hooks do nothing) or take-over (the new attempt takes the run; the old one's later records are refused).",
+    "warn",
+  ),
+  machine: spec(
+    "The machine name runs are recorded under: empty for the host name (the environment's AGENT_CHECKPOINT_MACHINE wins over the file).",
+    "",
+    { type: "string", pattern: "^[^\\s]{0,200}$" },
+    (v) =>
+      typeof v === "string" && v.length <= 200 && !/\s/.test(v)
+        ? accept(v)
+        : reject("must be a name of at most 200 characters without spaces"),
+  ),
   resume_budget: choice(
     ["fresh", "remaining"],
     "A resumed run's caps: fresh (the full caps again) or remaining (less what earlier attempts used).",
@@ -595,6 +609,7 @@ export type SettingSource =
   | "config.yaml plugins.entries.agent-checkpoint.config"
   | "config.yaml plugins.entries.agent-checkpoint.settings"
   | "env AGENT_CHECKPOINT_STORE"
+  | "env AGENT_CHECKPOINT_MACHINE"
   | "override";
 
 const KEYS = Object.keys(SETTINGS) as (keyof Settings)[];

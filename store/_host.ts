@@ -71,9 +71,47 @@ function alive(pid: number): null | undefined {
 }
 
 let self: HostId | undefined;
+/** The machine name the settings gave (`machine`), when they gave one. */
+let named = "";
 
 /**
- * This process: machine name, pid and start token.
+ * Name this machine as the settings do (`machine`, or env
+ * `AGENT_CHECKPOINT_MACHINE`): runs are recorded under that name, and a
+ * record is this machine's when it names it. Empty: the host name.
+ *
+ * @example
+ * ```ts
+ * import { nameMachine, thisHost } from "./_host.ts";
+ * import assert from "node:assert/strict";
+ *
+ * nameMachine("runner-7");
+ * assert.equal(thisHost().machine, "runner-7");
+ * nameMachine("");
+ * ```
+ */
+export function nameMachine(name: unknown): void {
+  const next = typeof name === "string" ? name.trim() : "";
+  if (next === named) return;
+  named = next;
+  self = undefined;
+}
+
+/** The machine's name: the one the settings gave, else the environment's, else the host name. */
+function machineName(): string {
+  if (named !== "") return named;
+  try {
+    const env = process.env.AGENT_CHECKPOINT_MACHINE?.trim();
+    if (env) return env;
+  } catch { /* no access to the environment */ }
+  try {
+    return os.hostname();
+  } catch {
+    return ""; // only heartbeats tell its runs' state then
+  }
+}
+
+/**
+ * This process: machine name (see {@linkcode nameMachine}), pid and start token.
  *
  * @example
  * ```ts
@@ -86,11 +124,7 @@ let self: HostId | undefined;
  */
 export function thisHost(): HostId {
   if (self === undefined || self.pid !== process.pid) {
-    let machine = "";
-    try {
-      machine = os.hostname();
-    } catch { /* left empty: only heartbeats tell its runs' state then */ }
-    self = { machine, pid: process.pid, start: processStart(process.pid) ?? "" };
+    self = { machine: machineName(), pid: process.pid, start: processStart(process.pid) ?? "" };
   }
   return self;
 }

@@ -15,6 +15,7 @@ import {
   storeFile,
 } from "./sqlite.ts";
 import type { StoreOptions } from "./types.ts";
+import { nameMachine } from "./_host.ts";
 
 /**
  * Open the store a home's settings name, or undefined when there is none to
@@ -49,6 +50,8 @@ export function openStore(
     setAside?: boolean;
   },
 ): SqliteRunStore | undefined {
+  // Runs are recorded under the machine name the settings give (`machine`), in every thread.
+  nameMachine(options.settings.machine);
   const file = storeFile(options.home);
   try {
     const open: Parameters<typeof openSqliteStore>[0] = {

@@ -39,11 +39,11 @@ import "./_pg_entry.ts";
 export { START_WAIT_MS };
 import type {
   AttemptStart,
-  Heartbeat,
   ListQuery,
   RunRecord,
   RunStore,
   RunView,
+  StartOptions,
   StoreSummary,
   SummaryQuery,
   WriteBatch,
@@ -126,6 +126,7 @@ export class PgBridge implements RunStore {
       url: options.url,
       hostTimeoutSeconds: options.hostTimeoutSeconds,
       fileMaxKb: options.fileMaxKb,
+      host: thisHost(),
       flag: this.#flag.buffer as SharedArrayBuffer,
       reply: port2,
     };
@@ -182,10 +183,7 @@ export class PgBridge implements RunStore {
    * log line per outage; its record reaches the database with the next batch
    * after it returns.
    */
-  startAttemptSync(
-    record: RunRecord,
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
-  ): AttemptStart {
+  startAttemptSync(record: RunRecord, options?: StartOptions): AttemptStart {
     // The store thread says in the log why, once per outage.
     const provisional = (): AttemptStart => ({
       attempt: Math.max(1, Math.floor(options?.minAttempt ?? 1)),
@@ -292,10 +290,7 @@ export class PgBridge implements RunStore {
     return this.#reader;
   }
 
-  startAttempt(
-    record: RunRecord,
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
-  ): Promise<AttemptStart> {
+  startAttempt(record: RunRecord, options?: StartOptions): Promise<AttemptStart> {
     return this.#read().startAttempt(record, options);
   }
   latest(runId: string): Promise<RunView | undefined> {

@@ -7,7 +7,14 @@
  * @module
  */
 import type { MessagePort } from "node:worker_threads";
-import type { AttemptStart, Heartbeat, HostId, RunRecord, RunView, WriteBatch } from "./types.ts";
+import type {
+  AttemptStart,
+  HostId,
+  RunRecord,
+  RunView,
+  StartOptions,
+  WriteBatch,
+} from "./types.ts";
 
 /** The longest a run's start waits for the fleet store's answer, ms. */
 export const START_WAIT_MS = 2000;
@@ -31,6 +38,8 @@ export interface BridgeData {
   url: string;
   hostTimeoutSeconds: number;
   fileMaxKb: number;
+  /** This process: the store thread's connection holds its lease. */
+  host: HostId;
   /** [answers posted, state, statements sent]. */
   flag: SharedArrayBuffer;
   reply: MessagePort;
@@ -42,7 +51,7 @@ export type ToBridge =
     type: "start";
     id: number;
     record: RunRecord;
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat };
+    options?: StartOptions;
   }
   | { type: "write"; records: RunRecord[] }
   | { type: "file"; runId: string; file: string; host: HostId }

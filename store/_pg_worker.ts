@@ -31,10 +31,19 @@ import {
  * @internal
  */
 export function bridge(parent: MessagePort, data: BridgeData): void {
+  /** The lease connection ended: it is taken again at once, not at the next batch. */
+  let relock = false;
   const store: PgRunStore = openPgStore({
     url: data.url,
     hostTimeoutSeconds: data.hostTimeoutSeconds,
     fileMaxKb: data.fileMaxKb,
+    // This thread's connection holds the process's lease: the server lets it go when the process
+    // dies or the connection ends, and every other machine then knows its runs are cut off.
+    lease: data.host,
+    onLeaseLost: () => {
+      relock = true;
+      soon();
+    },
   });
   const flag = new Int32Array(data.flag);
   const reply = data.reply;
@@ -105,6 +114,21 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
     }
   };
 
+  /** The runs whose attempt lost them, said once each (bounded). */
+  const lost = new Set<string>();
+  const sayLost = () => {
+    for (const f of store.takeFenced()) {
+      const k = `${f.attempt}\u0000${f.runId}`;
+      if (lost.has(k)) continue;
+      if (lost.size > 10_000) lost.clear();
+      lost.add(k);
+      log(
+        "warn",
+        `run id ${f.runId}: attempt ${f.attempt} lost the run to attempt ${f.holder}, which took it over; the store refuses this attempt's records from now on`,
+      );
+    }
+  };
+
   const keep = (record: RunRecord) => {
     const k = `${record.attempt}\u0000${record.runId}`;
     // An end is never undone: the watchdog's live record may come after the main thread's end.
@@ -121,7 +145,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
   /** Write what waits: the records in one statement, then the files in one. */
   function flush(): Promise<void> {
     if (flushing) return flushing.then(() => (records.size + files.size > 0 ? flush() : undefined));
-    if (records.size === 0 && files.size === 0 && !beat && !down && !prune) {
+    if (records.size === 0 && files.size === 0 && !beat && !down && !prune && !relock) {
       return Promise.resolve();
     }
     flushing = (async () => {
@@ -134,8 +158,11 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
       try {
         const write: WriteBatch = { records: [...batch.values()] };
         if (heartbeat) write.heartbeat = heartbeat;
+        const again = relock;
+        relock = false;
         if (batch.size > 0 || heartbeat) await store.write(write);
-        else if (down) await store.ping();
+        else if (down || again) await store.ping(); // away, or the lease to take again
+        sayLost();
         if (contents.size > 0) {
           const byHost = new Map<
             string,
@@ -166,6 +193,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
         for (const [k, f] of files) contents.set(k, f);
         files = contents;
         beat ??= heartbeat;
+        if (!store.leased) relock = true;
         fail(error, records.size);
       }
     })().finally(() => {

@@ -12,10 +12,11 @@ import type { SqliteRunStore } from "./sqlite.ts";
 import { isPostgresUrl, openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
 import { openPgBridge, type PgBridge, PortStore } from "./_pg_bridge.ts";
 import type { MessagePort } from "node:worker_threads";
+import { nameMachine } from "./_host.ts";
 
 export * from "./types.ts";
 export { corruptHint, openStore } from "./_open.ts";
-export { here, processStart, thisHost } from "./_host.ts";
+export { here, nameMachine, processStart, thisHost } from "./_host.ts";
 export {
   isCorruptError,
   NO_DRIVER,
@@ -59,6 +60,7 @@ export function openRunStore(
   },
 ): SqliteRunStore | PgRunStore | PgBridge | PortStore | undefined {
   const url = options.settings.store;
+  nameMachine(options.settings.machine);
   return isPostgresUrl(url) ? openFleet(options, url) : openStore(options);
 }
 

@@ -22,13 +22,16 @@ import type { EndStatus } from "../_record.ts";
 import { here } from "./_host.ts";
 import {
   type AttemptStart,
+  type FencedRecord,
   type Heartbeat,
+  type HostId,
   type ListQuery,
   type RunRecord,
   type RunState,
   runState,
   type RunStore,
   type RunView,
+  type StartOptions,
   type StoreSummary,
   type SummaryQuery,
   type Vantage,
@@ -38,9 +41,9 @@ import {
 /**
  * The schema version this code writes; a newer one in the database is left
  * alone, an older one is brought up to this one. 2 added the index that counts
- * runs by status and machine.
+ * runs by status and machine; 3 the processes' leases and the runs' fences.
  */
-export const PG_SCHEMA_VERSION = 2;
+export const PG_SCHEMA_VERSION = 3;
 
 /** The schema the tables go in when the URL names none. */
 export const PG_DEFAULT_SCHEMA = "agent_checkpoint";
@@ -177,17 +180,44 @@ CREATE TABLE IF NOT EXISTS ${s}.heartbeats (
   interval_seconds real NOT NULL,
   PRIMARY KEY (machine, pid, host_start)
 );
-CREATE OR REPLACE FUNCTION ${s}.start_attempt(p json)
+-- A process's lease: a session-level advisory lock its store connection holds, keyed by this
+-- row's key. The server lets it go when the process dies or its connection ends; a live record
+-- whose process's lock is free is cut off at once.
+CREATE TABLE IF NOT EXISTS ${s}.host_leases (
+  machine text NOT NULL,
+  pid integer NOT NULL,
+  host_start text NOT NULL,
+  key bigint NOT NULL,
+  PRIMARY KEY (machine, pid, host_start)
+);
+-- A run taken from a live attempt (its lease free, or on_duplicate: take-over): the records of
+-- attempts below this one are refused from then on (a fencing token). Only such runs have a row.
+CREATE TABLE IF NOT EXISTS ${s}.run_fences (run_id text PRIMARY KEY, attempt integer NOT NULL);
+-- Whether no session holds the advisory lock of a bigint key (NULL for no key).
+CREATE OR REPLACE FUNCTION ${s}.lease_free(k bigint) RETURNS boolean
+LANGUAGE sql STABLE RETURNS NULL ON NULL INPUT AS $lf$
+  SELECT NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+    AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND l.classid = ((k >> 32) & 4294967295)::oid AND l.objid = (k & 4294967295)::oid)
+$lf$;
+DROP FUNCTION IF EXISTS ${s}.start_attempt(json);
+CREATE FUNCTION ${s}.start_attempt(p json)
 RETURNS TABLE (o_attempt integer, o_prev_attempt integer, o_record text, o_status text,
   o_updated_at bigint, o_file text, o_hb_at bigint, o_hb_interval real, o_machine text,
-  o_pid integer, o_host_start text, o_started_at bigint)
+  o_pid integer, o_host_start text, o_started_at bigint, o_lease_free boolean,
+  o_refused boolean, o_fenced boolean)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
   v_run text := p->>'run_id';
+  v_mode text := coalesce(p->>'on_duplicate', 'warn');
   prev ${s}.runs%ROWTYPE;
   n integer;
   afresh boolean;
+  v_free boolean;
+  v_held boolean := false;
+  v_fenced boolean := false;
+  v_seen bigint;
 BEGIN
   -- Starts of one run id, from any machine, one at a time: each sees the one before.
   PERFORM pg_advisory_xact_lock(hashtextextended('agent-checkpoint start ' || v_run, 0));
@@ -196,10 +226,34 @@ BEGIN
   afresh := coalesce((p->>'fresh')::boolean, false) OR prev.run_id IS NULL OR prev.status = 'done';
   n := CASE WHEN afresh THEN (p->>'min')::integer
     ELSE GREATEST((p->>'min')::integer, prev.attempt + 1) END;
+  IF prev.run_id IS NOT NULL AND prev.status = 'live' THEN
+    -- Held while its process's lock is held and it has been heard of within the timeout.
+    SELECT ${s}.lease_free(l.key) INTO v_free FROM ${s}.host_leases l
+      WHERE l.machine = prev.machine AND l.pid = prev.pid AND l.host_start = prev.host_start;
+    SELECT GREATEST(coalesce(max(h.at), 0), prev.updated_at) INTO v_seen FROM ${s}.heartbeats h
+      WHERE h.machine = prev.machine AND h.pid = prev.pid AND h.host_start = prev.host_start;
+    v_held := NOT coalesce(v_free, false) AND v_seen >= (p->>'stale_before')::bigint;
+  END IF;
+  IF v_held AND v_mode = 'refuse' THEN
+    -- Refused: nothing is written, and the holder goes on alone.
+    RETURN QUERY SELECT n, prev.attempt, prev.record, prev.status, prev.updated_at,
+      prev.file_content, h.at, h.interval_seconds, prev.machine, prev.pid, prev.host_start,
+      prev.started_at, v_free, true, false
+      FROM (SELECT 1) one LEFT JOIN ${s}.heartbeats h
+      ON h.machine = prev.machine AND h.pid = prev.pid AND h.host_start = prev.host_start;
+    RETURN;
+  END IF;
   IF afresh THEN
     DELETE FROM ${s}.runs r WHERE r.run_id = v_run;
+    DELETE FROM ${s}.run_fences f WHERE f.run_id = v_run;
   ELSE
     UPDATE ${s}.runs r SET newest = false WHERE r.run_id = v_run AND r.newest;
+  END IF;
+  IF prev.run_id IS NOT NULL AND prev.status = 'live' AND (NOT v_held OR v_mode = 'take-over') THEN
+    -- Taken from a live record: the earlier attempts' later records are refused.
+    INSERT INTO ${s}.run_fences AS f (run_id, attempt) VALUES (v_run, n)
+      ON CONFLICT (run_id) DO UPDATE SET attempt = GREATEST(f.attempt, excluded.attempt);
+    v_fenced := true;
   END IF;
   INSERT INTO ${s}.runs AS r (run_id, attempt, newest, status, machine, pid, host_start,
       started_at, updated_at, record, file_content)
@@ -218,7 +272,7 @@ BEGIN
   END IF;
   RETURN QUERY SELECT n, prev.attempt, prev.record, prev.status, prev.updated_at,
     prev.file_content, h.at, h.interval_seconds, prev.machine, prev.pid, prev.host_start,
-    prev.started_at
+    prev.started_at, v_free, false, v_fenced
     FROM (SELECT 1) one LEFT JOIN ${s}.heartbeats h
     ON h.machine = prev.machine AND h.pid = prev.pid AND h.host_start = prev.host_start;
 END
@@ -231,6 +285,11 @@ WITH b AS (
   SELECT * FROM json_to_recordset($1::text::json) AS b(run_id text, attempt integer, status text,
     machine text, pid integer, host_start text, started_at bigint, updated_at bigint,
     record json, file_content text, top boolean)
+), fenced AS (
+  -- Records of attempts a later one took the run from: refused (a fencing token). Few runs
+  -- have a fence, so this reads the fences, not the batch.
+  SELECT b.run_id, b.attempt, f.attempt AS holder FROM ${s}.run_fences f
+  JOIN b ON b.run_id = f.run_id AND f.attempt > b.attempt
 ), hb AS (
   INSERT INTO ${s}.heartbeats AS h (machine, pid, host_start, at, interval_seconds)
   SELECT * FROM json_to_recordset($2::text::json) AS x(machine text, pid integer, host_start text,
@@ -252,6 +311,7 @@ WITH b AS (
     b.status, b.machine, b.pid, b.host_start, b.started_at, b.updated_at, b.record::text,
     b.file_content
   FROM b
+  WHERE NOT EXISTS (SELECT 1 FROM ${s}.run_fences f WHERE f.run_id = b.run_id AND f.attempt > b.attempt)
   ON CONFLICT (run_id, attempt) DO UPDATE SET
     status = excluded.status, machine = excluded.machine, pid = excluded.pid,
     host_start = excluded.host_start, updated_at = excluded.updated_at, record = excluded.record,
@@ -261,14 +321,29 @@ WITH b AS (
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM up) AS written, (SELECT count(*) FROM hb) AS beats,
-  (SELECT count(*) FROM older) AS superseded`;
+  (SELECT count(*) FROM older) AS superseded,
+  (SELECT json_agg(json_build_array(run_id, attempt, holder))::text FROM fenced) AS fenced`;
+
+/**
+ * The advisory locks held in this database, as the bigint keys they were
+ * taken with: one scan of the server's lock table for a whole read.
+ */
+const HELD = `held AS MATERIALIZED (
+  SELECT (l.classid::bigint << 32) | l.objid::bigint AS k FROM pg_locks l
+  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`;
 
 const selectView = (s: string) =>
-  `SELECT r.run_id, r.attempt, r.machine, r.pid, r.host_start, r.started_at, r.record, r.status,
+  `WITH ${HELD}
+  SELECT r.run_id, r.attempt, r.machine, r.pid, r.host_start, r.started_at, r.record, r.status,
     r.updated_at, h.at AS hb_at,
-    h.interval_seconds AS hb_interval
+    h.interval_seconds AS hb_interval,
+    CASE WHEN r.status = 'live' AND hl.key IS NOT NULL
+      THEN NOT EXISTS (SELECT 1 FROM held WHERE held.k = hl.key) END AS lease_free
   FROM ${s}.runs r LEFT JOIN ${s}.heartbeats h
-  ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start`;
+  ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start
+  LEFT JOIN ${s}.host_leases hl
+  ON hl.machine = r.machine AND hl.pid = r.pid AND hl.host_start = r.host_start`;
 
 /** The record as stored, as text. */
 const recordJson = (record: RunRecord): string => JSON.stringify(recordObject(record));
@@ -342,7 +417,21 @@ export interface PgOpenOptions {
   fileMaxKb?: number;
   /** Seconds a connection attempt may take. @default {5} */
   connectTimeoutSeconds?: number;
+  /**
+   * The process whose lease this connection holds (the store thread's): at
+   * each connect it takes the process's session lock, which the server lets
+   * go when the process dies or the connection ends, and its TCP keepalives
+   * are short, so a lost machine is noticed in seconds.
+   */
+  lease?: HostId;
+  /** Told when the lease connection ends (the lease went with it): take it again soon. */
+  onLeaseLost?: () => void;
 }
+
+/** Seconds without traffic before the lease connection's TCP keepalives start. */
+const KEEPALIVE_IDLE_S = 5;
+/** How long the server waits on unacknowledged data to a lost machine before it drops it, ms. */
+const USER_TIMEOUT_MS = 10_000;
 
 /**
  * The run ledger in PostgreSQL. It connects on first use (one connection),
@@ -359,6 +448,12 @@ export class PgRunStore implements RunStore {
   readonly #connectTimeout: number;
   #sql: Promise<Sql> | undefined;
   #closed = false;
+  readonly #lease: HostId | undefined;
+  readonly #onLeaseLost: (() => void) | undefined;
+  /** Whether this connection holds the process's lock now. */
+  #leased = false;
+  /** Records refused since the last {@linkcode PgRunStore.takeFenced}. */
+  #fenced: FencedRecord[] = [];
   /** Statements sent, for the benchmark's count of round trips. */
   roundTrips = 0;
 
@@ -370,6 +465,13 @@ export class PgRunStore implements RunStore {
     this.#timeout = options.hostTimeoutSeconds;
     this.#fileMaxKb = options.fileMaxKb ?? 256;
     this.#connectTimeout = options.connectTimeoutSeconds ?? 5;
+    this.#lease = options.lease;
+    this.#onLeaseLost = options.onLeaseLost;
+  }
+
+  /** Whether this store's connection holds its process's lease now (with `lease` only). */
+  get leased(): boolean {
+    return this.#leased;
   }
 
   /** The schema the tables are in. */
@@ -386,6 +488,18 @@ export class PgRunStore implements RunStore {
     if (this.#closed) return Promise.reject(new Error("the fleet store is closed"));
     this.#sql ??= (async () => {
       const postgres = await loadDriver();
+      const connection: Record<string, string> = {
+        // Named for its schema, so an operator (or a test) can tell whose connection it is.
+        application_name: `agent-checkpoint ${this.#target.schema}`.slice(0, 63),
+      };
+      if (this.#lease) {
+        // The server's side of the lease connection: a machine lost (not only a process killed,
+        // whose socket its kernel closes) is noticed in seconds, and the lease let go.
+        connection.tcp_keepalives_idle = String(KEEPALIVE_IDLE_S);
+        connection.tcp_keepalives_interval = "2";
+        connection.tcp_keepalives_count = "3";
+        connection.tcp_user_timeout = String(USER_TIMEOUT_MS);
+      }
       const sql = postgres(this.#target.url, {
         max: 1,
         onnotice: () => {},
@@ -393,8 +507,14 @@ export class PgRunStore implements RunStore {
         idle_timeout: 0,
         max_lifetime: null,
         fetch_types: false,
-        // Named for its schema, so an operator (or a test) can tell whose connection it is.
-        connection: { application_name: `agent-checkpoint ${this.#target.schema}`.slice(0, 63) },
+        keep_alive: this.#lease ? KEEPALIVE_IDLE_S : 60,
+        // A connection that ended took the lease with it: the next query takes it again.
+        onclose: () => {
+          const had = this.#leased;
+          this.#leased = false;
+          if (had && !this.#closed) this.#onLeaseLost?.();
+        },
+        connection,
       });
       try {
         await this.#migrate(sql);
@@ -413,8 +533,36 @@ export class PgRunStore implements RunStore {
 
   async #query(text: string, params: unknown[] = []): Promise<Record<string, unknown>[]> {
     const sql = await this.#connection();
+    if (this.#lease && !this.#leased) await this.#takeLease(sql, this.#lease);
     this.roundTrips++;
     return await sql.unsafe(text, params);
+  }
+
+  /**
+   * Take the process's lease on this connection: its row (the lock's key)
+   * and the session lock, in one statement. The lock is a shared one: every
+   * store connection of the process (several keepers, a connection lost that
+   * the server has not yet seen go) may hold it, and the lease is free once
+   * none does. Should it not be granted, it is tried again at the next query.
+   */
+  async #takeLease(sql: Sql, host: HostId): Promise<void> {
+    this.roundTrips++;
+    const rows = await sql.unsafe(
+      `WITH k AS (SELECT hashtextextended($1, 0) AS key), up AS (
+        INSERT INTO ${this.#s}.host_leases (machine, pid, host_start, key)
+        SELECT $2, $3::integer, $4, key FROM k
+        ON CONFLICT (machine, pid, host_start) DO UPDATE SET key = excluded.key RETURNING 1
+      ) SELECT pg_try_advisory_lock_shared((SELECT key FROM k)) AS ok, (SELECT count(*) FROM up) AS n`,
+      [leaseName(host), host.machine, String(host.pid), host.start],
+    );
+    this.#leased = rows[0]?.ok === true;
+  }
+
+  /** The records refused since the last call: their attempt lost the run to a later one. */
+  takeFenced(): FencedRecord[] {
+    const out = this.#fenced;
+    if (out.length > 0) this.#fenced = [];
+    return out;
   }
 
   /** Create the tables, or bring an older schema up to this one, once, whoever gets there first. */
@@ -475,7 +623,9 @@ export class PgRunStore implements RunStore {
         intervalSeconds: Number(r.hb_interval),
       };
     }
-    view.state = runState(record, view.heartbeat, vantage);
+    if (r.lease_free === true) view.lease = "free";
+    else if (r.lease_free === false) view.lease = "held";
+    view.state = runState(record, view.heartbeat, vantage, view.lease);
     return view;
   }
 
@@ -506,7 +656,15 @@ export class PgRunStore implements RunStore {
       top: top.get(r.runId) === r.attempt,
     }));
     const beats = batch.heartbeat ? [heartbeatRow(batch.heartbeat)] : [];
-    await this.#query(writeSql(this.#s), [JSON.stringify(rows), JSON.stringify(beats)]);
+    const [out] = await this.#query(writeSql(this.#s), [
+      JSON.stringify(rows),
+      JSON.stringify(beats),
+    ]);
+    if (typeof out?.fenced === "string" && this.#fenced.length < 1000) {
+      for (const [runId, attempt, holder] of JSON.parse(out.fenced) as [string, number, number][]) {
+        this.#fenced.push({ runId, attempt, holder });
+      }
+    }
   }
 
   /** One round trip that only tells whether the database answers (connecting when needed). */
@@ -542,15 +700,14 @@ export class PgRunStore implements RunStore {
    * which takes a lock on the run id, so concurrent starts anywhere get
    * distinct numbers. `previous` carries the earlier attempt's file content.
    */
-  async startAttempt(
-    record: RunRecord,
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
-  ): Promise<AttemptStart> {
+  async startAttempt(record: RunRecord, options?: StartOptions): Promise<AttemptStart> {
     const vantage = this.#vantage();
     const p: Record<string, unknown> = {
       run_id: record.runId,
       min: Math.max(1, Math.floor(options?.minAttempt ?? 1)),
       fresh: options?.fresh === true,
+      on_duplicate: options?.onDuplicate ?? "warn",
+      stale_before: Math.round(vantage.now - vantage.hostTimeoutSeconds * 1000),
       machine: record.host.machine,
       pid: record.host.pid,
       host_start: record.host.start,
@@ -581,10 +738,13 @@ export class PgRunStore implements RunStore {
         updated_at: r.o_updated_at,
         hb_at: r.o_hb_at,
         hb_interval: r.o_hb_interval,
+        lease_free: r.o_status === "live" ? r.o_lease_free : null,
       }, vantage);
       if (typeof r.o_file === "string") view.record.fileContent = r.o_file;
       out.previous = view;
     }
+    if (r.o_refused === true) out.refused = true;
+    if (r.o_fenced === true) out.fenced = true;
     return out;
   }
 
@@ -663,16 +823,20 @@ export class PgRunStore implements RunStore {
     // how many were heard of within the timeout (the rest are cut off).
     const rows = await this.#query(
       `SELECT r.machine, r.status, NULL::integer AS pid, NULL::text AS host_start,
-          count(*) AS n, 0::bigint AS fresh
+          count(*) AS n, 0::bigint AS fresh,
+          NULL::boolean AS lease_free
         FROM ${this.#s}.runs r WHERE ${where.join(" AND ")} AND r.status <> 'live'
         GROUP BY r.machine, r.status
       UNION ALL
       SELECT r.machine, 'live', r.pid, r.host_start, count(*) AS n,
-          count(*) FILTER (WHERE GREATEST(COALESCE(h.at, 0), r.updated_at) >= $1::bigint) AS fresh
+          count(*) FILTER (WHERE GREATEST(COALESCE(h.at, 0), r.updated_at) >= $1::bigint) AS fresh,
+          ${this.#s}.lease_free(hl.key) AS lease_free
         FROM ${this.#s}.runs r LEFT JOIN ${this.#s}.heartbeats h
         ON h.machine = r.machine AND h.pid = r.pid AND h.host_start = r.host_start
+        LEFT JOIN ${this.#s}.host_leases hl
+        ON hl.machine = r.machine AND hl.pid = r.pid AND hl.host_start = r.host_start
         WHERE ${where.join(" AND ")} AND r.status = 'live'
-        GROUP BY r.machine, r.pid, r.host_start`,
+        GROUP BY r.machine, r.pid, r.host_start, hl.key`,
       params,
     );
     const out: StoreSummary = {
@@ -700,7 +864,8 @@ export class PgRunStore implements RunStore {
       // The process's own state, as runState decides it for a record heard of just now.
       const host = { machine, pid: Number(r.pid), start: String(r.host_start) };
       const gone = runState({ status: "live", host, updatedAt: vantage.now }, undefined, vantage);
-      const fresh = gone === "cut-off" ? 0 : Number(r.fresh);
+      // Its lease free (the server saw its connection end): every run of it is cut off.
+      const fresh = gone === "cut-off" || r.lease_free === true ? 0 : Number(r.fresh);
       count(machine, "live", fresh);
       count(machine, "cut-off", n - fresh);
     }
@@ -758,9 +923,20 @@ export class PgRunStore implements RunStore {
           SELECT 1 FROM ${s}.runs r WHERE r.machine = h.machine AND r.pid = h.pid
           AND r.host_start = h.host_start)
         RETURNING 1
+      ), leases AS (
+        -- Leases of processes gone (their lock free) that no record names any more.
+        DELETE FROM ${s}.host_leases hl WHERE ${s}.lease_free(hl.key) AND NOT EXISTS (
+          SELECT 1 FROM ${s}.runs r WHERE r.machine = hl.machine AND r.pid = hl.pid
+          AND r.host_start = hl.host_start)
+        RETURNING 1
+      ), fences AS (
+        DELETE FROM ${s}.run_fences f
+        WHERE NOT EXISTS (SELECT 1 FROM ${s}.runs r WHERE r.run_id = f.run_id)
+        RETURNING 1
       )
       SELECT (SELECT count(*) FROM doomed) AS n, (SELECT count(*) FROM gone) AS g,
-        (SELECT count(*) FROM beats) AS b`,
+        (SELECT count(*) FROM beats) AS b, (SELECT count(*) FROM leases) AS l,
+        (SELECT count(*) FROM fences) AS f`,
       [String(Math.floor(before))],
     );
     return Number(rows[0]?.n ?? 0);
@@ -774,6 +950,10 @@ export class PgRunStore implements RunStore {
     if (sql) await (await sql.catch(() => undefined))?.end({ timeout: 1 });
   }
 }
+
+/** The text a process's lease key is made of (hashed by the server). */
+const leaseName = (host: HostId) =>
+  `agent-checkpoint host ${host.machine}\t${host.pid}\t${host.start}`;
 
 function heartbeatRow(heartbeat: Heartbeat): Record<string, unknown> {
   return {

@@ -23,6 +23,7 @@ import type { TreeRow } from "../_tree.ts";
 import { here } from "./_host.ts";
 import {
   type AttemptStart,
+  type FencedRecord,
   type Heartbeat,
   type ListQuery,
   type RunRecord,
@@ -30,6 +31,7 @@ import {
   runState,
   type RunStore,
   type RunView,
+  type StartOptions,
   type StoreSummary,
   type SummaryQuery,
   type Vantage,
@@ -39,9 +41,10 @@ import {
 /**
  * The schema version this code writes; a newer one in the file is left alone,
  * an older one is brought up to this one on open. 2 added the index that
- * counts runs by status and machine.
+ * counts runs by status and machine; 3 the fences of runs taken from a live
+ * attempt.
  */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** The page cache of a connection to the run ledger, KiB. */
 const CACHE_KIB = 64;
@@ -179,6 +182,9 @@ CREATE TABLE IF NOT EXISTS heartbeats (
   interval_seconds REAL NOT NULL,
   PRIMARY KEY (machine, pid, host_start)
 );
+-- A run taken from a live attempt (its process gone, or on_duplicate: take-over): the records of
+-- attempts below this one are refused from then on (a fencing token). Only such runs have a row.
+CREATE TABLE IF NOT EXISTS run_fences (run_id TEXT PRIMARY KEY, attempt INTEGER NOT NULL);
 `;
 
 /** How a connection is used: the worker's commits are durable; the main thread's never wait long. */
@@ -237,11 +243,19 @@ const UPSERT = `INSERT INTO runs
  * when it was brought up to date, no indexed column touched. Anything else
  * (a start, an end, another process, file content) goes through the upsert.
  * Neither puts an older record of a live run over a newer one: the worker's
- * interval write may land after the main thread's own (a tree's use).
+ * interval write may land after the main thread's own (a tree's use). Its
+ * parameters are anonymous (`?`): better-sqlite3 binds no numbered ones by
+ * position.
  */
-const PROGRESS = `UPDATE runs SET updated_at = ?1, record = ?2
-  WHERE run_id = ?3 AND attempt = ?4 AND status = 'live' AND machine = ?5 AND pid = ?6
-    AND host_start = ?7 AND updated_at <= ?1`;
+const PROGRESS = `UPDATE runs SET updated_at = ?, record = ?
+  WHERE run_id = ? AND attempt = ? AND status = 'live' AND machine = ? AND pid = ?
+    AND host_start = ? AND updated_at <= ?
+    AND NOT EXISTS (SELECT 1 FROM run_fences f WHERE f.run_id = ? AND f.attempt > ?)`;
+/** The attempt a run was taken by, when it was taken from a live one. */
+const FENCE = "SELECT attempt FROM run_fences WHERE run_id = ?";
+/** Records of attempts below this one are refused from now on. */
+const SET_FENCE = `INSERT INTO run_fences (run_id, attempt) VALUES (?, ?)
+  ON CONFLICT (run_id) DO UPDATE SET attempt = MAX(run_fences.attempt, excluded.attempt)`;
 
 /** A row's state, read before an upsert that may be a new attempt's first row. */
 const ROW_STATE = "SELECT status, updated_at FROM runs WHERE run_id = ? AND attempt = ?";
@@ -337,6 +351,8 @@ export class SqliteRunStore implements RunStore {
   readonly #setAside: ((aside: string, error: unknown) => void) | undefined;
   /** @internal The log size past which this connection writes nothing (the host's); 0: none. */
   walCap = 0;
+  /** Records refused since the last {@linkcode SqliteRunStore.takeFenced}: their attempt lost the run. */
+  #fenced: FencedRecord[] = [];
 
   /** @internal Use {@linkcode openSqliteStore}. */
   constructor(
@@ -500,8 +516,32 @@ export class SqliteRunStore implements RunStore {
     // A live record without file content: its progress, most likely, on the row it owns.
     if (
       row[2] === "live" && row[9] === null &&
-      this.#db.run(PROGRESS, row[7], row[8], row[0], row[1], row[3], row[4], row[5]) > 0
+      this.#db.run(
+          PROGRESS,
+          row[7],
+          row[8],
+          row[0],
+          row[1],
+          row[3],
+          row[4],
+          row[5],
+          row[7],
+          row[0],
+          row[1],
+        ) > 0
     ) return;
+    // A later attempt took the run from this one: its records are refused (a fencing token).
+    const fence = this.#db.get(FENCE, row[0]);
+    if (fence !== undefined && Number(fence.attempt) > Number(row[1])) {
+      if (this.#fenced.length < 1000) {
+        this.#fenced.push({
+          runId: String(row[0]),
+          attempt: Number(row[1]),
+          holder: Number(fence.attempt),
+        });
+      }
+      return;
+    }
     const existing = this.#db.get(ROW_STATE, row[0], row[1]);
     if (existing === undefined) {
       // The attempt's first row (its start could not be recorded: the store was busy or away,
@@ -519,11 +559,13 @@ export class SqliteRunStore implements RunStore {
     this.#db.run(UPSERT, ...row);
   }
 
-  /** {@linkcode RunStore.startAttempt}, synchronously. */
-  startAttemptSync(
-    record: RunRecord,
-    options?: { minAttempt?: number; fresh?: boolean; heartbeat?: Heartbeat },
-  ): AttemptStart {
+  /**
+   * {@linkcode RunStore.startAttempt}, synchronously, in one transaction: the
+   * run's lease is its newest record and that record's process (its pid and
+   * start time on this machine, its heartbeat from anywhere), so a start sees
+   * at once whether the attempt before it is still there.
+   */
+  startAttemptSync(record: RunRecord, options?: StartOptions): AttemptStart {
     const vantage = this.#vantage();
     return this.#transaction(() => {
       const row = this.#db.get(SELECT_NEWEST, record.runId);
@@ -531,14 +573,32 @@ export class SqliteRunStore implements RunStore {
       const min = Math.max(1, Math.floor(options?.minAttempt ?? 1));
       const afresh = options?.fresh || !previous || previous.record.status === "done";
       const attempt = afresh ? min : Math.max(min, previous.record.attempt + 1);
-      if (afresh) this.#db.run("DELETE FROM runs WHERE run_id = ?", record.runId);
-      else this.#db.run("UPDATE runs SET newest = 0 WHERE run_id = ?", record.runId);
+      const held = previous?.state === "live";
+      const mode = options?.onDuplicate ?? "warn";
+      // Refused: nothing is written, and the holder goes on alone.
+      if (held && mode === "refuse") return { attempt, previous: previous!, refused: true };
+      if (afresh) {
+        this.#db.run("DELETE FROM runs WHERE run_id = ?", record.runId);
+        this.#db.run("DELETE FROM run_fences WHERE run_id = ?", record.runId);
+      } else this.#db.run("UPDATE runs SET newest = 0 WHERE run_id = ?", record.runId);
+      // Taken from a live record (its process gone, or taken over): the earlier attempts'
+      // later records are refused.
+      const fenced = previous?.record.status === "live" && (!held || mode === "take-over");
+      if (fenced) this.#db.run(SET_FENCE, record.runId, attempt);
       this.#upsert({ ...record, attempt });
       if (options?.heartbeat) this.#heartbeat(options.heartbeat);
       const out: AttemptStart = { attempt };
       if (previous) out.previous = previous;
+      if (fenced) out.fenced = true;
       return out;
     });
+  }
+
+  /** The records refused since the last call: their attempt lost the run to a later one. */
+  takeFenced(): FencedRecord[] {
+    const out = this.#fenced;
+    if (out.length > 0) this.#fenced = [];
+    return out;
   }
 
   /** {@linkcode RunStore.latest}, synchronously. */
@@ -796,6 +856,9 @@ export class SqliteRunStore implements RunStore {
           row.run_id,
         );
       }
+      this.#db.run(
+        "DELETE FROM run_fences WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = run_fences.run_id)",
+      );
       // Heartbeats of processes no record names any more.
       this.#db.run(
         `DELETE FROM heartbeats WHERE at < ? AND NOT EXISTS (SELECT 1 FROM runs r
@@ -845,7 +908,7 @@ export class SqliteRunStore implements RunStore {
   write(batch: WriteBatch): Promise<void> {
     return run(() => this.writeSync(batch));
   }
-  startAttempt(record: RunRecord, options?: { minAttempt?: number }): Promise<AttemptStart> {
+  startAttempt(record: RunRecord, options?: StartOptions): Promise<AttemptStart> {
     return run(() => this.startAttemptSync(record, options));
   }
   latest(runId: string): Promise<RunView | undefined> {

@@ -14,9 +14,11 @@ import type { EndStatus } from "../_record.ts";
 import type {
   AttemptStart,
   Heartbeat,
+  LeaseState,
   RunRecord,
   RunState,
   RunView,
+  StartOptions,
   WriteBatch,
 } from "../_ledger.ts";
 
@@ -25,14 +27,18 @@ import type {
 export type {
   AttemptStart,
   CallInFlight,
+  FencedRecord,
   Heartbeat,
   HostId,
+  LeaseState,
+  OnDuplicate,
   PriorUse,
   RecordEnd,
   RecordStatus,
   RunRecord,
   RunState,
   RunView,
+  StartOptions,
   WriteBatch,
 } from "../_ledger.ts";
 
@@ -100,7 +106,7 @@ export interface RunStore {
    * records of the id are replaced. The record is stored with the attempt
    * given; the newest earlier record comes back as `previous`.
    */
-  startAttempt(record: RunRecord, options?: { minAttempt?: number }): Promise<AttemptStart>;
+  startAttempt(record: RunRecord, options?: StartOptions): Promise<AttemptStart>;
   /** The newest record of a run id, or undefined. */
   latest(runId: string): Promise<RunView | undefined>;
   /** Runs, the most recently started first: the newest attempt of each run id unless `runId` is given. */
@@ -131,14 +137,16 @@ export interface Vantage {
 /**
  * Whether a run is live, ended or cut off, from its record and its process's
  * heartbeat. A run that ended is never cut off. A live record is cut off when
- * its process is gone: on the same machine, its pid no longer runs with the
- * same start time; from anywhere, its heartbeat (or, without one, the record
- * itself) is older than `hostTimeoutSeconds`. Pure: where it is read comes in
- * as `vantage`.
+ * its process is gone: when the store says its lease is `free` (the fleet
+ * store: the server saw its connection end), at once, on every machine; on
+ * the same machine, its pid no longer runs with the same start time; from
+ * anywhere, its heartbeat (or, without one, the record itself) is older than
+ * `hostTimeoutSeconds`. Pure: where it is read comes in as `vantage`.
  *
  * @param record The run's record.
  * @param heartbeat Its process's heartbeat, when known.
  * @param vantage Now, the timeout, and this machine.
+ * @param lease Whether its process still holds its lease, when the store can tell.
  * @returns `live`, `ended` or `cut-off`.
  *
  * @example
@@ -162,14 +170,19 @@ export interface Vantage {
  *   "cut-off",
  * );
  * assert.equal(runState({ ...record, status: "done" }, undefined, vantage), "ended");
+ * // Its lease is free: the store's server saw its process go.
+ * assert.equal(runState(record, { host, at: 4_000, intervalSeconds: 1 }, vantage, "free"), "cut-off");
  * ```
  */
 export function runState(
   record: Pick<RunRecord, "status" | "host" | "updatedAt">,
   heartbeat: Heartbeat | undefined,
   vantage: Vantage,
+  lease?: LeaseState,
 ): RunState {
   if (record.status !== "live") return "ended";
+  // Its process's lease is gone (the store's server saw its connection end): at once.
+  if (lease === "free") return "cut-off";
   const host = record.host;
   if (host.machine === vantage.machine && host.pid > 0) {
     const start = vantage.processStart(host.pid);

@@ -303,6 +303,8 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
   host_timeout_seconds: [[30, 2.5], [0, false, "30"]],
   ledger_retention_days: [[30, 0.5], [0, -7, "30"]],
   resume_budget: [["fresh", "remaining"], ["all", true, 1]],
+  on_duplicate: [["warn", "refuse", "take-over"], ["takeover", true, 1]],
+  machine: [["", "runner-7", "m.example.org"], ["two words", 7, "x".repeat(201)]],
   store: [["", "postgres://db.internal/fleet", "postgresql://ci@db:5432/agents?schema=ci"], [
     "mysql://db/fleet",
     "runs.db",
