@@ -659,9 +659,11 @@ export interface LedgerFeedParts {
   /**
    * Open the store without waiting on a lock; undefined when it cannot now
    * (tried again later), null when it never can (no driver, no store
-   * subsystem). Its reasons go to `log`.
+   * subsystem). Its reasons go to `log`. `closing`: the keeper's close, when
+   * the records waiting have no later chance, so a damaged file is set aside
+   * here (else the watchdog's thread does that).
    */
-  open(settings: Settings, log: Log): LedgerStore | undefined | null;
+  open(settings: Settings, log: Log, closing?: boolean): LedgerStore | undefined | null;
   /** This process, as run records name it. */
   host(): HostId;
   log: Log;
@@ -737,6 +739,8 @@ export class LedgerFeed {
   #failures = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
+  /** In close(): the records waiting have no later chance. */
+  #closing = false;
   /** The end rows of ended runs whose file was not written yet, by file. */
   #unwritten = new Map<string, RunRecord>();
 
@@ -779,6 +783,7 @@ export class LedgerFeed {
           this.#parts.log(level, message, runId);
         }
       },
+      this.#closing,
     );
     if (store === null) {
       this.#never = true;
@@ -956,6 +961,7 @@ export class LedgerFeed {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
     const settings = this.#parts.settingsAt(nowMs());
+    this.#closing = true;
     // A store never opened while the settings keep no ledger: none is made now.
     const wanted = this.store !== undefined || (settings.enabled && settings.ledger);
     if (!this.#never && wanted) {

@@ -89,6 +89,8 @@ export interface Subsystems {
     mode: "quick";
     /** Never wait on another process's lock: the host's thread is not the store's. */
     busyMs: 0;
+    /** At close: a damaged file is moved aside (never deleted) and a new ledger started. */
+    setAside?: boolean;
     log: (level: "info" | "warn" | "error", message: string) => void;
   }): LedgerStore | undefined;
   /** This process, as run records name their host. */
@@ -214,7 +216,7 @@ export class AgentCheckpoint {
     this.#sinks = core.sinks;
     this.#ledger = new LedgerFeed({
       // Undefined: not now, tried again; null: never (no store subsystem, no driver).
-      open: (settings, feedLog) => {
+      open: (settings, feedLog, closing) => {
         if (!subsystems) return null;
         let never = false;
         const store = subsystems.openStore({
@@ -222,6 +224,7 @@ export class AgentCheckpoint {
           settings,
           mode: "quick",
           busyMs: 0,
+          ...(closing ? { setAside: true } : {}),
           log: (level, message) => {
             if (level === "info") never = true; // the one line that says there is no driver
             feedLog(level, message);
