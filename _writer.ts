@@ -22,6 +22,7 @@
  */
 import * as path from "node:path";
 import { isMainThread } from "node:worker_threads";
+import { clearTimeout, setTimeout } from "node:timers";
 import { errorText, failOpen, isThenable, type Log } from "./log.ts";
 import {
   type BudgetStop,

@@ -13,7 +13,7 @@ import { openSqliteStore, storeFile } from "../store/sqlite.ts";
 import type { RunView } from "../store/types.ts";
 import { sqliteDriver } from "../_sqlite.ts";
 import { Worker } from "node:worker_threads";
-import { captureLog, fixture, tempHome, waitFor } from "./_helpers.ts";
+import { captureLog, fixture, runScript, tempHome, waitFor } from "./_helpers.ts";
 
 /** A small tmpfs mounted on a fresh directory; undefined (with why) when mounting is not allowed. */
 function smallDisk(): { dir: string; unmount: () => void } | string {
@@ -233,4 +233,10 @@ test("the watchdog's stall record, refused by a full disk, lands once space retu
     await ac.close();
     disk.unmount();
   }
+});
+
+test("a host whose checkpoint writes are owed still exits when its own work is done", async () => {
+  const result = await runScript(fixture("host_owed_exit"), [tempHome()], { timeoutMs: 30_000 });
+  assert.equal(result.stdout, "done\n");
+  assert.equal(result.code, 0, result.stderr);
 });
