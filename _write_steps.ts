@@ -798,8 +798,11 @@ function* persistTry(
   carry: Uint8Array,
   flushDir: boolean,
   last: boolean,
+  fresh = false,
 ): Steps<Try> {
-  const st = yield* lstatIfThere(file);
+  // A file thought new is not looked at first: the link() below fails on anything at the path,
+  // and the next try looks (one step fewer for each run's first file in a burst).
+  const st = fresh ? undefined : yield* lstatIfThere(file);
   if (st && !st.isSymbolicLink()) {
     if (!st.isFile()) throw notRegular(file, st);
     if (st.nlink > 1) throw linked(file, st);
@@ -893,9 +896,17 @@ const MAX_RELINKED = 256;
 
 /**
  * The steps of one persist of `block` to `file` (no lock taken: the caller
- * holds it); `flushDir` flushes the directory after the rename.
+ * holds it); `flushDir` flushes the directory after the rename. `fresh`: the
+ * caller believes nothing is at the path yet (the run's first write), so the
+ * first try goes straight to linking a new file into place; a wrong belief
+ * costs that try, never the file at the path.
  */
-export function* persistSteps(file: string, block: string, flushDir: boolean): Steps<void> {
+export function* persistSteps(
+  file: string,
+  block: string,
+  flushDir: boolean,
+  fresh = false,
+): Steps<void> {
   yield { op: "sweep", dir: path.dirname(file) };
   const older = held.get(file) ?? [];
   held.delete(file);
@@ -908,7 +919,14 @@ export function* persistSteps(file: string, block: string, flushDir: boolean): S
     const carry = late.length === 0 ? EMPTY : Buffer.concat(late);
     for (let attempt = 1; attempt <= MAX_TRIES + 2 && outcome === "retry"; attempt++) {
       try {
-        outcome = yield* persistTry(file, block, carry, flushDir, attempt >= MAX_TRIES);
+        outcome = yield* persistTry(
+          file,
+          block,
+          carry,
+          flushDir,
+          attempt >= MAX_TRIES,
+          fresh && attempt === 1 && carry.length === 0,
+        );
       } catch (error) {
         // A writer killed between its link() and its unlink() leaves a second link: its
         // temporary file. Sweep for it once per file, then judge the links again.
@@ -1118,7 +1136,7 @@ export const SKIPPED: unique symbol = Symbol("skipped");
  */
 export async function writeBurst(
   files: readonly (string | undefined)[],
-  make: (i: number) => { block: string; lock?: FileLock } | undefined,
+  make: (i: number) => { block: string; lock?: FileLock; fresh?: boolean } | undefined,
   concurrency: number,
   trace?: StepTrace,
 ): Promise<Array<Error | undefined | typeof SKIPPED>> {
@@ -1152,7 +1170,7 @@ export async function writeBurst(
             ensureDir(dir);
             dirs.add(dir);
           }
-          await runAsync(persistSteps(file, made.block, false), trace);
+          await runAsync(persistSteps(file, made.block, false, made.fresh), trace);
         } catch (error) {
           results[i] = error instanceof Error ? error : new Error(String(error));
         } finally {

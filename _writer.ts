@@ -22,6 +22,7 @@
  */
 import * as path from "node:path";
 import { isMainThread } from "node:worker_threads";
+import { clearTimeout, setTimeout } from "node:timers";
 import { errorText, failOpen, isThenable, type Log } from "./log.ts";
 import {
   type BudgetStop,
@@ -506,6 +507,7 @@ export class CheckpointWriter {
     // record, file or no file (a record is never made from a slot its run let go).
     const prepared: Array<Prepared | undefined> = items.map(() => undefined);
     const due = items.map((item) => this.#holds(item.info));
+    const firsts = new Set<string>();
     items.forEach((item, i) => due[i] && this.#shared.writesDue(item.info.slot, 1));
     let results: Array<Error | undefined | typeof SKIPPED>;
     try {
@@ -519,7 +521,13 @@ export class CheckpointWriter {
             due[i] = false;
             this.#shared.writesDue(item.info.slot, -1);
           }
-          return p && { block: p.block, lock: this.#lock(p) };
+          if (!p) return undefined;
+          // The run's first record of a first attempt, none failed: its file is most likely new.
+          const file = item.info.checkpointFile;
+          const fresh = !firsts.has(file) && this.#shared.fileLanded(item.info.slot) === 0 &&
+            this.#shared.fileState(item.info.slot) === undefined && (item.info.attempt ?? 1) === 1;
+          firsts.add(file);
+          return { block: p.block, lock: this.#lock(p), fresh };
         },
         BATCH_CONCURRENCY,
       );

@@ -110,3 +110,28 @@ test("a burst flushes each file before its rename and each directory once, after
     assert.match(fs.readFileSync(item.file, "utf8"), new RegExp(`run ${i}\\n`));
   }
 });
+
+test("a persist told its file is new links it without looking first, and never clobbers what is there", () => {
+  const dir = tempHome();
+  const file = path.join(dir, "fresh.md");
+  const { steps, trace } = tracer();
+  runSync(persistSteps(file, block("one"), true, true), trace);
+  assert.equal(steps.some(([o]) => o.op === "lstat"), false, "no look before the link");
+  assert.equal(checkDurable(steps, true), 1);
+  // Wrong beliefs cost a try, never the file: the agent's text, a link, a directory.
+  const agent = path.join(dir, "agent.md");
+  fs.writeFileSync(agent, "the agent's own file\n");
+  runSync(persistSteps(agent, block("two"), true, true));
+  assert.equal(fs.readFileSync(agent, "utf8"), `the agent's own file\n\n${block("two")}\n`);
+  const target = path.join(dir, "target.txt");
+  fs.writeFileSync(target, "untouched");
+  const link = path.join(dir, "link.md");
+  fs.symlinkSync(target, link);
+  runSync(persistSteps(link, block("three"), true, true));
+  assert.equal(fs.readFileSync(target, "utf8"), "untouched");
+  assert.equal(fs.lstatSync(link).isFile(), true);
+  const sub = path.join(dir, "sub.md");
+  fs.mkdirSync(sub);
+  assert.throws(() => runSync(persistSteps(sub, block("four"), true, true)), /directory/);
+  assert.deepEqual(fs.readdirSync(dir).filter((n) => n.endsWith(".tmp")), []);
+});
