@@ -19,6 +19,7 @@ import {
   Worker,
 } from "node:worker_threads";
 import type { CheckpointEvent } from "../_writer.ts";
+import type { TreeRow } from "../_tree.ts";
 import { thisHost } from "./_host.ts";
 import { openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the store
@@ -83,7 +84,11 @@ export type ToBridge =
   | { type: "latest"; id: number; runId: string }
   | { type: "drain"; id: number; ms: number }
   | { type: "close"; ms: number }
-  | { type: "port"; port: MessagePort };
+  | { type: "port"; port: MessagePort }
+  | { type: "tree"; id: number; root: string }
+  | { type: "admit"; id: number; root: string }
+  | { type: "decided"; id: number; record?: RunRecord }
+  | { type: "join"; runId: string; root: string; parent?: string };
 
 /** @internal The watchdog to the store thread: its batch each interval, or a prune. */
 export type FromWatchdog =
@@ -96,6 +101,7 @@ export type FromBridge =
   | { type: "started"; id: number; started?: AttemptStart; error?: string }
   | { type: "drained"; id: number; waiting: number }
   | { type: "latest"; id: number; view?: RunView; error?: string }
+  | { type: "tree"; id: number; rows?: TreeRow[]; error?: string }
   | { type: "closed" };
 
 /** The store thread's module, next to this one (`.ts` under Deno, `.js` when built). */
@@ -281,6 +287,74 @@ export class PgBridge implements RunStore {
       },
       closeSync: () => void this.close(),
     };
+  }
+
+  /**
+   * The newest attempt of every run in the tree rooted at `root` (one round
+   * trip, waited for at most {@linkcode START_WAIT_MS}). Throws when the
+   * database is away or does not answer in time.
+   */
+  treeSync(root: string): TreeRow[] {
+    const answer = this.#tree({ type: "tree", id: ++this.#seq, root });
+    if (answer.error !== undefined) throw new Error(answer.error);
+    return answer.rows ?? [];
+  }
+
+  /**
+   * Look at a tree and write the record `decide` makes of it, in one
+   * transaction of the database that holds the tree's lock, so that model
+   * calls of the tree on any machine are admitted one at a time. The rows are
+   * waited for at most {@linkcode START_WAIT_MS}; the record is posted, and
+   * the lock is let go once it is written. Throws, before deciding, when the
+   * database is away or does not answer in time.
+   */
+  admitSync(root: string, decide: (rows: TreeRow[]) => RunRecord | undefined): void {
+    const id = ++this.#seq;
+    let record: RunRecord | undefined;
+    const answer = this.#tree({ type: "admit", id, root }, () =>
+      // No rows in time: the store thread lets the lock go without writing when they come.
+      this.#worker.postMessage({ type: "decided", id } satisfies ToBridge));
+    if (answer.error !== undefined) throw new Error(answer.error);
+    try {
+      record = decide(answer.rows ?? []);
+    } finally {
+      this.#worker.postMessage(
+        (record ? { type: "decided", id, record } : { type: "decided", id }) satisfies ToBridge,
+      );
+    }
+  }
+
+  /** A tree's rows asked for, and the answer waited for (bounded). */
+  #tree(
+    message: ToBridge & { type: "tree" | "admit" },
+    late?: () => void,
+  ): FromBridge & { type: "tree" } {
+    if (this.#closed) throw new Error("the fleet store is closed");
+    if (Atomics.load(this.#flag, 1) === STATE_DOWN) {
+      throw new Error(`the fleet store at ${this.location} cannot be reached`);
+    }
+    this.#worker.postMessage(message);
+    const answer = this.#await(message.id, START_WAIT_MS);
+    if (!answer || answer.type !== "tree") {
+      late?.();
+      throw new Error(
+        `the fleet store at ${this.location} did not answer within ${START_WAIT_MS} ms`,
+      );
+    }
+    return answer;
+  }
+
+  /** Write a run of a tree's record now (posted), for the tree's other processes. */
+  writeTreeSync(record: RunRecord): void {
+    void this.write({ records: [record] });
+  }
+
+  /** Record that a run sits in a tree (posted, before the run's next look at its tree). */
+  joinTreeSync(runId: string, root: string, parent: string | undefined): void {
+    if (this.#closed) return;
+    const message: ToBridge = { type: "join", runId, root };
+    if (parent !== undefined) message.parent = parent;
+    this.#worker.postMessage(message);
   }
 
   /** Post records to be written; never waits. */

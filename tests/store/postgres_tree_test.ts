@@ -1,0 +1,80 @@
+// Trees of runs sharing one budget through the fleet store: children in other processes, each
+// with a home of its own (so nothing but the database is shared), stop within one call of the cap.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createAgentCheckpoint } from "../../mod.ts";
+import { openPgStore } from "../../store/postgres.ts";
+import { fixture, runScript, tempHome } from "../_helpers.ts";
+import { freshSchema, skipFleet } from "./_pg.ts";
+
+test(
+  "a parent and 8 children in 3 processes, each with its own home, share a $1.00 cap through the fleet store: spend stops within one call, and the store's tree total is the runs' own sum",
+  {
+    skip: skipFleet,
+  },
+  async () => {
+    const db = await freshSchema();
+    try {
+      const ac = createAgentCheckpoint({
+        home: tempHome(),
+        env: {},
+        settings: { store: db.url, enforce: ["usd"], progress_interval_seconds: 0.2 },
+      });
+      const parent = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
+      parent.preLlmCall();
+      parent.usage({ inputTokens: 100, outputTokens: 50, usd: 0.05 });
+      const env = { ...parent.childEnv(), AGENT_CHECKPOINT_STORE: db.url };
+      const perCall = 0.03;
+      const results = await Promise.all([0, 1].map((p) =>
+        runScript(
+          fixture("tree_children"),
+          [
+            tempHome(), // a home of its own: the tree's totals come from the database alone
+            JSON.stringify({ children: [0, 1, 2, 3].map((c) => `child-${p}-${c}`), usd: perCall }),
+          ],
+          { env, timeoutMs: 120_000 },
+        )
+      ));
+      for (const r of results) assert.equal(r.code, 0, r.stderr);
+      const children = results.flatMap((r) =>
+        JSON.parse(r.stdout) as { runId: string; spent: number; stopped: boolean; tree: boolean }[]
+      );
+      assert.equal(children.length, 8);
+      const spent = 0.05 + children.reduce((sum, c) => sum + c.spent, 0);
+      assert.ok(spent >= 1, `the tree spent $${spent.toFixed(2)}`);
+      assert.ok(spent <= 1 + perCall + 1e-9, `the tree spent $${spent.toFixed(2)}`);
+      console.log(
+        `tree of 9 runs in 3 processes over PostgreSQL: $${
+          spent.toFixed(2)
+        } spent against a $1.00 cap`,
+      );
+      for (const c of children) {
+        assert.equal(c.stopped, true, `${c.runId} was stopped`);
+        assert.equal(c.tree, true, `${c.runId}'s file names the tree's totals`);
+      }
+      parent.preLlmCall();
+      assert.equal(
+        parent.budgetSignal.aborted,
+        true,
+        "the parent is stopped by its children's spend",
+      );
+      await parent.end();
+      await ac.close();
+      const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+      try {
+        const rows = await store.tree("lead");
+        assert.equal(rows.length, 9);
+        assert.deepEqual(
+          rows.filter((r) => r.runId !== "lead").map((r) => r.parentId),
+          Array(8).fill("lead"),
+        );
+        const total = rows.reduce((sum, r) => sum + r.use.usd, 0);
+        assert.ok(Math.abs(total - spent) < 1e-9, `store $${total} vs runs' own $${spent}`);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await db.drop();
+    }
+  },
+);
