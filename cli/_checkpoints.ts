@@ -18,6 +18,7 @@ import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
 import { PgRunStore } from "../store/postgres.ts";
 import type { RunView } from "../store/types.ts";
+import { treeSummaries, type TreeSummary } from "../store/_trees.ts";
 import {
   homeSettings,
   ledgerAuditText,
@@ -28,8 +29,12 @@ import {
   runJson,
   sinceOption,
   statusOption,
+  treesOf,
   usageCell,
 } from "./_ledger.ts";
+
+/** The most runs of trees `audit` reads to sum them up, the most recently started first. */
+const AUDIT_TREE_RUNS = 10_000;
 import { END_STATUSES, type EndStatus } from "../_record.ts";
 
 /** What a record says about the run's end and attempt, read defensively. */
@@ -286,6 +291,7 @@ export const lsCommand: Command = {
         if (since !== undefined) filter.since = since;
         if (query.machine !== undefined) filter.machine = query.machine;
         const counts = await ledger.summary(filter);
+        const trees = await treesOf(ledger, runs);
         if (parsed.switches.has("--json")) {
           writeJson(io, {
             store: ledger.location,
@@ -294,8 +300,9 @@ export const lsCommand: Command = {
             shown: runs.length,
             limit: limit === 0 ? null : limit,
             runs: runs.map(runJson),
+            ...(trees.length > 0 ? { trees } : {}),
           });
-        } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io)));
+        } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io), trees));
       } finally {
         await ledger.close();
       }
@@ -436,12 +443,14 @@ export const showCommand: Command = {
     const ledger = openLedger(home, settings, io, parsed.values["--store"]);
     const machine = parsed.values["--host"];
     let view;
+    let tree: TreeSummary | undefined;
     let stored: string | undefined;
     if (ledger) {
       try {
         view = machine === undefined
           ? await ledger.latest(runId)
           : (await ledger.list({ runId, machine, limit: 1 }))[0];
+        if (view?.record.tree) [tree] = await treesOf(ledger, [view]);
         // The fleet store keeps the file of a run that ran on another machine.
         if (view && ledger instanceof PgRunStore) {
           stored = await ledger.fileContent(view.record.runId, view.record.attempt);
@@ -463,11 +472,12 @@ export const showCommand: Command = {
         writeJson(io, {
           runId,
           ledger: runJson(view),
+          ...(tree ? { tree } : {}),
           ...(stored !== undefined ? { fileContent: stored } : {}),
         });
       } else if (stored !== undefined) {
         io.stdout(
-          `${ledgerShowText(view, io)}\n${
+          `${ledgerShowText(view, io, tree)}\n${
             paint(io).dim(
               `(its checkpoint file, as the fleet store keeps it; written on ${
                 whose ? ranOn(view) : terminalSafe(view.record.host.machine)
@@ -476,7 +486,9 @@ export const showCommand: Command = {
           }\n${terminalSafe(stored, { lines: true })}\n`,
         );
       } else {
-        io.stdout(`${ledgerShowText(view, io)}\n${paint(io).dim("(no checkpoint file yet)")}\n`);
+        io.stdout(
+          `${ledgerShowText(view, io, tree)}\n${paint(io).dim("(no checkpoint file yet)")}\n`,
+        );
       }
       return 0;
     }
@@ -489,13 +501,18 @@ export const showCommand: Command = {
       return 1;
     }
     if (parsed.switches.has("--json")) {
-      writeJson(io, view ? { ...described(found), ledger: runJson(view) } : described(found));
+      writeJson(
+        io,
+        view
+          ? { ...described(found), ledger: runJson(view), ...(tree ? { tree } : {}) }
+          : described(found),
+      );
       return 0;
     }
     const p = paint(io);
     // The ledger knows whether a run without an end is live or cut off; the file alone cannot.
     const state = view ? undefined : stateLine(found);
-    const head = `${view ? `${ledgerShowText(view, io)}\n` : ""}${
+    const head = `${view ? `${ledgerShowText(view, io, tree)}\n` : ""}${
       state ? `${p.bold(state)}\n` : ""
     }${
       whose
@@ -729,6 +746,9 @@ export const auditCommand: Command = {
         if (after !== undefined) filter.since = after;
         if (parsed.values["--host"] !== undefined) filter.machine = parsed.values["--host"];
         const s = await ledger.summary(filter);
+        const trees = ledger.trees
+          ? treeSummaries(await ledger.trees({ limit: AUDIT_TREE_RUNS }))
+          : [];
         if (parsed.switches.has("--json")) {
           writeJson(io, {
             store: ledger.location,
@@ -736,8 +756,9 @@ export const auditCommand: Command = {
             ...s,
             ended: s.byEnd,
             cutOff: s.byState["cut-off"],
+            ...(trees.length > 0 ? { trees } : {}),
           });
-        } else io.stdout(ledgerAuditText(s, ledger.location, since));
+        } else io.stdout(ledgerAuditText(s, ledger.location, since, trees));
       } finally {
         await ledger.close();
       }

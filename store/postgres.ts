@@ -32,6 +32,7 @@ import {
   type RunView,
   type StoreSummary,
   type SummaryQuery,
+  type TreeQuery,
   type Vantage,
   type WriteBatch,
 } from "./types.ts";
@@ -780,6 +781,26 @@ export class PgRunStore implements RunStore {
       if (rows.length < page) return out;
       offset += page;
     }
+  }
+
+  /** {@linkcode RunStore.trees}. */
+  async trees(query: TreeQuery = {}): Promise<RunView[]> {
+    const limit = Math.max(0, Math.floor(query.limit ?? 1000));
+    const params = query.root === undefined ? [] : [query.root];
+    let rows: Record<string, unknown>[];
+    try {
+      rows = await this.#query(
+        `${selectView(this.#s)} JOIN ${this.#s}.run_trees t ON t.run_id = r.run_id AND r.newest
+          ${query.root === undefined ? "" : "WHERE t.root = $1"}
+          ORDER BY r.started_at DESC LIMIT ${limit}`,
+        params,
+      );
+    } catch (error) {
+      if ((error as { code?: string }).code === "42P01") return []; // no run is in a tree
+      throw error;
+    }
+    const vantage = this.#vantage();
+    return rows.map((r) => this.#view(r, vantage));
   }
 
   async summary(query: SummaryQuery = {}): Promise<StoreSummary> {
