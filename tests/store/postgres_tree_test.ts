@@ -4,6 +4,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { openPgStore } from "../../store/postgres.ts";
+import { main } from "../../cli/mod.ts";
+import { memoryIo } from "../../cli/_io.ts";
 import { fixture, runScript, tempHome } from "../_helpers.ts";
 import { freshSchema, skipFleet } from "./_pg.ts";
 
@@ -73,6 +75,21 @@ test(
       } finally {
         await store.close();
       }
+      // The command line over the fleet store shows the tree: parents, children, totals.
+      const cli = async (...args: string[]) => {
+        const m = memoryIo({ env: {} });
+        const code = await main([...args, "--store", db.url, "--home", tempHome()], m.io);
+        assert.equal(code, 0, m.stderr());
+        return m.stdout();
+      };
+      const dollars = `\\$${spent.toFixed(2).replace(".", "\\.")} of \\$1\\.00`;
+      const ls = await cli("ls");
+      assert.match(ls, new RegExp(`^tree lead: 9 runs: \\d+ turns, \\d+ tokens, ${dollars}$`, "m"));
+      assert.match(ls, /^child-1-3 .* lead$/m);
+      const show = await cli("show", "lead");
+      assert.match(show, /^children +(child-\d-\d \(ended capped\)(, )?){8}$/m);
+      assert.match(show, new RegExp(`^tree totals +9 runs: .*${dollars}$`, "m"));
+      assert.match(await cli("audit"), new RegExp(`^  tree lead +9 runs: .*${dollars}$`, "m"));
     } finally {
       await db.drop();
     }
