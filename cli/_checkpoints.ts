@@ -18,7 +18,7 @@ import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
 import { PgRunStore } from "../store/postgres.ts";
 import type { RunView } from "../store/types.ts";
-import { treeSummaries, type TreeSummary } from "../store/_trees.ts";
+import { treeSummaries, type TreeSummary } from "../store/trees.ts";
 import {
   homeSettings,
   ledgerAuditText,

@@ -25,7 +25,7 @@ import type {
   RunView,
   StoreSummary,
 } from "../store/types.ts";
-import { treeSummaries, type TreeSummary, treeTotalsText } from "../store/_trees.ts";
+import { treeSummaries, type TreeSummary, treeTotalsText } from "../store/trees.ts";
 
 /** A run's status as the page colors it: live, cut off, or how it ended. */
 export type ShownStatus = "live" | EndStatus | "cut-off";

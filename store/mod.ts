@@ -31,7 +31,7 @@ export {
 } from "./sqlite.ts";
 export { isPostgresUrl, openPgStore, PG_SCHEMA_VERSION, PgRunStore, pgTarget } from "./postgres.ts";
 export { PgBridge, START_WAIT_MS } from "./_pg_bridge.ts";
-export { type TreeMember, treeSummaries, type TreeSummary, treeTotalsText } from "./_trees.ts";
+export { type TreeMember, treeSummaries, type TreeSummary, treeTotalsText } from "./trees.ts";
 
 /**
  * Open the store a home's settings name, or undefined when there is none to

@@ -52,7 +52,7 @@ export interface TreeSummary {
  *
  * @example
  * ```ts
- * import { treeSummaries } from "./_trees.ts";
+ * import { treeSummaries } from "./trees.ts";
  * import assert from "node:assert/strict";
  *
  * const run = (runId: string, parent: string | undefined, usd: number) => ({
@@ -118,7 +118,7 @@ export function treeSummaries(views: readonly RunView[]): TreeSummary[] {
  *
  * @example
  * ```ts
- * import { treeTotalsText } from "./_trees.ts";
+ * import { treeTotalsText } from "./trees.ts";
  * import assert from "node:assert/strict";
  *
  * const text = treeTotalsText({
