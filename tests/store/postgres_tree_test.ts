@@ -6,7 +6,8 @@ import { createAgentCheckpoint } from "../../mod.ts";
 import { openPgStore } from "../../store/postgres.ts";
 import { main } from "../../cli/mod.ts";
 import { memoryIo } from "../../cli/_io.ts";
-import { fixture, runScript, tempHome } from "../_helpers.ts";
+import { captureLog, fixture, runScript, tempHome } from "../_helpers.ts";
+import { START_WAIT_MS } from "../../store/mod.ts";
 import { freshSchema, skipFleet } from "./_pg.ts";
 
 test(
@@ -95,3 +96,40 @@ test(
     }
   },
 );
+
+test("with the fleet store away, a tree's runs go on from what their process knows: an enforced cap still stops them, and no hook waits long", async () => {
+  const log = captureLog();
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: {},
+    logger: log.logger,
+    settings: {
+      store: "postgres://postgres@127.0.0.1:1/nowhere",
+      enforce: ["usd"],
+      progress_interval_seconds: 0.2,
+    },
+  });
+  const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
+  const helper = ac.startRun({ sessionId: "helper", parent: lead });
+  let calls = 0;
+  let slowest = 0;
+  while (!helper.budgetSignal.aborted && calls < 100) {
+    const t = performance.now();
+    helper.preLlmCall();
+    slowest = Math.max(slowest, performance.now() - t);
+    if (helper.budgetSignal.aborted) break;
+    helper.usage({ inputTokens: 100, outputTokens: 50, usd: 0.3 });
+    calls++;
+  }
+  assert.equal(calls, 4, "the fourth call passed $1.00; the fifth never started");
+  assert.equal(lead.budgetSignal.aborted, true, "the lead is stopped by its child's spend");
+  // Bounded, not fast: the first look may wait for the store's answer, never beyond its bound.
+  assert.ok(slowest < START_WAIT_MS + 5000, `the slowest hook took ${slowest.toFixed(0)} ms`);
+  await helper.end();
+  await lead.end();
+  await ac.close();
+  assert.ok(
+    log.records.some((r) => /cannot be reached/.test(r.message)),
+    log.records.map((r) => r.message).join("\n"),
+  );
+});
