@@ -208,6 +208,7 @@ export class PgBridge implements RunStore {
       ) {
         const message = got.message as FromBridge;
         if ("id" in message && message.id === id) return message;
+        if (message.type === "tree") this.#treeAnswered(message); // a read for a later look
         // An answer that came too late for its start: that start went on as provisional.
       }
       const left = deadline - performance.now();
@@ -290,14 +291,57 @@ export class PgBridge implements RunStore {
   }
 
   /**
-   * The newest attempt of every run in the tree rooted at `root` (one round
-   * trip, waited for at most {@linkcode START_WAIT_MS}). Throws when the
-   * database is away or does not answer in time.
+   * The newest attempt of every run in the tree rooted at `root`. The first
+   * look at a tree waits for the database (one round trip, at most
+   * {@linkcode START_WAIT_MS}); later ones never wait: they get the rows of
+   * the last answer (or admission), and ask for newer ones for the next look.
+   * Throws when the database is away or the first answer does not come in time.
    */
   treeSync(root: string): TreeRow[] {
+    const known = this.#treeRows.get(root);
+    if (known && !this.#closed && Atomics.load(this.#flag, 1) !== STATE_DOWN) {
+      this.#drainTrees();
+      if (known.asked === undefined) {
+        known.asked = ++this.#seq;
+        this.#worker.postMessage({ type: "tree", id: known.asked, root } satisfies ToBridge);
+      }
+      return known.rows;
+    }
     const answer = this.#tree({ type: "tree", id: ++this.#seq, root });
     if (answer.error !== undefined) throw new Error(answer.error);
-    return answer.rows ?? [];
+    const rows = answer.rows ?? [];
+    this.#keepTree(root, rows);
+    return rows;
+  }
+
+  /** Each tree's rows as last read, and the read in flight for the next look. */
+  readonly #treeRows = new Map<string, { rows: TreeRow[]; asked?: number | undefined }>();
+
+  #keepTree(root: string, rows: TreeRow[]): void {
+    const known = this.#treeRows.get(root);
+    if (known) known.rows = rows;
+    else {
+      // Bounded: a process that ran many trees keeps the newest few.
+      if (this.#treeRows.size >= 64) this.#treeRows.delete(this.#treeRows.keys().next().value!);
+      this.#treeRows.set(root, { rows });
+    }
+  }
+
+  /** An answer to a tree's read for the next look: its rows kept. */
+  #treeAnswered(message: FromBridge & { type: "tree" }): void {
+    for (const known of this.#treeRows.values()) {
+      if (known.asked !== message.id) continue;
+      known.asked = undefined;
+      if (message.error === undefined && message.rows) known.rows = message.rows;
+    }
+  }
+
+  /** Take in the answers that came, without waiting. */
+  #drainTrees(): void {
+    for (let got = receiveMessageOnPort(this.#port); got; got = receiveMessageOnPort(this.#port)) {
+      const message = got.message as FromBridge;
+      if (message.type === "tree") this.#treeAnswered(message);
+    }
   }
 
   /**
@@ -315,6 +359,7 @@ export class PgBridge implements RunStore {
       // No rows in time: the store thread lets the lock go without writing when they come.
       this.#worker.postMessage({ type: "decided", id } satisfies ToBridge));
     if (answer.error !== undefined) throw new Error(answer.error);
+    this.#keepTree(root, answer.rows ?? []);
     try {
       record = decide(answer.rows ?? []);
     } finally {
