@@ -8,7 +8,7 @@ import { main } from "../../cli/mod.ts";
 import { memoryIo } from "../../cli/_io.ts";
 import { captureLog, fixture, runScript, tempHome } from "../_helpers.ts";
 import { START_WAIT_MS } from "../../store/mod.ts";
-import { freshSchema, skipFleet } from "./_pg.ts";
+import { admin, freshSchema, skipFleet } from "./_pg.ts";
 
 test(
   "a parent and 8 children in 3 processes, each with its own home, share a $1.00 cap through the fleet store: spend stops within one call, and the store's tree total is the runs' own sum",
@@ -133,3 +133,73 @@ test("with the fleet store away, a tree's runs go on from what their process kno
     log.records.map((r) => r.message).join("\n"),
   );
 });
+
+test(
+  "a tree's spend reaches the fleet store across a killed connection: children in another process see it and stop within one call of the cap",
+  {
+    skip: skipFleet,
+  },
+  async () => {
+    const db = await freshSchema();
+    const sql = await admin();
+    try {
+      const ac = createAgentCheckpoint({
+        home: tempHome(),
+        env: {},
+        settings: { store: db.url, enforce: ["usd"], progress_interval_seconds: 0.2 },
+      });
+      const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
+      lead.preLlmCall();
+      lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.5 });
+      const env = { ...lead.childEnv(), AGENT_CHECKPOINT_STORE: db.url }; // the lead roots a tree
+      const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+      try {
+        const spentInStore = async () =>
+          (await store.tree("lead")).reduce((sum, r) => sum + r.use.usd, 0);
+        assert.ok(await until(async () => await spentInStore() >= 0.5 - 1e-9));
+        // Cut the lead's connection, then spend on: its next look fails, and its use still lands.
+        const rows = await sql.unsafe(
+          `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+          WHERE application_name = $1 AND pid <> pg_backend_pid()`,
+          [`agent-checkpoint ${db.schema}`],
+        );
+        assert.ok(Number(rows[0]?.n) >= 1, "the lead's connection was cut");
+        lead.preLlmCall();
+        lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
+        assert.ok(
+          await until(async () => await spentInStore() >= 0.7 - 1e-9),
+          "the lead's $0.70 reached the store after its connection was cut",
+        );
+        const r = await runScript(
+          fixture("tree_children"),
+          [tempHome(), JSON.stringify({ children: ["a", "b", "c"], usd: 0.03 })],
+          { env, timeoutMs: 120_000 },
+        );
+        assert.equal(r.code, 0, r.stderr);
+        const children = JSON.parse(r.stdout) as { spent: number; stopped: boolean }[];
+        const spent = 0.7 + children.reduce((sum, c) => sum + c.spent, 0);
+        assert.ok(spent >= 1 && spent <= 1 + 0.03 + 1e-9, `the tree spent $${spent.toFixed(2)}`);
+        assert.ok(children.every((c) => c.stopped));
+        await lead.end();
+        await ac.close();
+        assert.ok(Math.abs(await spentInStore() - spent) < 1e-9);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await sql.end({ timeout: 1 });
+      await db.drop();
+    }
+  },
+);
+
+/** Whether `check` comes true within `ms`, asked a little apart. */
+async function until(check: () => Promise<boolean>, ms = 30_000): Promise<boolean> {
+  const end = Date.now() + ms;
+  for (let wait = 20; Date.now() < end; wait = Math.min(500, wait * 2)) {
+    // A read on a connection the test cut fails once; the store connects again on the next.
+    if (await check().catch(() => false)) return true;
+    await new Promise((r) => setTimeout(r, wait));
+  }
+  return await check();
+}
