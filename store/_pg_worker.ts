@@ -107,6 +107,11 @@ function bridge(parent: MessagePort, data: BridgeData): void {
     // An end is never undone: the watchdog's live record may come after the main thread's end.
     const known = records.get(k);
     if (known && known.status !== "live" && record.status === "live") return;
+    // Nor is a newer live record put back by an older one: the watchdog's interval record may
+    // arrive after the main thread's own (a tree's use and reservation, pushed at a model call).
+    if (known && known.status === "live" && record.status === "live") {
+      if (record.updatedAt < known.updatedAt) return;
+    }
     records.delete(k);
     records.set(k, record);
     while (records.size > MAX_BACKLOG) {
@@ -330,7 +335,8 @@ function bridge(parent: MessagePort, data: BridgeData): void {
             } catch (error) {
               if (!asked) answer({ type: "tree", id, error: errorText(error) });
               else decisions.get(id)?.(undefined);
-              fail(error, records.size);
+              // 55P03: the tree's lock was held past its bound (busy, not away); the call goes on.
+              if ((error as { code?: string }).code !== "55P03") fail(error, records.size);
             }
           });
           break;

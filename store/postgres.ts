@@ -291,11 +291,12 @@ const treeRowsSql = (s: string) =>
 
 /**
  * Admissions to one tree, from any machine, one at a time: each sees the one
- * before. Bounded both ways: a wait for the lock gives up after 3 s, and a
- * holder that stalls (its process stopped, its network gone) loses its
- * session after 5 s, so it never holds the tree's other runs back for long.
+ * before. Bounded both ways: a wait for the lock gives up after 2 s (as the
+ * main thread's wait for the rows does), and a holder that stalls (its
+ * process stopped, its network gone) loses its session after 5 s, so it never
+ * holds the tree's other runs back for long.
  */
-const TREE_LOCK = `SELECT set_config('lock_timeout', '3000', true),
+const TREE_LOCK = `SELECT set_config('lock_timeout', '2000', true),
   set_config('idle_in_transaction_session_timeout', '5000', true),
   pg_advisory_xact_lock(hashtextextended('agent-checkpoint tree ' || $1, 0))`;
 
@@ -559,6 +560,10 @@ export class PgRunStore implements RunStore {
       const k = `${r.attempt}\u0000${r.runId}`;
       const known = byKey.get(k);
       if (known && known.status !== "live" && r.status === "live") continue; // an end stays
+      // A newer live record stays too, whichever came later in the batch.
+      if (known?.status === "live" && r.status === "live" && r.updatedAt < known.updatedAt) {
+        continue;
+      }
       byKey.delete(k);
       byKey.set(k, r);
     }
