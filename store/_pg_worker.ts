@@ -187,7 +187,9 @@ function bridge(parent: MessagePort, data: BridgeData): void {
     const away = once && down;
     for (;;) {
       await flush();
-      if ((records.size + files.size === 0 && !beat) || away) return;
+      // Also a flush begun meanwhile (a write's own, scheduled): its batch is not written yet, and
+      // the store closed under it would lose it.
+      if ((records.size + files.size === 0 && !beat && flushing === undefined) || away) return;
       const left = deadline - Date.now();
       if (left <= 0) return;
       await new Promise((resolve) => setTimeout(resolve, Math.min(100, left)));
