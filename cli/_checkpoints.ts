@@ -211,8 +211,10 @@ const LS_HELP =
 Lists every run the run ledger holds, the most recently started first: live,
 ended (and how) or cut off (its process is gone and it never recorded an
 end), with or without a checkpoint file: its attempt, turns, tier, the tool
-calls in flight, when it was last heard of, and its host (machine:pid). It
-reads the ledger's index, not the checkpoint files.
+calls in flight, when it was last heard of, and its host (machine:pid). A run
+of a tree of runs sharing one budget shows its parent, and each tree shown gets
+a line of its totals against its root's caps. It reads the ledger's index, not
+the checkpoint files.
 
   --status STATE     only runs that are live, ended or cut-off
   --since DURATION   only runs heard of in the last DURATION (90s, 30m, 12h, 7d, 2w)
@@ -239,7 +241,8 @@ resumed run adds ", attempt N".
                ledger, paged like the table: runs holds the newest --limit runs
                (100 by default; limit is null with --limit 0), shown how many,
                and counts every run (each run with state: "live" | "ended" |
-               "cut-off"); { dir, files } for the files (each file with run:
+               "cut-off"), and trees (each with root, members, totals and
+               caps) when any run shown is in one; { dir, files } for the files (each file with run:
                "ended" | "cut off" | null, ended: its end status, and attempt)`;
 
 /**
@@ -324,7 +327,8 @@ const SHOW_HELP = `Usage: ${NAME} show RUN [--store URL] [--host MACHINE] [--hom
 
 Prints run RUN (a kanban task id, a session id, or the file's name): its
 record in the run ledger (live, ended or cut off; turns, tier, the tool calls
-in flight, its host), then its checkpoint file when it has one (from the
+in flight, its host; in a tree of runs sharing one budget, its parent, its
+children and the tree's totals), then its checkpoint file when it has one (from the
 fleet store, when the run ran on another machine), headed by whether the run
 ended (and how) or was cut off. Control characters are shown
 escaped. Exits 1 when there is no such run.
@@ -687,7 +691,8 @@ const AUDIT_HELP =
 Summarizes the run ledger: every run, how many are live, how many ended (by
 status: done, capped, failed, aborted, deadline) and how many were cut off
 (their process is gone and they never recorded an end), in all and by
-machine. It reads the ledger's index, not the checkpoint files.
+machine; and each tree of runs sharing one budget with its totals. It reads
+the ledger's index, not the checkpoint files.
 
 Without a run ledger (or with --files), it summarizes the checkpoint directory: runs with a record, how many ended (by
 status: done, capped, failed, aborted, deadline) and how many were cut off
