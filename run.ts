@@ -740,6 +740,23 @@ export class Run {
   }
 
   /**
+   * The tree's totals in the run's record, as this process knows them now (no
+   * look at the store): a run's record names them even when it never made a
+   * model call of its own.
+   */
+  #treeTotalsNow(ctx: RunContext): void {
+    const seat = this.#extras?.tree;
+    const tree = this.#info.tree;
+    if (!seat || !tree) return;
+    const all = seat.tree.totals().get(seat.place.root);
+    if (!all) return;
+    const totals: NonNullable<TreeRecord["totals"]> = { turns: all.turns, tokens: all.tokens };
+    if (Number.isFinite(all.usd)) totals.usd = all.usd;
+    this.#info.tree = { ...tree, totals };
+    ctx.publish(this.#info);
+  }
+
+  /**
    * Stop the run at an enforced cap: the `budget` record first, then the budget
    * signal aborts; the run's end is `capped` unless the host says otherwise.
    */
@@ -763,6 +780,7 @@ export class Run {
     );
     // mid_run_persist: false promises no file writes from the mid-run surface.
     if (settings.enabled && settings.mid_run_persist) {
+      this.#treeTotalsNow(ctx); // stopped by a relative before it looked itself: the record says them
       ctx.writer.write(this.#info, settings, { kind: "budget", stop }, source, now);
     }
     (more.budget ??= new AbortController()).abort(
@@ -1541,6 +1559,7 @@ export class Run {
       const settings = ctx.at(now);
       const seat = extras?.tree;
       if (seat) {
+        this.#treeTotalsNow(ctx); // its end record names the tree's totals as it leaves
         const slot = this.#info.slot;
         seat.tree.settle(this.runId, {
           turns: ctx.shared.turns(slot),

@@ -18,6 +18,7 @@ import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
 import { PgRunStore } from "../store/postgres.ts";
 import type { RunView } from "../store/types.ts";
+import { treeSummaries, type TreeSummary } from "../store/trees.ts";
 import {
   homeSettings,
   ledgerAuditText,
@@ -28,8 +29,12 @@ import {
   runJson,
   sinceOption,
   statusOption,
+  treesOf,
   usageCell,
 } from "./_ledger.ts";
+
+/** The most runs of trees `audit` reads to sum them up, the most recently started first. */
+const AUDIT_TREE_RUNS = 10_000;
 import { END_STATUSES, type EndStatus } from "../_record.ts";
 
 /** What a record says about the run's end and attempt, read defensively. */
@@ -206,8 +211,10 @@ const LS_HELP =
 Lists every run the run ledger holds, the most recently started first: live,
 ended (and how) or cut off (its process is gone and it never recorded an
 end), with or without a checkpoint file: its attempt, turns, tier, the tool
-calls in flight, when it was last heard of, and its host (machine:pid). It
-reads the ledger's index, not the checkpoint files.
+calls in flight, when it was last heard of, and its host (machine:pid). A run
+of a tree of runs sharing one budget shows its parent, and each tree shown gets
+a line of its totals against its root's caps. It reads the ledger's index, not
+the checkpoint files.
 
   --status STATE     only runs that are live, ended or cut-off
   --since DURATION   only runs heard of in the last DURATION (90s, 30m, 12h, 7d, 2w)
@@ -234,7 +241,8 @@ resumed run adds ", attempt N".
                ledger, paged like the table: runs holds the newest --limit runs
                (100 by default; limit is null with --limit 0), shown how many,
                and counts every run (each run with state: "live" | "ended" |
-               "cut-off"); { dir, files } for the files (each file with run:
+               "cut-off"), and trees (each with root, members, totals and
+               caps) when any run shown is in one; { dir, files } for the files (each file with run:
                "ended" | "cut off" | null, ended: its end status, and attempt)`;
 
 /**
@@ -286,6 +294,7 @@ export const lsCommand: Command = {
         if (since !== undefined) filter.since = since;
         if (query.machine !== undefined) filter.machine = query.machine;
         const counts = await ledger.summary(filter);
+        const trees = await treesOf(ledger, runs);
         if (parsed.switches.has("--json")) {
           writeJson(io, {
             store: ledger.location,
@@ -294,8 +303,9 @@ export const lsCommand: Command = {
             shown: runs.length,
             limit: limit === 0 ? null : limit,
             runs: runs.map(runJson),
+            ...(trees.length > 0 ? { trees } : {}),
           });
-        } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io)));
+        } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io), trees));
       } finally {
         await ledger.close();
       }
@@ -317,7 +327,8 @@ const SHOW_HELP = `Usage: ${NAME} show RUN [--store URL] [--host MACHINE] [--hom
 
 Prints run RUN (a kanban task id, a session id, or the file's name): its
 record in the run ledger (live, ended or cut off; turns, tier, the tool calls
-in flight, its host), then its checkpoint file when it has one (from the
+in flight, its host; in a tree of runs sharing one budget, its parent, its
+children and the tree's totals), then its checkpoint file when it has one (from the
 fleet store, when the run ran on another machine), headed by whether the run
 ended (and how) or was cut off. Control characters are shown
 escaped. Exits 1 when there is no such run.
@@ -436,12 +447,14 @@ export const showCommand: Command = {
     const ledger = openLedger(home, settings, io, parsed.values["--store"]);
     const machine = parsed.values["--host"];
     let view;
+    let tree: TreeSummary | undefined;
     let stored: string | undefined;
     if (ledger) {
       try {
         view = machine === undefined
           ? await ledger.latest(runId)
           : (await ledger.list({ runId, machine, limit: 1 }))[0];
+        if (view?.record.tree) [tree] = await treesOf(ledger, [view]);
         // The fleet store keeps the file of a run that ran on another machine.
         if (view && ledger instanceof PgRunStore) {
           stored = await ledger.fileContent(view.record.runId, view.record.attempt);
@@ -463,11 +476,12 @@ export const showCommand: Command = {
         writeJson(io, {
           runId,
           ledger: runJson(view),
+          ...(tree ? { tree } : {}),
           ...(stored !== undefined ? { fileContent: stored } : {}),
         });
       } else if (stored !== undefined) {
         io.stdout(
-          `${ledgerShowText(view, io)}\n${
+          `${ledgerShowText(view, io, tree)}\n${
             paint(io).dim(
               `(its checkpoint file, as the fleet store keeps it; written on ${
                 whose ? ranOn(view) : terminalSafe(view.record.host.machine)
@@ -476,7 +490,9 @@ export const showCommand: Command = {
           }\n${terminalSafe(stored, { lines: true })}\n`,
         );
       } else {
-        io.stdout(`${ledgerShowText(view, io)}\n${paint(io).dim("(no checkpoint file yet)")}\n`);
+        io.stdout(
+          `${ledgerShowText(view, io, tree)}\n${paint(io).dim("(no checkpoint file yet)")}\n`,
+        );
       }
       return 0;
     }
@@ -489,13 +505,18 @@ export const showCommand: Command = {
       return 1;
     }
     if (parsed.switches.has("--json")) {
-      writeJson(io, view ? { ...described(found), ledger: runJson(view) } : described(found));
+      writeJson(
+        io,
+        view
+          ? { ...described(found), ledger: runJson(view), ...(tree ? { tree } : {}) }
+          : described(found),
+      );
       return 0;
     }
     const p = paint(io);
     // The ledger knows whether a run without an end is live or cut off; the file alone cannot.
     const state = view ? undefined : stateLine(found);
-    const head = `${view ? `${ledgerShowText(view, io)}\n` : ""}${
+    const head = `${view ? `${ledgerShowText(view, io, tree)}\n` : ""}${
       state ? `${p.bold(state)}\n` : ""
     }${
       whose
@@ -670,7 +691,8 @@ const AUDIT_HELP =
 Summarizes the run ledger: every run, how many are live, how many ended (by
 status: done, capped, failed, aborted, deadline) and how many were cut off
 (their process is gone and they never recorded an end), in all and by
-machine. It reads the ledger's index, not the checkpoint files.
+machine; and each tree of runs sharing one budget with its totals. It reads
+the ledger's index, not the checkpoint files.
 
 Without a run ledger (or with --files), it summarizes the checkpoint directory: runs with a record, how many ended (by
 status: done, capped, failed, aborted, deadline) and how many were cut off
@@ -729,6 +751,9 @@ export const auditCommand: Command = {
         if (after !== undefined) filter.since = after;
         if (parsed.values["--host"] !== undefined) filter.machine = parsed.values["--host"];
         const s = await ledger.summary(filter);
+        const trees = ledger.trees
+          ? treeSummaries(await ledger.trees({ limit: AUDIT_TREE_RUNS }))
+          : [];
         if (parsed.switches.has("--json")) {
           writeJson(io, {
             store: ledger.location,
@@ -736,8 +761,9 @@ export const auditCommand: Command = {
             ...s,
             ended: s.byEnd,
             cutOff: s.byState["cut-off"],
+            ...(trees.length > 0 ? { trees } : {}),
           });
-        } else io.stdout(ledgerAuditText(s, ledger.location, since));
+        } else io.stdout(ledgerAuditText(s, ledger.location, since, trees));
       } finally {
         await ledger.close();
       }

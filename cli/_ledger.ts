@@ -23,6 +23,9 @@ import {
   type RunView,
   storeFile,
   type StoreSummary,
+  treeSummaries,
+  type TreeSummary,
+  treeTotalsText,
 } from "../store/mod.ts";
 import { ago, type Paint, table, terminalSafe } from "./_format.ts";
 import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";
@@ -203,12 +206,15 @@ export function ledgerLsText(
   file: string,
   io: CliIo,
   p: Paint,
+  trees: TreeSummary[] = [],
 ): string {
   if (counts.total === 0) return `No runs in the run ledger ${terminalSafe(file)}.\n`;
   const now = io.now();
   // Tokens and cost get a column when any run shown reported use or had such a cap.
   const usage = views.map((v) => usageCell(v.record));
   const withUsage = usage.some((u) => u !== undefined);
+  // Runs of a tree sharing a budget: each one's parent gets a column.
+  const withTree = views.some((v) => v.record.tree !== undefined);
   const rows = views.map((v, i) => [
     terminalSafe(v.record.runId),
     stateText(v),
@@ -219,6 +225,7 @@ export function ledgerLsText(
     ago(now - heardAt(v)),
     terminalSafe(`${v.record.host.machine}:${v.record.host.pid}`),
     ...(withUsage ? [usage[i] ?? "-"] : []),
+    ...(withTree ? [terminalSafe(v.record.tree?.parent ?? "-")] : []),
   ]);
   const cut = views.filter((v) => v.state === "cut-off").map((v) => terminalSafe(v.record.runId));
   const n = (x: number) => x.toLocaleString("en");
@@ -238,12 +245,14 @@ export function ledgerLsText(
           "HEARD",
           "HOST",
           ...(withUsage ? ["TOKENS, COST"] : []),
+          ...(withTree ? ["PARENT"] : []),
         ],
         ...rows,
       ],
       p.bold,
     ),
     "",
+    ...trees.map((t) => `tree ${terminalSafe(t.root)}: ${terminalSafe(treeTotalsText(t))}`),
     `${shown}${n(counts.total)} run${counts.total === 1 ? "" : "s"}: ${
       n(counts.byState.live)
     } live, ${n(counts.byState.ended)} ended, ${n(counts.byState["cut-off"])} cut off${
@@ -319,7 +328,7 @@ export function sinceOption(
 }
 
 /** The ledger's part of `show RUN`. */
-export function ledgerShowText(view: RunView, io: CliIo): string {
+export function ledgerShowText(view: RunView, io: CliIo, tree?: TreeSummary): string {
   const r = view.record;
   const now = io.now();
   const head = `Run ${terminalSafe(r.runId)}${r.attempt > 1 ? `, attempt ${r.attempt}` : ""}: ${
@@ -356,11 +365,80 @@ export function ledgerShowText(view: RunView, io: CliIo): string {
   ];
   for (const note of r.notes.slice(-3)) rows.push(["note", terminalSafe(note)]);
   for (const line of r.attempts ?? []) rows.push(["earlier attempt", terminalSafe(line)]);
+  if (r.tree) rows.push(...treeShowRows(r.runId, r.tree, tree));
   return `${head}\n${table(rows)}\n`;
 }
 
+/** The most children `show` names; the rest are counted. */
+const SHOWN_CHILDREN = 20;
+
+/** A run's place in its tree, as `show` gives it: its parent, its children, the tree's totals. */
+function treeShowRows(
+  runId: string,
+  place: {
+    root: string;
+    parent?: string;
+    totals?: { turns: number; tokens: number; usd?: number };
+  },
+  tree: TreeSummary | undefined,
+): string[][] {
+  const rows: string[][] = [];
+  rows.push([
+    "tree",
+    place.root === runId ? "its root (its children share its caps)" : terminalSafe(place.root),
+  ]);
+  if (place.parent !== undefined) rows.push(["parent", terminalSafe(place.parent)]);
+  if (tree) {
+    const children = tree.members.filter((m) => m.parent === runId);
+    if (children.length > 0) {
+      const named = children.slice(0, SHOWN_CHILDREN).map((c) =>
+        `${c.runId} (${
+          c.state === "ended" ? `ended ${c.status}` : c.state === "live" ? "live" : "cut off"
+        })`
+      ).join(", ");
+      const more = children.length - SHOWN_CHILDREN;
+      rows.push(["children", terminalSafe(`${named}${more > 0 ? ` and ${more} more` : ""}`)]);
+    }
+    rows.push(["tree totals", terminalSafe(treeTotalsText(tree))]);
+  } else if (place.totals) {
+    // The store cannot say now: the totals as the run last knew them.
+    const t = place.totals;
+    rows.push([
+      "tree totals",
+      `${t.turns} turns, ${t.tokens} tokens${
+        t.usd === undefined ? "" : `, $${formatUsd(t.usd)}`
+      } (as this run last knew them)`,
+    ]);
+  }
+  return rows;
+}
+
+/**
+ * The trees of the runs `views` names, each read whole from the store (at
+ * most `max` trees); none when the store keeps no trees.
+ */
+export async function treesOf(
+  store: RunStore,
+  views: readonly RunView[],
+  max = 5,
+): Promise<TreeSummary[]> {
+  if (!store.trees) return [];
+  const roots = [...new Set(views.flatMap((v) => v.record.tree ? [v.record.tree.root] : []))];
+  const out: TreeSummary[] = [];
+  for (const root of roots.slice(0, max)) {
+    const [tree] = treeSummaries(await store.trees({ root }));
+    if (tree) out.push(tree);
+  }
+  return out;
+}
+
 /** `audit` over the ledger. */
-export function ledgerAuditText(s: StoreSummary, file: string, since: string | undefined): string {
+export function ledgerAuditText(
+  s: StoreSummary,
+  file: string,
+  since: string | undefined,
+  trees: TreeSummary[] = [],
+): string {
   const list = (o: Record<string, number>) =>
     Object.keys(o).length === 0
       ? "-"
@@ -396,8 +474,20 @@ export function ledgerAuditText(s: StoreSummary, file: string, since: string | u
       ],
     );
   }
+  if (trees.length > 0) {
+    rows.push(["trees", `${trees.length} (runs sharing one budget)`]);
+    for (const t of trees.slice(0, AUDIT_TREES)) {
+      rows.push([`  tree ${terminalSafe(t.root)}`, terminalSafe(treeTotalsText(t))]);
+    }
+    if (trees.length > AUDIT_TREES) {
+      rows.push(["", `and ${trees.length - AUDIT_TREES} more`]);
+    }
+  }
   return table(rows) + "\n";
 }
+
+/** The most trees `audit` lists one by one, the most recently started first. */
+const AUDIT_TREES = 10;
 
 const PRUNE_HELP = `Usage: ${NAME} prune [--home DIR] [--json]
 

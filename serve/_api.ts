@@ -25,6 +25,7 @@ import type {
   RunView,
   StoreSummary,
 } from "../store/types.ts";
+import { treeSummaries, type TreeSummary, treeTotalsText } from "../store/trees.ts";
 
 /** A run's status as the page colors it: live, cut off, or how it ended. */
 export type ShownStatus = "live" | EndStatus | "cut-off";
@@ -125,6 +126,10 @@ export interface RunRow {
   hasFile: boolean;
   /** How many earlier attempts its record names. */
   earlierAttempts: number;
+  /** In a tree of runs sharing one budget: the tree's root run. */
+  treeRoot?: string;
+  /** In a tree, and not its root: the run's parent. */
+  parent?: string;
   /**
    * Every attempt the store keeps of the run, oldest first, the newest (this row's) last; the
    * earlier ones only in `GET /api/runs` (at most {@linkcode ROW_ATTEMPTS} of them).
@@ -208,6 +213,16 @@ export interface RunPayload {
   attempts: AttemptRow[];
   /** Its checkpoint file. */
   file: FileView;
+  /** Its tree of runs sharing one budget, when it is in one and the store can say. */
+  tree?: TreeDetail;
+}
+
+/** A run's tree as its detail carries it. */
+export interface TreeDetail extends TreeSummary {
+  /** The run's children (its runs whose parent it is), the most recently started first. */
+  children: { runId: string; status: ShownStatus }[];
+  /** The tree's totals in one line: `9 runs: 40 turns, 6000 tokens, $1.01 of $1.00`. */
+  text: string;
 }
 
 /** What the answers are made with. */
@@ -465,6 +480,10 @@ function runRow(view: RunView, settings: Settings, dir: CheckpointDir, now: numb
     attempts: [],
   };
   if (view.state !== "live") row.endAt = seen;
+  if (r.tree) {
+    row.treeRoot = r.tree.root;
+    if (r.tree.parent !== undefined) row.parent = r.tree.parent;
+  }
   row.attempts = [attemptSpan(view, now)];
   return row;
 }
@@ -654,5 +673,20 @@ export async function runPayload(
     file: fileView(view.record, dir),
   };
   if (view.heartbeat) out.heartbeat = view.heartbeat;
+  const root = view.record.tree?.root;
+  if (root !== undefined && ctx.store.trees) {
+    const members = await ctx.store.trees({ root });
+    const [tree] = treeSummaries(members);
+    if (tree) {
+      out.tree = {
+        ...tree,
+        children: members.filter((m) => m.record.tree?.parent === runId).map((m) => ({
+          runId: m.record.runId,
+          status: shownStatus(m),
+        })),
+        text: treeTotalsText(tree),
+      };
+    }
+  }
   return out;
 }

@@ -50,6 +50,10 @@ export const PAGE_HTML = `<!doctype html>
     <h2 id="d-title"></h2>
     <p id="d-stopped"></p>
     <div id="d-caps"></div>
+    <div id="d-tree-box" hidden>
+      <h3>Tree of runs sharing one budget</h3>
+      <dl id="d-tree"></dl>
+    </div>
     <h3>Record</h3>
     <dl id="d-record"></dl>
     <h3>Recent tool calls</h3>
@@ -353,6 +357,7 @@ export const APP_JS = String.raw`"use strict";
       var meta = label(r.status) + " · " + r.machine +
         (r.attempt > 1 ? " · attempt " + r.attempt + (cut ? " (" + cut + " cut off before)" : "") : "") +
         " · " + r.turnsUsed + " turns · " + duration(r.elapsedSeconds) + (r.tier ? " · tier " + r.tier : "") +
+        (r.parent !== undefined ? " · child of " + r.parent : r.treeRoot !== undefined ? " · tree root" : "") +
         (calls.length ? " · in " + calls.join(", ") : "");
       var metaEl = el("span", "meta", meta);
       metaEl.setAttribute("title", meta + (r.inFlight.length ? "\n" + r.inFlight.map(function (c) {
@@ -427,6 +432,30 @@ export const APP_JS = String.raw`"use strict";
     stopped.textContent = (run.status === "cut-off" ? "Where it stopped: " : run.status === "live" ? "Now: " : "Ended: ") + d.stopped;
     stopped.className = run.status === "cut-off" ? "cut-off" : "";
     $("d-caps").replaceChildren(capBars(run.caps, ""));
+    // Its tree: the root, its parent, its children (each opens its own detail), the tree's totals.
+    var t = d.tree;
+    $("d-tree-box").hidden = !t;
+    var tdl = $("d-tree");
+    tdl.replaceChildren();
+    if (t) {
+      dlRow(tdl, "root", t.root === r.runId ? t.root + " (this run)" : t.root);
+      dlRow(tdl, "parent", run.parent);
+      if (t.children.length) {
+        tdl.appendChild(el("dt", "", "children"));
+        var dd = el("dd", "tree-children");
+        t.children.forEach(function (c, i) {
+          if (i) dd.appendChild(document.createTextNode(", "));
+          var a = el("a", "", c.runId);
+          a.href = "#";
+          a.setAttribute("data-run", c.runId);
+          a.addEventListener("click", function (e) { e.preventDefault(); select(c.runId); });
+          dd.appendChild(a);
+          dd.appendChild(document.createTextNode(" (" + label(c.status) + ")"));
+        });
+        tdl.appendChild(dd);
+      }
+      dlRow(tdl, "totals", t.text);
+    }
     var dl = $("d-record");
     dl.replaceChildren();
     dlRow(dl, "attempt", String(r.attempt));

@@ -40,6 +40,7 @@ export type {
   RunRow,
   RunsPayload,
   ShownStatus,
+  TreeDetail,
 } from "./_api.ts";
 
 /** The port `serve` listens on unless told otherwise. */

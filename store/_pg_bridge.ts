@@ -19,6 +19,7 @@ import {
   Worker,
 } from "node:worker_threads";
 import type { CheckpointEvent } from "../_writer.ts";
+import type { TreeRow } from "../_tree.ts";
 import { thisHost } from "./_host.ts";
 import { openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
 import {
@@ -166,6 +167,7 @@ export class PgBridge implements RunStore {
       ) {
         const message = got.message as FromBridge;
         if ("id" in message && message.id === id) return message;
+        if (message.type === "tree") this.#treeAnswered(message); // a read for a later look
         // An answer that came too late for its start: that start went on as provisional.
       }
       const left = deadline - performance.now();
@@ -242,6 +244,118 @@ export class PgBridge implements RunStore {
       },
       closeSync: () => void this.close(),
     };
+  }
+
+  /**
+   * The newest attempt of every run in the tree rooted at `root`. The first
+   * look at a tree waits for the database (one round trip, at most
+   * {@linkcode START_WAIT_MS}); later ones never wait: they get the rows of
+   * the last answer (or admission), and ask for newer ones for the next look.
+   * Throws when the database is away or the first answer does not come in time.
+   */
+  treeSync(root: string): TreeRow[] {
+    const known = this.#treeRows.get(root);
+    if (known && !this.#closed && Atomics.load(this.#flag, 1) !== STATE_DOWN) {
+      this.#drainTrees();
+      if (known.asked === undefined) {
+        known.asked = ++this.#seq;
+        this.#worker.postMessage({ type: "tree", id: known.asked, root } satisfies ToBridge);
+      }
+      return known.rows;
+    }
+    const answer = this.#tree({ type: "tree", id: ++this.#seq, root });
+    if (answer.error !== undefined) throw new Error(answer.error);
+    const rows = answer.rows ?? [];
+    this.#keepTree(root, rows);
+    return rows;
+  }
+
+  /** Each tree's rows as last read, and the read in flight for the next look. */
+  readonly #treeRows = new Map<string, { rows: TreeRow[]; asked?: number | undefined }>();
+
+  #keepTree(root: string, rows: TreeRow[]): void {
+    const known = this.#treeRows.get(root);
+    if (known) known.rows = rows;
+    else {
+      // Bounded: a process that ran many trees keeps the newest few.
+      if (this.#treeRows.size >= 64) this.#treeRows.delete(this.#treeRows.keys().next().value!);
+      this.#treeRows.set(root, { rows });
+    }
+  }
+
+  /** An answer to a tree's read for the next look: its rows kept. */
+  #treeAnswered(message: FromBridge & { type: "tree" }): void {
+    for (const known of this.#treeRows.values()) {
+      if (known.asked !== message.id) continue;
+      known.asked = undefined;
+      if (message.error === undefined && message.rows) known.rows = message.rows;
+    }
+  }
+
+  /** Take in the answers that came, without waiting. */
+  #drainTrees(): void {
+    for (let got = receiveMessageOnPort(this.#port); got; got = receiveMessageOnPort(this.#port)) {
+      const message = got.message as FromBridge;
+      if (message.type === "tree") this.#treeAnswered(message);
+    }
+  }
+
+  /**
+   * Look at a tree and write the record `decide` makes of it, in one
+   * transaction of the database that holds the tree's lock, so that model
+   * calls of the tree on any machine are admitted one at a time. The rows are
+   * waited for at most {@linkcode START_WAIT_MS}; the record is posted, and
+   * the lock is let go once it is written. Throws, before deciding, when the
+   * database is away or does not answer in time.
+   */
+  admitSync(root: string, decide: (rows: TreeRow[]) => RunRecord | undefined): void {
+    const id = ++this.#seq;
+    let record: RunRecord | undefined;
+    const answer = this.#tree({ type: "admit", id, root }, () =>
+      // No rows in time: the store thread lets the lock go without writing when they come.
+      this.#worker.postMessage({ type: "decided", id } satisfies ToBridge));
+    if (answer.error !== undefined) throw new Error(answer.error);
+    this.#keepTree(root, answer.rows ?? []);
+    try {
+      record = decide(answer.rows ?? []);
+    } finally {
+      this.#worker.postMessage(
+        (record ? { type: "decided", id, record } : { type: "decided", id }) satisfies ToBridge,
+      );
+    }
+  }
+
+  /** A tree's rows asked for, and the answer waited for (bounded). */
+  #tree(
+    message: ToBridge & { type: "tree" | "admit" },
+    late?: () => void,
+  ): FromBridge & { type: "tree" } {
+    if (this.#closed) throw new Error("the fleet store is closed");
+    if (Atomics.load(this.#flag, 1) === STATE_DOWN) {
+      throw new Error(`the fleet store at ${this.location} cannot be reached`);
+    }
+    this.#worker.postMessage(message);
+    const answer = this.#await(message.id, START_WAIT_MS);
+    if (!answer || answer.type !== "tree") {
+      late?.();
+      throw new Error(
+        `the fleet store at ${this.location} did not answer within ${START_WAIT_MS} ms`,
+      );
+    }
+    return answer;
+  }
+
+  /** Write a run of a tree's record now (posted), for the tree's other processes. */
+  writeTreeSync(record: RunRecord): void {
+    void this.write({ records: [record] });
+  }
+
+  /** Record that a run sits in a tree (posted, before the run's next look at its tree). */
+  joinTreeSync(runId: string, root: string, parent: string | undefined): void {
+    if (this.#closed) return;
+    const message: ToBridge = { type: "join", runId, root };
+    if (parent !== undefined) message.parent = parent;
+    this.#worker.postMessage(message);
   }
 
   /** Post records to be written; never waits. */

@@ -7,6 +7,7 @@
  * @module
  */
 import type { MessagePort } from "node:worker_threads";
+import type { TreeRow } from "../_tree.ts";
 import type {
   AttemptStart,
   HostId,
@@ -59,7 +60,11 @@ export type ToBridge =
   | { type: "latest"; id: number; runId: string }
   | { type: "drain"; id: number; ms: number }
   | { type: "close"; ms: number }
-  | { type: "port"; port: MessagePort };
+  | { type: "port"; port: MessagePort }
+  | { type: "tree"; id: number; root: string }
+  | { type: "admit"; id: number; root: string }
+  | { type: "decided"; id: number; record?: RunRecord }
+  | { type: "join"; runId: string; root: string; parent?: string };
 
 /** @internal The watchdog to the store thread: its batch each interval, or a prune. */
 export type FromWatchdog =
@@ -72,6 +77,7 @@ export type FromBridge =
   | { type: "started"; id: number; started?: AttemptStart; error?: string }
   | { type: "drained"; id: number; waiting: number }
   | { type: "latest"; id: number; view?: RunView; error?: string }
+  | { type: "tree"; id: number; rows?: TreeRow[]; error?: string }
   | { type: "closed" };
 
 /**

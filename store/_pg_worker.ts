@@ -134,6 +134,11 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
     // An end is never undone: the watchdog's live record may come after the main thread's end.
     const known = records.get(k);
     if (known && known.status !== "live" && record.status === "live") return;
+    // Nor is a newer live record put back by an older one: the watchdog's interval record may
+    // arrive after the main thread's own (a tree's use and reservation, pushed at a model call).
+    if (known && known.status === "live" && record.status === "live") {
+      if (record.updatedAt < known.updatedAt) return;
+    }
     records.delete(k);
     records.set(k, record);
     while (records.size > MAX_BACKLOG) {
@@ -213,12 +218,69 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
     const away = once && down;
     for (;;) {
       await flush();
-      if ((records.size + files.size === 0 && !beat) || away) return;
+      // Also a flush begun meanwhile (a write's own, scheduled): its batch is not written yet, and
+      // the store closed under it would lose it.
+      if ((records.size + files.size === 0 && !beat && flushing === undefined) || away) return;
       const left = deadline - Date.now();
       if (left <= 0) return;
       await new Promise((resolve) => setTimeout(resolve, Math.min(100, left)));
     }
   }
+
+  /**
+   * Trees: joins, reads and admissions one after another, in the order the
+   * main thread posted them (a run's join before its first look).
+   */
+  let trees: Promise<void> = Promise.resolve();
+  const inOrder = (op: () => Promise<void>) => {
+    trees = trees.then(op).catch((error) =>
+      log("error", `the fleet store's thread failed: ${errorText(error)}`)
+    );
+  };
+  /** Joins not yet in the database (it was away): tried again before each look. */
+  const joins = new Map<string, { root: string; parent: string | undefined }>();
+  let joinsFailing = false;
+  const join = async () => {
+    for (const [runId, place] of [...joins]) {
+      try {
+        await store.joinTree(runId, place.root, place.parent);
+        joins.delete(runId);
+        joinsFailing = false;
+      } catch (error) {
+        if (!joinsFailing) {
+          log(
+            "warn",
+            `the fleet store at ${store.location} could not record runs in their tree (${
+              errorText(error)
+            }); tried again at their next look`,
+          );
+        }
+        joinsFailing = true;
+        return;
+      }
+    }
+  };
+  /** What the main thread decided of an admission: its waiter, or the decision come first. */
+  const decisions = new Map<number, (record: RunRecord | undefined) => void>();
+  const decided = new Map<number, RunRecord | undefined>();
+  const decision = (id: number) =>
+    new Promise<RunRecord | undefined>((resolve) => {
+      if (decided.has(id)) {
+        resolve(decided.get(id));
+        decided.delete(id);
+        return;
+      }
+      // The main thread waits at most as long for the rows; it decides at once after.
+      const timer = setTimeout(() => {
+        decisions.delete(id);
+        resolve(undefined);
+      }, START_WAIT_MS);
+      decisions.set(id, (record) => {
+        clearTimeout(timer);
+        decisions.delete(id);
+        resolve(record);
+      });
+    });
 
   let scheduled = false;
   const soon = () => {
@@ -272,6 +334,56 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
         case "late":
           late.add(message.id);
           break;
+        case "join":
+          joins.set(message.runId, { root: message.root, parent: message.parent });
+          inOrder(join);
+          break;
+        case "tree": {
+          const { id, root } = message;
+          inOrder(async () => {
+            try {
+              await join();
+              const rows = await store.tree(root);
+              up();
+              answer({ type: "tree", id, rows });
+            } catch (error) {
+              answer({ type: "tree", id, error: errorText(error) });
+              fail(error, records.size);
+            }
+          });
+          break;
+        }
+        case "admit": {
+          const { id, root } = message;
+          inOrder(async () => {
+            let asked = false;
+            try {
+              await join();
+              await store.admit(root, (rows) => {
+                asked = true;
+                answer({ type: "tree", id, rows });
+                return decision(id);
+              });
+              up();
+            } catch (error) {
+              if (!asked) answer({ type: "tree", id, error: errorText(error) });
+              else decisions.get(id)?.(undefined);
+              // 55P03: the tree's lock was held past its bound (busy, not away); the call goes on.
+              if ((error as { code?: string }).code !== "55P03") fail(error, records.size);
+            }
+          });
+          break;
+        }
+        case "decided": {
+          const waiter = decisions.get(message.id);
+          if (waiter) waiter(message.record);
+          else {
+            decided.set(message.id, message.record);
+            // One whose admission failed before it asked, or gave up waiting: never taken.
+            if (decided.size > 100) decided.delete(decided.keys().next().value as number);
+          }
+          break;
+        }
         case "write":
           for (const r of message.records) keep(r);
           soon();

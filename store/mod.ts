@@ -27,6 +27,7 @@ export {
 } from "./sqlite.ts";
 export { isPostgresUrl, openPgStore, PG_SCHEMA_VERSION, PgRunStore, pgTarget } from "./postgres.ts";
 export { PgBridge, START_WAIT_MS } from "./_pg_bridge.ts";
+export { type TreeMember, treeSummaries, type TreeSummary, treeTotalsText } from "./trees.ts";
 
 /**
  * Open the store the settings name: the fleet store when `store` is a

@@ -19,6 +19,7 @@
  */
 import * as fs from "node:fs";
 import type { EndStatus } from "../_record.ts";
+import type { TreeRow } from "../_tree.ts";
 import { here } from "./_host.ts";
 import {
   type AttemptStart,
@@ -34,6 +35,7 @@ import {
   type StartOptions,
   type StoreSummary,
   type SummaryQuery,
+  type TreeQuery,
   type Vantage,
   type WriteBatch,
 } from "./types.ts";
@@ -345,6 +347,68 @@ const selectView = (s: string) =>
   LEFT JOIN ${s}.host_leases hl
   ON hl.machine = r.machine AND hl.pid = r.pid AND hl.host_start = r.host_start`;
 
+/**
+ * Trees of runs sharing a budget: a table of their own, made by the first run
+ * that joins one (as the embedded store does: no schema version for a table
+ * most stores never need), under the schema's advisory lock.
+ */
+const treeDdl = (s: string) => `
+CREATE TABLE IF NOT EXISTS ${s}.run_trees (run_id text PRIMARY KEY, root text NOT NULL, parent text);
+CREATE INDEX IF NOT EXISTS run_trees_root ON ${s}.run_trees (root);`;
+
+const treeJoinSql = (s: string) =>
+  `INSERT INTO ${s}.run_trees (run_id, root, parent) VALUES ($1, $2, $3)
+  ON CONFLICT (run_id) DO UPDATE SET root = excluded.root, parent = excluded.parent`;
+
+const treeRowsSql = (s: string) =>
+  `SELECT t.run_id, t.parent, r.record, r.status FROM ${s}.run_trees t
+  JOIN ${s}.runs r ON r.run_id = t.run_id AND r.newest WHERE t.root = $1`;
+
+/**
+ * Admissions to one tree, from any machine, one at a time: each sees the one
+ * before. Bounded both ways: a wait for the lock gives up after 2 s (as the
+ * main thread's wait for the rows does), and a holder that stalls (its
+ * process stopped, its network gone) loses its session after 5 s, so it never
+ * holds the tree's other runs back for long.
+ */
+const TREE_LOCK = `SELECT set_config('lock_timeout', '2000', true),
+  set_config('idle_in_transaction_session_timeout', '5000', true),
+  pg_advisory_xact_lock(hashtextextended('agent-checkpoint tree ' || $1, 0))`;
+
+/** How long a model call's reservation of a tree's caps holds, ms: longer, its run is gone. */
+const RESERVATION_MS = 300_000;
+
+/** A run of a tree as its row says it: its own use, caps, parent, and its call in flight. */
+function treeRow(r: Record<string, unknown>, now: number): TreeRow {
+  const record = JSON.parse(String(r.record)) as Partial<RunRecord>;
+  const usage = record.usage;
+  const out: TreeRow = {
+    runId: String(r.run_id),
+    caps: record.caps ?? {},
+    use: {
+      turns: Number(record.turnsUsed) || 0,
+      tokens: usage ? (Number(usage.inputTokens) || 0) + (Number(usage.outputTokens) || 0) : 0,
+      // A record leaves the dollars out when they are unknown: never $0 then.
+      usd: usage ? (typeof usage.usd === "number" ? usage.usd : NaN) : 0,
+    },
+  };
+  if (typeof r.parent === "string") out.parentId = r.parent;
+  const perCall = record.tree?.perCall;
+  if (perCall) {
+    out.perCall = { turns: 1, tokens: Number(perCall.tokens) || 0, usd: Number(perCall.usd) || 0 };
+  }
+  const reserved = record.tree?.reserved;
+  // A call in flight of a run still live, lately: a dead run's reservation holds nothing back.
+  if (r.status === "live" && reserved && now - Number(reserved.at) < RESERVATION_MS) {
+    out.reserved = {
+      turns: Number(reserved.turns) || 0,
+      tokens: Number(reserved.tokens) || 0,
+      usd: Number(reserved.usd) || 0,
+    };
+  }
+  return out;
+}
+
 /** The record as stored, as text. */
 const recordJson = (record: RunRecord): string => JSON.stringify(recordObject(record));
 
@@ -636,12 +700,22 @@ export class PgRunStore implements RunStore {
    */
   async write(batch: WriteBatch): Promise<void> {
     if (batch.records.length === 0 && !batch.heartbeat) return;
+    const [out] = await this.#query(writeSql(this.#s), this.#writeParams(batch));
+    this.#noteFenced(out);
+  }
+
+  /** A batch as the write statement's two parameters. */
+  #writeParams(batch: WriteBatch): [string, string] {
     // One row per run and attempt: the newest wins.
     const byKey = new Map<string, RunRecord>();
     for (const r of batch.records) {
       const k = `${r.attempt}\u0000${r.runId}`;
       const known = byKey.get(k);
       if (known && known.status !== "live" && r.status === "live") continue; // an end stays
+      // A newer live record stays too, whichever came later in the batch.
+      if (known?.status === "live" && r.status === "live" && r.updatedAt < known.updatedAt) {
+        continue;
+      }
       byKey.delete(k);
       byKey.set(k, r);
     }
@@ -656,15 +730,86 @@ export class PgRunStore implements RunStore {
       top: top.get(r.runId) === r.attempt,
     }));
     const beats = batch.heartbeat ? [heartbeatRow(batch.heartbeat)] : [];
-    const [out] = await this.#query(writeSql(this.#s), [
-      JSON.stringify(rows),
-      JSON.stringify(beats),
-    ]);
+    return [JSON.stringify(rows), JSON.stringify(beats)];
+  }
+
+  /** The records a write's statement refused (their attempt lost the run), kept to be said. */
+  #noteFenced(out: Record<string, unknown> | undefined): void {
     if (typeof out?.fenced === "string" && this.#fenced.length < 1000) {
       for (const [runId, attempt, holder] of JSON.parse(out.fenced) as [string, number, number][]) {
         this.#fenced.push({ runId, attempt, holder });
       }
     }
+  }
+
+  /** Whether this connection made the trees' table (or found it). */
+  #treesMade = false;
+
+  /** Record that a run sits in a tree (the table is made by the first run that does). */
+  async joinTree(runId: string, root: string, parent: string | undefined): Promise<void> {
+    const sql = await this.#connection();
+    await this.#makeTrees(sql);
+    this.roundTrips++;
+    await sql.unsafe(treeJoinSql(this.#s), [runId, root, parent ?? null]);
+  }
+
+  /** The trees' table, made once per store (one process at a time, under the schema's lock). */
+  async #makeTrees(sql: Sql): Promise<void> {
+    if (this.#treesMade) return;
+    await sql.begin(async (tx) => {
+      this.roundTrips += 2;
+      await tx.unsafe(
+        `SELECT pg_advisory_xact_lock(hashtextextended('agent-checkpoint schema', 0))`,
+      );
+      await tx.unsafe(treeDdl(this.#s));
+    });
+    this.#treesMade = true;
+  }
+
+  /**
+   * The newest attempt of every run in the tree rooted at `root`, as trees of
+   * runs sharing a budget count it: each run's own use, caps and parent.
+   */
+  async tree(root: string): Promise<TreeRow[]> {
+    return this.#treeRows(await this.#connection(), root);
+  }
+
+  async #treeRows(sql: Sql, root: string): Promise<TreeRow[]> {
+    let rows: Record<string, unknown>[];
+    try {
+      this.roundTrips++;
+      rows = await sql.unsafe(treeRowsSql(this.#s), [root]);
+    } catch (error) {
+      // 42P01: no such table: no run of this store is in a tree.
+      if ((error as { code?: string }).code === "42P01") return [];
+      throw error;
+    }
+    const now = Date.now();
+    return rows.map((r) => treeRow(r, now));
+  }
+
+  /**
+   * Look at a tree and write the record `decide` makes of it, in one
+   * transaction that holds the tree's lock: admissions to one tree, from any
+   * machine, follow one another, each seeing what the one before reserved.
+   */
+  async admit(
+    root: string,
+    decide: (rows: TreeRow[]) => Promise<RunRecord | undefined>,
+  ): Promise<void> {
+    const sql = await this.#connection();
+    await this.#makeTrees(sql); // a missing table would abort the transaction
+    await sql.begin(async (tx) => {
+      this.roundTrips++;
+      await tx.unsafe(TREE_LOCK, [root]);
+      // A statement of its own after the lock: its snapshot sees what the one before committed.
+      const record = await decide(await this.#treeRows(tx, root));
+      if (record) {
+        this.roundTrips++;
+        const [out] = await tx.unsafe(writeSql(this.#s), this.#writeParams({ records: [record] }));
+        this.#noteFenced(out);
+      }
+    });
   }
 
   /** One round trip that only tells whether the database answers (connecting when needed). */
@@ -805,6 +950,26 @@ export class PgRunStore implements RunStore {
       if (rows.length < page) return out;
       offset += page;
     }
+  }
+
+  /** {@linkcode RunStore.trees}. */
+  async trees(query: TreeQuery = {}): Promise<RunView[]> {
+    const limit = Math.max(0, Math.floor(query.limit ?? 1000));
+    const params = query.root === undefined ? [] : [query.root];
+    let rows: Record<string, unknown>[];
+    try {
+      rows = await this.#query(
+        `${selectView(this.#s)} JOIN ${this.#s}.run_trees t ON t.run_id = r.run_id AND r.newest
+          ${query.root === undefined ? "" : "WHERE t.root = $1"}
+          ORDER BY r.started_at DESC LIMIT ${limit}`,
+        params,
+      );
+    } catch (error) {
+      if ((error as { code?: string }).code === "42P01") return []; // no run is in a tree
+      throw error;
+    }
+    const vantage = this.#vantage();
+    return rows.map((r) => this.#view(r, vantage));
   }
 
   async summary(query: SummaryQuery = {}): Promise<StoreSummary> {

@@ -34,6 +34,7 @@ import {
   type StartOptions,
   type StoreSummary,
   type SummaryQuery,
+  type TreeQuery,
   type Vantage,
   type WriteBatch,
 } from "./types.ts";
@@ -699,6 +700,25 @@ export class SqliteRunStore implements RunStore {
     });
   }
 
+  /** {@linkcode RunStore.trees}, synchronously. */
+  treesSync(query: TreeQuery = {}): RunView[] {
+    const limit = Math.max(0, Math.floor(query.limit ?? 1000));
+    const where = query.root === undefined ? "" : "WHERE t.root = ?";
+    let rows: Record<string, unknown>[];
+    try {
+      rows = this.#db.all(
+        `${SELECT_VIEW} JOIN run_trees t ON t.run_id = r.run_id AND +r.newest = 1 ${where}
+          ORDER BY r.started_at DESC LIMIT ${limit}`,
+        ...(query.root === undefined ? [] : [query.root]),
+      );
+    } catch (error) {
+      if (/no such table/.test(String(error))) return []; // no run of this store is in a tree
+      throw error;
+    }
+    const vantage = this.#vantage();
+    return rows.map((row) => this.#view(row, vantage));
+  }
+
   /** The file content the store keeps for a run's attempt, when any. */
   fileContentSync(runId: string, attempt: number): string | undefined {
     const row = this.#db.get(
@@ -919,6 +939,9 @@ export class SqliteRunStore implements RunStore {
   }
   summary(query?: SummaryQuery): Promise<StoreSummary> {
     return run(() => this.summarySync(query));
+  }
+  trees(query?: TreeQuery): Promise<RunView[]> {
+    return run(() => this.treesSync(query));
   }
   prune(before: number, limit: number): Promise<number> {
     return run(() => this.pruneSync(before, limit));

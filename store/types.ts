@@ -45,6 +45,14 @@ export type {
 /** The states a listing can be filtered by. */
 export const RUN_STATES: readonly RunState[] = ["live", "ended", "cut-off"];
 
+/** Which runs {@linkcode RunStore.trees} reads. */
+export interface TreeQuery {
+  /** The tree's root run id; every tree when left out. */
+  root?: string;
+  /** The most runs read. @default {1000} */
+  limit?: number;
+}
+
 /** What to list. */
 export interface ListQuery {
   /** Only runs in this state now. */
@@ -113,6 +121,13 @@ export interface RunStore {
   list(query?: ListQuery): Promise<RunView[]>;
   /** Counts of runs (the newest attempt of each run id), by state and machine. */
   summary(query?: SummaryQuery): Promise<StoreSummary>;
+  /**
+   * The newest attempt of every run in a tree of runs that share a budget:
+   * the tree rooted at `query.root`, or every tree; the most recently started
+   * first, at most `query.limit` (1000 by default). A store no run of which
+   * is in a tree answers none.
+   */
+  trees?(query?: TreeQuery): Promise<RunView[]>;
   /** Remove at most `limit` records of ended runs last brought up to date before `before` (ms); how many went. */
   prune(before: number, limit: number): Promise<number>;
   /** Close the store. */

@@ -208,3 +208,33 @@ test("a host that passes process.env itself still gets its watchdog", async () =
   assert.deepEqual(log.records.filter((r) => /watchdog could not start/.test(r.message)), []);
   await ac.close();
 });
+
+test("every run of a tree names the tree's totals in its file, also one stopped by a relative before a call of its own, and the root", async () => {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { enforce: ["usd"] } });
+  const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
+  const quiet = ac.startRun({ sessionId: "quiet", parent: lead });
+  const spender = ac.startRun({ sessionId: "spender", parent: lead });
+  spender.preLlmCall();
+  spender.usage(call(1.2));
+  spender.preLlmCall();
+  assert.equal(
+    quiet.budgetSignal.aborted,
+    true,
+    "the quiet child is stopped by its sibling's spend",
+  );
+  const budget = fs.readFileSync(quiet.checkpointFile, "utf8");
+  assert.match(
+    budget,
+    /- Tree: root lead, parent lead; the tree has used \d+ turns, 150 tokens and \$1\.20/,
+  );
+  for (const run of [quiet, spender, lead]) await run.end();
+  await ac.close();
+  for (const run of [quiet, spender, lead]) {
+    assert.match(
+      fs.readFileSync(run.checkpointFile, "utf8"),
+      /the tree has used \d+ turns, 150 tokens and \$1\.20/,
+      `${run.runId}'s file names the tree's totals`,
+    );
+  }
+});

@@ -13,6 +13,8 @@ import { fixture, scriptCommand, tempHome, waitFor } from "../_helpers.ts";
 import { freshSchema, skipFleet } from "../store/_pg.ts";
 import { openPgStore } from "../../store/postgres.ts";
 import { loadSettings } from "../../config.ts";
+import { createAgentCheckpoint } from "../../mod.ts";
+import { openStore } from "../../store/mod.ts";
 import {
   AGENT_TEXT,
   EVIL_ID,
@@ -348,6 +350,52 @@ test(
       await own?.close();
       await store.close();
       await db.drop();
+    }
+  },
+);
+
+test(
+  "a tree's runs: a child's row names its parent; the root's detail lists its children and the tree's totals",
+  {
+    skip,
+  },
+  async () => {
+    const home = tempHome();
+    const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+    const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
+    lead.preLlmCall();
+    lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
+    const helper = ac.startRun({ sessionId: "helper", parent: lead });
+    helper.preLlmCall();
+    helper.usage({ inputTokens: 1000, outputTokens: 500, usd: 0.3 });
+    await helper.end();
+    await lead.end();
+    await ac.close();
+    const { settings } = loadSettings({ home, env: {} });
+    const store = openStore({ home, settings, mode: "read" })!;
+    const own = await serveRuns({ store, settings, port: 0 });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    try {
+      await page.goto(own.url);
+      await page.waitForSelector('#rows [data-run="helper"]');
+      assert.match(
+        await page.textContent('#rows [data-run="helper"] .meta') ?? "",
+        /child of lead/,
+      );
+      await page.click('#rows [data-run="lead"]');
+      await page.waitForSelector("#d-tree-box:not([hidden])");
+      const tree = await page.textContent("#d-tree") ?? "";
+      assert.match(tree, /rootlead \(this run\)/);
+      assert.match(tree, /childrenhelper \(done\)/);
+      assert.match(tree, /totals2 runs: 2 turns, 1650 tokens, \$0\.50 of \$1\.00/);
+      // A child opens its own detail, which has no children.
+      await page.click('#d-tree a[data-run="helper"]');
+      await page.locator("#d-title", { hasText: "helper" }).waitFor();
+      assert.match(await page.textContent("#d-tree") ?? "", /parentlead/);
+    } finally {
+      await page.close();
+      await own.close();
+      await store.close();
     }
   },
 );

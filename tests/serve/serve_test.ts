@@ -445,3 +445,33 @@ test("serve refuses a bad port and a store that is not a PostgreSQL URL", async 
     assert.match(cli.out().stderr, reason);
   }
 });
+
+test("a tree of runs sharing one budget: each row names its parent, and a run's detail its tree's children and totals", async () => {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
+  lead.preLlmCall();
+  lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
+  const helper = ac.startRun({ sessionId: "helper", parent: lead });
+  helper.preLlmCall();
+  helper.usage({ inputTokens: 1000, outputTokens: 500, usd: 0.3 });
+  await helper.end();
+  await lead.end();
+  const solo = ac.startRun({ sessionId: "solo" });
+  await solo.end();
+  await ac.close();
+  const list = await answerOf<RunsPayload>(home, "/api/runs");
+  const row = (id: string) => list.runs.find((r) => r.runId === id)!;
+  assert.equal(row("helper").parent, "lead");
+  assert.equal(row("helper").treeRoot, "lead");
+  assert.equal(row("lead").treeRoot, "lead");
+  assert.equal(row("lead").parent, undefined);
+  assert.equal(row("solo").treeRoot, undefined);
+  const detail = await answerOf<RunPayload>(home, "/api/runs/lead");
+  assert.deepEqual(detail.tree?.children, [{ runId: "helper", status: "done" }]);
+  assert.equal(detail.tree?.text, "2 runs: 2 turns, 1650 tokens, $0.50 of $1.00");
+  const child = await answerOf<RunPayload>(home, "/api/runs/helper");
+  assert.equal(child.tree?.root, "lead");
+  assert.deepEqual(child.tree?.children, []);
+  assert.equal((await answerOf<RunPayload>(home, "/api/runs/solo")).tree, undefined);
+});
