@@ -26,6 +26,8 @@ import { openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
 import "./_pg_worker.ts";
 import type {
   AttemptStart,
+  EffectBatch,
+  EffectRow,
   Heartbeat,
   HostId,
   ListQuery,
@@ -81,6 +83,8 @@ export type ToBridge =
   | { type: "file"; runId: string; file: string; host: HostId }
   | { type: "late"; id: number }
   | { type: "latest"; id: number; runId: string }
+  | { type: "effects"; id: number; batch: EffectBatch }
+  | { type: "effectsOf"; id: number; runId: string }
   | { type: "drain"; id: number; ms: number }
   | { type: "close"; ms: number }
   | { type: "port"; port: MessagePort };
@@ -96,7 +100,11 @@ export type FromBridge =
   | { type: "started"; id: number; started?: AttemptStart; error?: string }
   | { type: "drained"; id: number; waiting: number }
   | { type: "latest"; id: number; view?: RunView; error?: string }
+  | { type: "effectsOf"; id: number; rows?: EffectRow[]; error?: string }
   | { type: "closed" };
+
+/** @internal Store thread to main thread, through the worker's own channel: an effect batch's commit. */
+export type EffectsDone = { type: "effected"; id: number; error?: string };
 
 /** The store thread's module, next to this one (`.ts` under Deno, `.js` when built). */
 function workerUrl(): URL {
@@ -167,8 +175,9 @@ export class PgBridge implements RunStore {
       reply: port2,
     };
     this.#worker = new Worker(workerUrl(), { workerData: data, transferList: [port2] });
-    this.#worker.on("message", (message: FromBridge) => {
+    this.#worker.on("message", (message: FromBridge | EffectsDone) => {
       if (message.type === "log") options.log?.(message.level, message.message);
+      else if (message.type === "effected") this.#effected(message);
     });
     this.#worker.on("error", (error) => {
       this.#closed = true;
@@ -263,6 +272,61 @@ export class PgBridge implements RunStore {
     }
     if (answer.error !== undefined) throw new Error(answer.error);
     return answer.view;
+  }
+
+  /** Effect batches posted and not yet answered, by id. */
+  readonly #effectsWaiting = new Map<
+    number,
+    { resolve: () => void; reject: (error: Error) => void }
+  >();
+
+  /**
+   * Write intents and receipts: posted to the store thread, which writes
+   * them in one statement; resolves once they are committed. While one
+   * waits, the store thread keeps the process alive.
+   */
+  writeEffects(batch: EffectBatch): Promise<void> {
+    if (this.#closed) return Promise.reject(new Error("the fleet store is closed"));
+    if (batch.intents.length === 0 && batch.receipts.length === 0) return Promise.resolve();
+    const id = ++this.#seq;
+    return new Promise<void>((resolve, reject) => {
+      if (this.#effectsWaiting.size === 0) this.#worker.ref();
+      this.#effectsWaiting.set(id, { resolve, reject });
+      this.#worker.postMessage({ type: "effects", id, batch } satisfies ToBridge);
+    });
+  }
+
+  #effected(message: EffectsDone): void {
+    const waiting = this.#effectsWaiting.get(message.id);
+    if (!waiting) return;
+    this.#effectsWaiting.delete(message.id);
+    if (this.#effectsWaiting.size === 0 && !this.#closed) this.#worker.unref();
+    if (message.error === undefined) waiting.resolve();
+    else waiting.reject(new Error(message.error));
+  }
+
+  /**
+   * The effects recorded for a run id, waited for at most `ms` (one round
+   * trip). Throws when the database is away or does not answer in time.
+   */
+  effectsSync(runId: string, ms: number = START_WAIT_MS): EffectRow[] {
+    if (this.#closed) throw new Error("the fleet store is closed");
+    if (Atomics.load(this.#flag, 1) === STATE_DOWN) {
+      throw new Error(`the fleet store at ${this.location} cannot be reached`);
+    }
+    const id = ++this.#seq;
+    this.#worker.postMessage({ type: "effectsOf", id, runId } satisfies ToBridge);
+    const answer = this.#await(id, ms);
+    if (!answer || answer.type !== "effectsOf") {
+      throw new Error(`the fleet store at ${this.location} did not answer within ${ms} ms`);
+    }
+    if (answer.error !== undefined) throw new Error(answer.error);
+    return answer.rows ?? [];
+  }
+
+  /** The effects recorded for a run id, through the main thread's reading connection. */
+  effects(runId: string): Promise<EffectRow[]> {
+    return this.#read().effects(runId);
   }
 
   /**
@@ -364,6 +428,10 @@ export class PgBridge implements RunStore {
     this.#worker.postMessage({ type: "close", ms: CLOSE_WAIT_MS } satisfies ToBridge);
     await done;
     clearTimeout(timer);
+    for (const waiting of this.#effectsWaiting.values()) {
+      waiting.reject(new Error("the fleet store closed before it took the effects"));
+    }
+    this.#effectsWaiting.clear();
     await this.#worker.terminate();
     this.#port.close();
     await this.#reader?.close();

@@ -16,6 +16,7 @@ import { openPgStore, type PgRunStore, readForStore } from "./postgres.ts";
 import type { Heartbeat, HostId, RunRecord, WriteBatch } from "./types.ts";
 import {
   type BridgeData,
+  type EffectsDone,
   type FromBridge,
   type FromWatchdog,
   START_WAIT_MS,
@@ -54,6 +55,8 @@ function bridge(parent: MessagePort, data: BridgeData): void {
   let retryTimer: ReturnType<typeof setTimeout> | undefined;
   let flushing: Promise<void> | undefined;
   let closing = false;
+  /** The effect batches' writes, one after another. */
+  let effects: Promise<void> = Promise.resolve();
 
   const answer = (message: FromBridge) => {
     reply.postMessage(message);
@@ -238,6 +241,33 @@ function bridge(parent: MessagePort, data: BridgeData): void {
           }
           break;
         }
+        case "effects": {
+          // Written at once, in order with each other: an intent waits for nothing else.
+          effects = effects.then(async () => {
+            try {
+              await store.writeEffects(message.batch);
+              up();
+              parent.postMessage({ type: "effected", id: message.id } satisfies EffectsDone);
+            } catch (error) {
+              parent.postMessage(
+                { type: "effected", id: message.id, error: errorText(error) } satisfies EffectsDone,
+              );
+              fail(error, records.size);
+            }
+          });
+          break;
+        }
+        case "effectsOf": {
+          try {
+            const rows = await store.effects(message.runId);
+            up();
+            answer({ type: "effectsOf", id: message.id, rows });
+          } catch (error) {
+            answer({ type: "effectsOf", id: message.id, error: errorText(error) });
+            fail(error, records.size);
+          }
+          break;
+        }
         case "late":
           late.add(message.id);
           break;
@@ -284,6 +314,7 @@ function bridge(parent: MessagePort, data: BridgeData): void {
             );
           }
           if (retryTimer !== undefined) clearTimeout(retryTimer);
+          await effects;
           await store.close().catch(() => {});
           reply.close();
           parent.postMessage({ type: "closed" } satisfies FromBridge);

@@ -148,6 +148,122 @@ export interface WriteBatch {
   heartbeat?: Heartbeat;
 }
 
+/**
+ * A tool call's intent: recorded, durably, before a tool that acts on the
+ * world runs (an email, a payment), so a later attempt knows it may have.
+ */
+export interface EffectIntent {
+  /** The run's id. */
+  runId: string;
+  /** The effect key: the same in every attempt for the same tool and input. */
+  key: string;
+  /** The tool's name. */
+  tool: string;
+  /** A sha256 of the input's canonical JSON (hex). */
+  inputDigest: string;
+  /** The host's id for the call, when it gave one. */
+  callId?: string;
+  /** The attempt that made the call. */
+  attempt: number;
+  /** When, ms since the epoch. */
+  at: number;
+}
+
+/** A tool call's receipt: what came of a call whose intent was recorded. */
+export interface EffectReceipt {
+  /** The run's id. */
+  runId: string;
+  /** The effect key. */
+  key: string;
+  /** The tool's name (a receipt whose intent is missing still names it). */
+  tool: string;
+  /** Whether the call succeeded. */
+  ok: boolean;
+  /**
+   * The result as JSON text (a failed call: its error's text), at most
+   * `effect_result_max_bytes`; longer ones are cut and marked `truncated`.
+   */
+  result?: string;
+  /** True when `result` was cut to the bound. */
+  truncated?: boolean;
+  /** The attempt that made it. */
+  attempt: number;
+  /** When, ms since the epoch. */
+  at: number;
+}
+
+/** Intents and receipts written together in one durable commit. */
+export interface EffectBatch {
+  /** Intents, written first. */
+  intents: EffectIntent[];
+  /** Receipts. */
+  receipts: EffectReceipt[];
+}
+
+/** One effect of a run as the store holds it: its newest intent and, once it ended, its receipt. */
+export interface EffectRow {
+  /** The run's id. */
+  runId: string;
+  /** The effect key. */
+  key: string;
+  /** The tool's name. */
+  tool: string;
+  /** A sha256 of the input's canonical JSON (hex); empty when only a receipt was recorded. */
+  inputDigest: string;
+  /** The call id of the newest intent, when it had one. */
+  callId?: string;
+  /** The attempt of the newest intent. */
+  attempt: number;
+  /** When the newest intent was made, ms since the epoch. */
+  at: number;
+  /** The receipt, once the call ended; without one, its outcome is unknown. */
+  receipt?: Omit<EffectReceipt, "runId" | "key" | "tool">;
+}
+
+/**
+ * An effect from its table's columns (`run_id`, `key`, `tool`,
+ * `input_digest`, `call_id`, `attempt`, `at`, `receipt_*`), as either
+ * backend reads them back.
+ *
+ * @example
+ * ```ts
+ * import { effectOf } from "./types.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const row = effectOf({
+ *   run_id: "r", key: "k", tool: "send_email", input_digest: "ab", call_id: null,
+ *   attempt: 1, at: 5, receipt_ok: 1, receipt_result: "\"sent\"", receipt_truncated: 0,
+ *   receipt_attempt: 1, receipt_at: 6,
+ * });
+ * assert.equal(row.receipt?.ok, true);
+ * assert.equal(row.receipt?.result, '"sent"');
+ * ```
+ */
+export function effectOf(row: Record<string, unknown>): EffectRow {
+  const out: EffectRow = {
+    runId: String(row.run_id),
+    key: String(row.key),
+    tool: String(row.tool),
+    inputDigest: String(row.input_digest),
+    attempt: Number(row.attempt),
+    at: Number(row.at),
+  };
+  if (typeof row.call_id === "string") out.callId = row.call_id;
+  if (row.receipt_at !== null && row.receipt_at !== undefined) {
+    const receipt: NonNullable<EffectRow["receipt"]> = {
+      ok: Boolean(Number(row.receipt_ok)) || row.receipt_ok === true,
+      attempt: Number(row.receipt_attempt),
+      at: Number(row.receipt_at),
+    };
+    if (typeof row.receipt_result === "string") receipt.result = row.receipt_result;
+    if (Number(row.receipt_truncated) === 1 || row.receipt_truncated === true) {
+      receipt.truncated = true;
+    }
+    out.receipt = receipt;
+  }
+  return out;
+}
+
 /** A run as read back: its newest record, its process's heartbeat, and its state now. */
 export interface RunView {
   /** The record. */
@@ -240,6 +356,13 @@ export interface RunStore {
   list(query?: ListQuery): Promise<RunView[]>;
   /** Counts of runs (the newest attempt of each run id), by state and machine. */
   summary(query?: SummaryQuery): Promise<StoreSummary>;
+  /**
+   * Write intents and receipts in one durable commit (an intent is kept
+   * until its receipt; a receipt is never undone by a later intent).
+   */
+  writeEffects(batch: EffectBatch): Promise<void>;
+  /** The effects recorded for a run id, every attempt's, the oldest first. */
+  effects(runId: string): Promise<EffectRow[]>;
   /** Remove at most `limit` records of ended runs last brought up to date before `before` (ms); how many went. */
   prune(before: number, limit: number): Promise<number>;
   /** Close the store. */
