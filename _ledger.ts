@@ -25,6 +25,10 @@ import type { TreeRow } from "./_tree.ts";
 import type {
   AttemptStart,
   CallInFlight,
+  EffectBatch,
+  EffectIntent,
+  EffectReceipt,
+  EffectRow,
   Heartbeat,
   HostId,
   PriorUse,
@@ -77,10 +81,24 @@ export interface LedgerStore {
   watchdogPort?(): MessagePort | undefined;
   /** Statements sent so far, when the store counts them (benchmarks). */
   readonly statements?: number;
+  /** Intents and receipts in one durable commit (side effects across attempts). */
+  writeEffects?(batch: EffectBatch): Promise<void>;
+  /** The effects recorded for a run id, at a run's start. */
+  effectsSync?(runId: string): EffectRow[];
+  /** The same, asynchronously. */
+  effects?(runId: string): Promise<EffectRow[]>;
 }
 
 // Types only: the run store's records as the core speaks them, through this one module.
-export type { HostId, PriorUse, RunRecord, RunView } from "./store/types.ts";
+export type {
+  EffectIntent,
+  EffectReceipt,
+  EffectRow,
+  HostId,
+  PriorUse,
+  RunRecord,
+  RunView,
+} from "./store/types.ts";
 
 /** The most records the worker keeps while the store cannot take them. */
 export const MAX_BACKLOG = 50_000;
@@ -916,6 +934,79 @@ export function resumeNote(
   return parts.length > 0 ? parts.join(" ") : undefined;
 }
 
+/** Effects of each kind a resume text names; the rest are counted. */
+const NOTE_UNKNOWN = 50;
+const NOTE_DONE = 20;
+/** Characters of a receipt's result a resume text quotes. */
+const NOTE_RESULT_CHARS = 80;
+
+/**
+ * The sentences a resume text adds for the earlier attempts' side effects:
+ * those whose outcome is unknown (an intent, no receipt), then those done,
+ * each with its effect key, so the agent checks before it repeats one.
+ *
+ * @example
+ * ```ts
+ * import { effectsNote } from "./_ledger.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const note = effectsNote([
+ *   { runId: "r", key: "ek_1", tool: "send_email", inputDigest: "d", attempt: 1, at: 1 },
+ *   {
+ *     runId: "r", key: "ek_2", tool: "pay", inputDigest: "d", attempt: 1, at: 2,
+ *     receipt: { ok: true, result: '{"id":"tx_1"}', attempt: 1, at: 3 },
+ *   },
+ * ]);
+ * assert.match(note!, /outcome is unknown: send_email \(effect key ek_1, attempt 1\)/);
+ * assert.match(note!, /done by earlier attempts: pay \(effect key ek_2, attempt 1\): ok, \{"id":"tx_1"\}/);
+ * ```
+ */
+export function effectsNote(rows: EffectRow[]): string | undefined {
+  if (rows.length === 0) return undefined;
+  const unknown = rows.filter((r) => !r.receipt);
+  const done = rows.filter((r) => r.receipt);
+  const parts: string[] = [];
+  const more = (n: number, what: string) => (n > 0 ? `; and ${n} more ${what}` : "");
+  if (unknown.length > 0) {
+    const named = unknown.slice(-NOTE_UNKNOWN);
+    parts.push(
+      `Side effects of earlier attempts whose outcome is unknown: ${
+        named.map((r) =>
+          `${r.tool} (effect key ${r.key}, attempt ${r.attempt}${
+            r.callId === undefined ? "" : `, call id ${r.callId}`
+          })`
+        ).join("; ")
+      }${
+        more(unknown.length - named.length, "")
+      }. Each started and has no receipt: check whether it took effect before you repeat it.`,
+    );
+  }
+  if (done.length > 0) {
+    const named = done.slice(-NOTE_DONE);
+    parts.push(
+      `Side effects already done by earlier attempts: ${
+        named.map((r) => {
+          const receipt = r.receipt!;
+          const text = receipt.result === undefined
+            ? ""
+            : Array.from(receipt.result.replace(/\s+/g, " "));
+          const quoted = text === ""
+            ? ""
+            : `, ${
+              text.length > NOTE_RESULT_CHARS
+                ? text.slice(0, NOTE_RESULT_CHARS - 1).join("") + "…"
+                : text.join("")
+            }`;
+          return `${r.tool} (effect key ${r.key}, attempt ${receipt.attempt}): ${
+            receipt.ok ? "ok" : "failed"
+          }${quoted}`;
+        }).join("; ")
+      }${more(done.length - named.length, "done")}. Do not repeat them.`,
+    );
+  }
+  return parts.join(" ");
+}
+
 /** How often the same failure of the main thread's ledger writes is said again, ms. */
 const SAY_AGAIN_MS = 30_000;
 /** When each log last said each failure, and how many times it kept quiet since. */
@@ -945,4 +1036,187 @@ export function ledgerFailed(log: Log, what: string, error: unknown, runId?: str
     ? ` (and ${last.quiet} more like it since the last line)`
     : "";
   log("warn", `the run ledger could not record ${what}: ${text}${more}`, runId);
+}
+
+/** The most intents and receipts that wait in memory for the store. */
+export const MAX_EFFECTS_WAITING = 10_000;
+/** How long an intent or receipt is tried before its promise says it was not recorded, ms. */
+export const EFFECT_GIVE_UP_MS = 10_000;
+
+/** What the effect log works with. @internal */
+export interface EffectLogParts {
+  /** The run ledger's store, opened on first use; undefined: not now; null: never (ledger off). */
+  store(): LedgerStore | undefined | null;
+  log: Log;
+}
+
+/** One intent or receipt on its way, with the promise's resolver. */
+type EffectEntry =
+  & { resolve: (recorded: boolean) => void; since: number }
+  & ({ intent: EffectIntent } | { receipt: EffectReceipt });
+
+const entryText = (e: EffectEntry) =>
+  "intent" in e
+    ? `the intent of ${e.intent.tool} (effect key ${e.intent.key})`
+    : `the receipt of ${e.receipt.tool} (effect key ${e.receipt.key})`;
+
+/**
+ * Intents and receipts on their way to the run ledger: each resolves once
+ * committed, and every one taken in the same moment (the same turn of the
+ * event loop, or while a commit is under way) shares one commit. The commit
+ * is made off the hook that asked for it, on a timer. A store that fails is
+ * tried again with a growing wait; past {@linkcode EFFECT_GIVE_UP_MS}, or
+ * past {@linkcode MAX_EFFECTS_WAITING}, the promise resolves `false` and the
+ * log says what was not recorded: the host never waits without end.
+ */
+export class EffectLog {
+  readonly #parts: EffectLogParts;
+  #waiting: EffectEntry[] = [];
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #writing = false;
+  #failures = 0;
+  /** The log said the ledger is off: once. */
+  #saidOff = false;
+
+  constructor(parts: EffectLogParts) {
+    this.#parts = parts;
+  }
+
+  /** Commits made so far. */
+  commits = 0;
+
+  /** Record an intent; resolves true once it is committed, false when it could not be. */
+  intent(intent: EffectIntent): Promise<boolean> {
+    return this.#add((resolve, since) => ({ intent, resolve, since }));
+  }
+
+  /** Record a receipt; resolves like {@linkcode EffectLog.intent}. */
+  receipt(receipt: EffectReceipt): Promise<boolean> {
+    return this.#add((resolve, since) => ({ receipt, resolve, since }));
+  }
+
+  /** The effects recorded for a run id, from the store; undefined when it cannot be read. */
+  async read(runId: string): Promise<EffectRow[] | undefined> {
+    const store = failOpen(() => this.#parts.store(), () => undefined);
+    if (!store) return undefined;
+    try {
+      if (store.effects) return await store.effects(runId);
+      return store.effectsSync?.(runId);
+    } catch (error) {
+      this.#parts.log(
+        "warn",
+        `the run ledger could not read the effects: ${errorText(error)}`,
+        runId,
+      );
+      return undefined;
+    }
+  }
+
+  #add(
+    make: (resolve: (recorded: boolean) => void, since: number) => EffectEntry,
+  ): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const entry = make(resolve, nowMs());
+      if (this.#waiting.length >= MAX_EFFECTS_WAITING) {
+        this.#parts.log(
+          "warn",
+          `${
+            entryText(entry)
+          } is not recorded: ${MAX_EFFECTS_WAITING} intents and receipts already wait for the run ledger`,
+        );
+        resolve(false);
+        return;
+      }
+      this.#waiting.push(entry);
+      this.#schedule(0);
+    });
+  }
+
+  #schedule(wait: number): void {
+    if (this.#timer !== undefined || this.#writing) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.#flush();
+    }, wait);
+  }
+
+  async #flush(): Promise<void> {
+    if (this.#writing || this.#waiting.length === 0) return;
+    const store = failOpen(() => this.#parts.store(), () => undefined);
+    if (store === null || (store && !store.writeEffects)) {
+      if (!this.#saidOff) {
+        this.#saidOff = true;
+        this.#parts.log(
+          "warn",
+          "side effects are not recorded: the run ledger is off (the setting ledger), or its store keeps none",
+        );
+      }
+      this.#settle(false);
+      return;
+    }
+    const entries = this.#waiting;
+    this.#waiting = [];
+    const batch: EffectBatch = { intents: [], receipts: [] };
+    for (const e of entries) {
+      if ("intent" in e) batch.intents.push(e.intent);
+      else batch.receipts.push(e.receipt);
+    }
+    this.#writing = true;
+    try {
+      if (!store) throw new Error("the run ledger is not open yet");
+      await store.writeEffects!(batch);
+      this.commits++;
+      if (this.#failures > 0) this.#parts.log("info", "the run ledger takes side effects again");
+      this.#failures = 0;
+      for (const e of entries) e.resolve(true);
+    } catch (error) {
+      this.#failures++;
+      // Back in front of anything newer; what waited too long is given up, and said.
+      const now = nowMs();
+      const given = entries.filter((e) => now - e.since >= EFFECT_GIVE_UP_MS);
+      const kept = entries.filter((e) => now - e.since < EFFECT_GIVE_UP_MS);
+      if (given.length > 0) {
+        this.#parts.log(
+          "warn",
+          `the run ledger could not record ${given.length} side effect(s) within ${
+            EFFECT_GIVE_UP_MS / 1000
+          }s (${errorText(error)}): ${given.slice(0, 3).map(entryText).join("; ")}${
+            given.length > 3 ? "; …" : ""
+          }; the tools run without them`,
+        );
+        for (const e of given) e.resolve(false);
+      } else if (this.#failures === 1) {
+        this.#parts.log(
+          "warn",
+          `the run ledger could not record side effects yet (${errorText(error)}); tried again`,
+        );
+      }
+      this.#waiting = [...kept, ...this.#waiting];
+    } finally {
+      this.#writing = false;
+    }
+    if (this.#waiting.length > 0) {
+      this.#schedule(this.#failures === 0 ? 0 : Math.min(1000, 10 * 2 ** (this.#failures - 1)));
+    }
+  }
+
+  #settle(recorded: boolean): void {
+    const entries = this.#waiting;
+    this.#waiting = [];
+    for (const e of entries) e.resolve(recorded);
+  }
+
+  /** The keeper closes: a last commit of what waits, bounded. */
+  async close(): Promise<void> {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const end = nowMs() + 2000;
+    while ((this.#waiting.length > 0 || this.#writing) && nowMs() < end) {
+      if (!this.#writing) await this.#flush();
+      if (this.#waiting.length > 0 || this.#writing) await new Promise((r) => setTimeout(r, 20));
+      if (this.#timer !== undefined) clearTimeout(this.#timer);
+      this.#timer = undefined;
+    }
+    this.#settle(false);
+  }
 }

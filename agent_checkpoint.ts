@@ -34,7 +34,7 @@ import {
   NO_NOTES,
   type RunInfo,
 } from "./_writer.ts";
-import { type HostId, LedgerFeed, type LedgerStore, recordOf } from "./_ledger.ts";
+import { EffectLog, type HostId, LedgerFeed, type LedgerStore, recordOf } from "./_ledger.ts";
 import { type TreePlace, TreeSeats } from "./_tree.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
@@ -160,6 +160,8 @@ export class AgentCheckpoint {
   readonly #trees: TreeSeats;
   /** Runs as OpenTelemetry traces. */
   readonly #tracing: Tracing | undefined;
+  /** Side effects' intents and receipts on their way to the run ledger. */
+  readonly #effects: EffectLog;
 
   /** @internal Use {@linkcode createAgentCheckpoint}. */
   constructor(options: AgentCheckpointOptions, subsystems?: Subsystems) {
@@ -224,6 +226,14 @@ export class AgentCheckpoint {
         sinks.fileWritten = store?.fileWritten?.bind(store);
       },
     });
+    this.#effects = new EffectLog({
+      store: () => {
+        const settings = source.at(nowMs());
+        if (!settings.enabled || !settings.ledger || !this.#ledger.wanted) return null;
+        return this.#ledger.open(settings);
+      },
+      log,
+    });
     this.#resumeParts = {
       log,
       store: (settings) => this.#ledger.open(settings),
@@ -283,6 +293,7 @@ export class AgentCheckpoint {
       workspaces: () => this.#workspaceHooks(),
       watchdog: (settings) => this.#contact(settings),
       trees: this.#trees,
+      effects: this.#effects,
       ended: (info, end) => {
         if (end) this.#ledger.end(table, info, end);
         release(info);
@@ -425,6 +436,7 @@ export class AgentCheckpoint {
       if (resumed?.resumeNote !== undefined) start.resumeNote = resumed.resumeNote;
       if (trace) start.trace = trace;
       if (resumed?.noFile) start.noFile = true;
+      if (resumed?.effects) start.effects = resumed.effects;
       return new Run(own?.context ?? this.#context, start);
     }, (error) => {
       if (claimed && !taken) this.#slots.unclaim(claimed.slot);
@@ -541,6 +553,8 @@ export class AgentCheckpoint {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    // Intents and receipts on their way land first (bounded), while the store is open.
+    await this.#effects.close().catch(() => {});
     this.#shared.beginClose();
     const ledgerClosed = this.#ledger.close();
     const runs = this.#slots.runs;

@@ -83,7 +83,13 @@ export function createAgentCheckpoint(options: AgentCheckpointOptions = {}): Age
   return new AgentCheckpoint(options ?? {}, SUBSYSTEMS);
 }
 
-export { type AttemptHost, type PreviousAttempt, Run, type UsageReport } from "./run.ts";
+export {
+  type AttemptHost,
+  type EffectState,
+  type PreviousAttempt,
+  Run,
+  type UsageReport,
+} from "./run.ts";
 export type { CheckpointEvent } from "./_writer.ts";
 export { type BoardChoice, discoverCaps, type DiscoveredCaps, type RunInit } from "./discover.ts";
 export { type Env, type LoadedSettings, loadSettings, type SettingsOptions } from "./config.ts";

@@ -232,7 +232,8 @@ $fn$;
  * Side effects across attempts: a table of their own, made by the first write
  * of one (most stores never need it; no schema version for it).
  */
-const effectsDdl = (s: string) => `CREATE TABLE IF NOT EXISTS ${s}.effects (
+const effectsDdl = (s: string) =>
+  `CREATE TABLE IF NOT EXISTS ${s}.effects (
   run_id text NOT NULL, key text NOT NULL, tool text NOT NULL, input_digest text NOT NULL,
   call_id text, attempt integer NOT NULL, at bigint NOT NULL,
   receipt_ok boolean, receipt_result text, receipt_truncated boolean,

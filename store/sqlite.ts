@@ -564,8 +564,7 @@ export class SqliteRunStore implements RunStore {
       // A run id started afresh (its last attempt was done) owes nothing to the earlier run's effects.
       if (afresh && previous && this.#effectsExist()) {
         this.#db.run("DELETE FROM effects WHERE run_id = ?", record.runId);
-      }
-      else this.#db.run("UPDATE runs SET newest = 0 WHERE run_id = ?", record.runId);
+      } else this.#db.run("UPDATE runs SET newest = 0 WHERE run_id = ?", record.runId);
       this.#upsert({ ...record, attempt });
       if (options?.heartbeat) this.#heartbeat(options.heartbeat);
       const out: AttemptStart = { attempt };
