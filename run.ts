@@ -1239,6 +1239,14 @@ export class Run {
     }, true);
   }
 
+  /** @internal Whether the settings name `tool` in `effect_tools` (adapters await its intent). */
+  isEffectTool(tool: string): boolean {
+    return this.#guard("isEffectTool", false, (ctx) => {
+      const settings = ctx.at(nowMs());
+      return settings.enabled && settings.effect_tools.includes(String(tool));
+    });
+  }
+
   /** The run's effects, made on first use (a fresh run's: nothing earlier to know of). */
   #fx(): RunEffects {
     const more = this.#more;
@@ -1458,7 +1466,9 @@ export class Run {
       const callId = options?.callId === undefined ? undefined : String(options.callId);
       const key = this.effectKey(name, input);
       const fx = this.#fx();
+      const fresh = !fx.pending.has(key);
       const recorded = this.#recordIntent(sink, fx, name, key, input, callId);
+      if (!fresh) return recorded; // a tool hook made it, and keeps its call
       if (callId !== undefined) {
         fx.byCall.set(callId, key);
         if (fx.byCall.size > MAX_OPEN_CALLS) fx.byCall.delete(fx.byCall.keys().next().value!);

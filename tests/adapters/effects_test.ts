@@ -1,0 +1,146 @@
+// deno-lint-ignore-file no-import-prefix -- full npm: specifiers let Deno import this by URL
+/**
+ * Side effects across attempts, through each adapter and its framework's own
+ * offline model: a run whose first attempt dies inside a tool call is retried;
+ * the tool that was done is replayed from its receipt (not run again), the one
+ * whose outcome is unknown runs again with the same effect key, and the resume
+ * text names both keys.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as ai7 from "npm:ai@7.0.173";
+import { MockLanguageModelV4 } from "npm:ai@7.0.173/test";
+import { createAgentCheckpoint } from "../../mod.ts";
+import { checkpointed } from "../../adapters/ai_sdk.ts";
+import { captureLog, tempHome, waitFor } from "../_helpers.ts";
+
+// deno-lint-ignore no-explicit-any
+type Any = any;
+
+/** What the tools of both attempts saw: the effect key of each call, by tool. */
+interface Seen {
+  send_email: string[];
+  charge: string[];
+}
+
+/** A hanging call: the attempt dies inside it (the keeper closes while it runs). */
+const hang = () => new Promise<never>(() => {});
+
+/**
+ * Two attempts of one run: the first sends an email, then dies inside `charge`
+ * (its intent durable, no receipt); the second is given the same model script.
+ * `attempt(n, seen)` runs attempt n through the adapter and resolves to the
+ * text of its model calls' prompts once the first attempt is inside `charge`
+ * or the second has finished.
+ */
+async function retried(
+  attempt: (
+    ac: ReturnType<typeof createAgentCheckpoint>,
+    n: 1 | 2,
+    seen: Seen,
+  ) => Promise<string>,
+): Promise<{ seen: Seen; resumed: string; logs: string[] }> {
+  const home = tempHome();
+  const seen: Seen = { send_email: [], charge: [] };
+  const log = captureLog();
+  const settings = { watchdog: false };
+  const first = createAgentCheckpoint({ home, env: {}, settings, logger: log.logger });
+  void attempt(first, 1, seen).catch(() => {});
+  assert.ok(await waitFor(() => seen.charge.length === 1, 60_000), "attempt 1 is inside charge");
+  await first.close(); // the process dies here, as far as the ledger knows
+  const second = createAgentCheckpoint({ home, env: {}, settings, logger: log.logger });
+  try {
+    const resumed = await attempt(second, 2, seen);
+    return { seen, resumed, logs: log.records.map((r) => r.message) };
+  } finally {
+    await second.close();
+  }
+}
+
+/** What every adapter's retried run must show. */
+function assertReplayed(out: { seen: Seen; resumed: string; logs: string[] }): void {
+  const { seen, resumed, logs } = out;
+  assert.equal(seen.send_email.length, 1, "send_email is replayed, not run again");
+  assert.match(seen.send_email[0]!, /^ek_[0-9a-f]{32}$/);
+  assert.equal(seen.charge.length, 2, "charge, of unknown outcome, runs again");
+  assert.equal(seen.charge[1], seen.charge[0], "with the same effect key");
+  assert.ok(
+    resumed.includes(`outcome is unknown: charge (effect key ${seen.charge[0]}`),
+    "the resume text names the call of unknown outcome by its key",
+  );
+  assert.ok(
+    resumed.includes(`send_email (effect key ${seen.send_email[0]}, attempt 1): ok`),
+    "and the call done, by its key",
+  );
+  assert.ok(logs.some((l) => l.includes("replayed from attempt 1's receipt")));
+}
+
+// ---------------------------------------------------------------------------
+// AI SDK
+
+/** A mock model that calls send_email, then charge, then answers. */
+function aiModel(): Any {
+  let i = 0;
+  const usage = {
+    inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+    outputTokens: { total: 1, text: 1, reasoning: 0 },
+  };
+  const calls = [
+    { toolName: "send_email", input: { to: "boss@example.com", subject: "report" } },
+    { toolName: "charge", input: { cents: 1200, account: "acct_9" } },
+  ];
+  return new MockLanguageModelV4({
+    doGenerate: () => {
+      const call = calls[i];
+      const n = i++;
+      return Promise.resolve({
+        content: call
+          ? [{
+            type: "tool-call",
+            toolCallId: `c${n}`,
+            toolName: call.toolName,
+            input: JSON.stringify(call.input),
+          }]
+          : [{ type: "text", text: "done" }],
+        finishReason: { unified: call ? "tool-calls" : "stop", raw: "x" },
+        usage,
+        warnings: [],
+      });
+    },
+  });
+}
+
+test("ai-sdk: a retried run replays the tool done from its receipt, and the tool of unknown outcome sees the same key", async () => {
+  const out = await retried(async (ac, n, seen) => {
+    const model = aiModel();
+    const cp = checkpointed(ac, {
+      sessionId: "fx-ai",
+      maxSteps: 6,
+      ai: ai7,
+      replay: ["send_email", "charge"],
+    });
+    const tool = (execute: (input: Any, options: Any) => unknown) => ({
+      inputSchema: ai7.jsonSchema({ type: "object" }),
+      execute,
+    });
+    await cp.generateText({
+      model,
+      prompt: "Send the report, then charge the account.",
+      tools: {
+        send_email: tool((_input, options) => {
+          seen.send_email.push(options.effectKey);
+          return { id: `msg_${seen.send_email.length}` };
+        }),
+        charge: tool((_input, options) => {
+          seen.charge.push(options.effectKey);
+          return n === 1 ? hang() : "charged";
+        }),
+      },
+    });
+    const prompts = model.doGenerateCalls.map((c: Any) => JSON.stringify(c.prompt));
+    // The replayed call's result is the one recorded, as the model sees it.
+    assert.match(prompts[1], /msg_1/);
+    return prompts[0];
+  });
+  assertReplayed(out);
+});
