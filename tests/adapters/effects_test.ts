@@ -12,10 +12,20 @@ import * as ai7 from "npm:ai@7.0.173";
 import { MockLanguageModelV4 } from "npm:ai@7.0.173/test";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { checkpointed } from "../../adapters/ai_sdk.ts";
+import { Agent, setTracingDisabled, tool as oaTool } from "npm:@openai/agents@0.x";
+import {
+  assistantMessage,
+  functionCall,
+  modelResponder,
+  ScriptedModel,
+} from "npm:@openai/agents@0.x/testing";
+import { checkpointedRun } from "../../adapters/openai_agents.ts";
 import { captureLog, tempHome, waitFor } from "../_helpers.ts";
 
 // deno-lint-ignore no-explicit-any
 type Any = any;
+
+setTracingDisabled(true); // offline: no trace exporter
 
 /** What the tools of both attempts saw: the effect key of each call, by tool. */
 interface Seen {
@@ -141,6 +151,66 @@ test("ai-sdk: a retried run replays the tool done from its receipt, and the tool
     // The replayed call's result is the one recorded, as the model sees it.
     assert.match(prompts[1], /msg_1/);
     return prompts[0];
+  });
+  assertReplayed(out);
+});
+
+// ---------------------------------------------------------------------------
+// OpenAI Agents
+
+test("openai-agents: a retried run replays the tool done from its receipt, and the tool of unknown outcome sees the same key", async () => {
+  const out = await retried(async (ac, n, seen) => {
+    const received: string[] = [];
+    const script = [
+      () => [functionCall("send_email", { to: "boss@example.com" }, { callId: "call_0" })],
+      () => [functionCall("charge", { cents: 1200 }, { callId: "call_1" })],
+      () => [assistantMessage("all done")],
+    ];
+    const model = new ScriptedModel(script.map((reply) =>
+      modelResponder((call) => {
+        received.push(JSON.stringify(call.request.input));
+        return reply();
+      })
+    ));
+    const open = {
+      type: "object" as const,
+      properties: { to: { type: "string" }, cents: { type: "number" } },
+      required: [],
+      additionalProperties: true as const,
+    };
+    const keyOf = (details: unknown) => String((details as { effectKey?: unknown })?.effectKey);
+    const tools = [
+      oaTool({
+        name: "send_email",
+        description: "Send an email.",
+        parameters: open,
+        strict: false,
+        execute: (_args: unknown, _ctx: unknown, details: unknown) => {
+          seen.send_email.push(keyOf(details));
+          return `sent msg_${seen.send_email.length}`;
+        },
+      }),
+      oaTool({
+        name: "charge",
+        description: "Charge the account.",
+        parameters: open,
+        strict: false,
+        execute: (_args: unknown, _ctx: unknown, details: unknown) => {
+          seen.charge.push(keyOf(details));
+          return n === 1 ? hang() : "charged";
+        },
+      }),
+    ];
+    const agent = new Agent({ name: "clerk", instructions: "Be brief.", model, tools });
+    await checkpointedRun(
+      ac,
+      { sessionId: "fx-oa", maxTurns: 6, replay: ["send_email", "charge"] },
+      agent,
+      "Send the report, then charge the account.",
+    );
+    // The replayed call's result is the one recorded, as the model sees it.
+    assert.match(received[1]!, /sent msg_1/);
+    return received[0]!;
   });
   assertReplayed(out);
 });
