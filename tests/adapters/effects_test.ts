@@ -20,6 +20,11 @@ import {
   ScriptedModel,
 } from "npm:@openai/agents@0.x/testing";
 import { checkpointedRun } from "../../adapters/openai_agents.ts";
+import { createAgent } from "npm:langchain@1";
+import { tool as lcTool } from "npm:@langchain/core@1/tools";
+import { AIMessage } from "npm:@langchain/core@1/messages";
+import { checkpointedReactAgent, checkpointMiddleware } from "../../adapters/langchain.ts";
+import { ScriptedChatModel } from "./_langchain_fake.ts";
 import { captureLog, tempHome, waitFor } from "../_helpers.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -211,6 +216,83 @@ test("openai-agents: a retried run replays the tool done from its receipt, and t
     // The replayed call's result is the one recorded, as the model sees it.
     assert.match(received[1]!, /sent msg_1/);
     return received[0]!;
+  });
+  assertReplayed(out);
+});
+
+// ---------------------------------------------------------------------------
+// LangChain: createAgent's middleware, and LangGraph's createReactAgent
+
+/** A chat model that calls send_email, then charge, then answers. */
+function chatModel(): ScriptedChatModel {
+  const calls = [
+    { name: "send_email", args: { to: "boss@example.com" } },
+    { name: "charge", args: { cents: 1200 } },
+  ];
+  return new ScriptedChatModel((i) => {
+    const call = calls[i];
+    return call
+      ? new AIMessage({
+        content: "",
+        tool_calls: [{ id: `call_${i}`, name: call.name, args: call.args, type: "tool_call" }],
+      })
+      : new AIMessage("all done");
+  });
+}
+
+/** The two tools, reading their effect key from their config. */
+function lcTools(n: 1 | 2, seen: Seen) {
+  const schema = { type: "object" as const, properties: {}, additionalProperties: true };
+  const keyOf = (config: unknown) =>
+    String((config as { configurable?: { effectKey?: unknown } })?.configurable?.effectKey);
+  return [
+    lcTool((_args: unknown, config: unknown) => {
+      seen.send_email.push(keyOf(config));
+      return `sent msg_${seen.send_email.length}`;
+    }, { name: "send_email", description: "Send an email.", schema }),
+    lcTool((_args: unknown, config: unknown) => {
+      seen.charge.push(keyOf(config));
+      return n === 1 ? hang() : "charged";
+    }, { name: "charge", description: "Charge the account.", schema }),
+  ];
+}
+
+const promptOf = (model: ScriptedChatModel, call: number) =>
+  JSON.stringify(model.received[call] ?? []);
+
+test("langchain createAgent: a retried run replays the tool done from its receipt, and the tool of unknown outcome sees the same key", async () => {
+  const out = await retried(async (ac, n, seen) => {
+    const model = chatModel();
+    const checkpoint = checkpointMiddleware(ac, {
+      sessionId: "fx-lc",
+      maxTurns: 6,
+      replay: ["send_email", "charge"],
+    });
+    const agent = createAgent({ model, tools: lcTools(n, seen), middleware: [checkpoint] });
+    await agent.invoke(
+      { messages: [{ role: "user", content: "Send the report, then charge the account." }] },
+      checkpoint.withRecursionLimit(),
+    );
+    // The replayed call's result is the one recorded, as the model sees it.
+    assert.match(promptOf(model, 1), /sent msg_1/);
+    return promptOf(model, 0);
+  });
+  assertReplayed(out);
+});
+
+test("langgraph createReactAgent: a retried run replays the tool done from its receipt, and the tool of unknown outcome sees the same key", async () => {
+  const out = await retried(async (ac, n, seen) => {
+    const model = chatModel();
+    const agent = checkpointedReactAgent(
+      ac,
+      { sessionId: "fx-lg", maxTurns: 6, replay: ["send_email", "charge"] },
+      { llm: model, tools: lcTools(n, seen) },
+    );
+    await agent.invoke({
+      messages: [{ role: "user", content: "Send the report, then charge the account." }],
+    });
+    assert.match(promptOf(model, 1), /sent msg_1/);
+    return promptOf(model, 0);
   });
   assertReplayed(out);
 });
