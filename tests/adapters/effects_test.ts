@@ -25,6 +25,16 @@ import { tool as lcTool } from "npm:@langchain/core@1/tools";
 import { AIMessage } from "npm:@langchain/core@1/messages";
 import { checkpointedReactAgent, checkpointMiddleware } from "../../adapters/langchain.ts";
 import { ScriptedChatModel } from "./_langchain_fake.ts";
+import {
+  createSdkMcpServer,
+  type Options,
+  tool as claudeTool,
+} from "npm:@anthropic-ai/claude-agent-sdk@0.x";
+import { checkpointedQuery } from "../../adapters/claude_agent_sdk.ts";
+import { type MessagesServer, startMessagesServer } from "../fixtures/messages_server.ts";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import process from "node:process";
 import { captureLog, tempHome, waitFor } from "../_helpers.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -73,18 +83,21 @@ async function retried(
 }
 
 /** What every adapter's retried run must show. */
-function assertReplayed(out: { seen: Seen; resumed: string; logs: string[] }): void {
+function assertReplayed(
+  out: { seen: Seen; resumed: string; logs: string[] },
+  prefix = "",
+): void {
   const { seen, resumed, logs } = out;
   assert.equal(seen.send_email.length, 1, "send_email is replayed, not run again");
   assert.match(seen.send_email[0]!, /^ek_[0-9a-f]{32}$/);
   assert.equal(seen.charge.length, 2, "charge, of unknown outcome, runs again");
   assert.equal(seen.charge[1], seen.charge[0], "with the same effect key");
   assert.ok(
-    resumed.includes(`outcome is unknown: charge (effect key ${seen.charge[0]}`),
+    resumed.includes(`outcome is unknown: ${prefix}charge (effect key ${seen.charge[0]}`),
     "the resume text names the call of unknown outcome by its key",
   );
   assert.ok(
-    resumed.includes(`send_email (effect key ${seen.send_email[0]}, attempt 1): ok`),
+    resumed.includes(`${prefix}send_email (effect key ${seen.send_email[0]}, attempt 1): ok`),
     "and the call done, by its key",
   );
   assert.ok(logs.some((l) => l.includes("replayed from attempt 1's receipt")));
@@ -295,4 +308,98 @@ test("langgraph createReactAgent: a retried run replays the tool done from its r
     return promptOf(model, 0);
   });
   assertReplayed(out);
+});
+
+// ---------------------------------------------------------------------------
+// Claude Agent SDK: its CLI, offline, against a scripted Messages API
+
+/** Options that keep the SDK's CLI offline, in its own temp config, talking to `server`. */
+function offlineClaude(server: MessagesServer, cwd: string, extra: Options = {}): Options {
+  const config = fs.mkdtempSync(path.join(cwd, ".claude-"));
+  return {
+    cwd,
+    settingSources: [],
+    permissionMode: "dontAsk",
+    env: {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      HOME: config,
+      CLAUDE_CONFIG_DIR: config,
+      ANTHROPIC_BASE_URL: server.url,
+      ANTHROPIC_API_KEY: "dummy",
+      DISABLE_TELEMETRY: "1",
+      DISABLE_AUTOUPDATER: "1",
+      DISABLE_ERROR_REPORTING: "1",
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+    },
+    ...extra,
+  };
+}
+
+test("claude-agent-sdk: a retried run replays the tool done from its receipt, and the tool of unknown outcome sees the same key in the hook input", async () => {
+  const cwd = tempHome();
+  const out = await retried(async (ac, n, seen) => {
+    const server = await startMessagesServer([
+      { tools: [{ name: "mcp__t__send_email", input: { to: "boss@example.com" } }] },
+      { tools: [{ name: "mcp__t__charge", input: { cents: 1200 } }] },
+      { text: "all done" },
+    ]);
+    // The host's own PreToolUse hook: what it is given is the key the tool's API gets.
+    const keyFor: Record<string, string> = {};
+    const hostHook = (input: Any) => {
+      keyFor[input.tool_name] = input.effect_key;
+      return Promise.resolve({});
+    };
+    const mcp = createSdkMcpServer({
+      name: "t",
+      alwaysLoad: true,
+      tools: [
+        claudeTool("send_email", "Send an email", {}, () => {
+          seen.send_email.push(keyFor["mcp__t__send_email"]!);
+          const text = `sent msg_${seen.send_email.length}`;
+          return Promise.resolve({ content: [{ type: "text" as const, text }] });
+        }),
+        claudeTool("charge", "Charge the account", {}, () => {
+          seen.charge.push(keyFor["mcp__t__charge"]!);
+          return n === 1
+            ? hang()
+            : Promise.resolve({ content: [{ type: "text" as const, text: "charged" }] });
+        }),
+      ],
+    });
+    const controller = new AbortController();
+    try {
+      const q = checkpointedQuery(ac, {
+        sessionId: "fx-claude",
+        maxTurns: 6,
+        replay: ["mcp__t__send_email", "mcp__t__charge"],
+      }, {
+        prompt: "Send the report, then charge the account.",
+        options: offlineClaude(server, cwd, {
+          allowedTools: ["mcp__t__send_email", "mcp__t__charge"],
+          mcpServers: { t: mcp },
+          abortController: controller,
+          hooks: { PreToolUse: [{ hooks: [hostHook] }] },
+        }),
+      });
+      const drained = (async () => {
+        for await (const _ of q) { /* drain */ }
+      })();
+      if (n === 1) {
+        // The attempt dies inside charge: the CLI is stopped once attempt 1's keeper has closed.
+        await waitFor(() => seen.charge.length === 1, 60_000);
+        void drained.catch(() => {});
+        setTimeout(() => {
+          controller.abort();
+          void server.close();
+        }, 2000);
+        return "";
+      }
+      await drained;
+      assert.match(server.requests[1]!.raw, /sent msg_1/);
+      return server.requests[0]!.raw;
+    } finally {
+      if (n === 2) await server.close();
+    }
+  });
+  assertReplayed(out, "mcp__t__");
 });
