@@ -316,6 +316,11 @@ export class AgentCheckpoint {
     return this.#ledger.store?.statements;
   }
 
+  /** @internal The commits of side effects' intents and receipts so far (tests, benchmarks). */
+  get effectCommits(): number {
+    return this.#effects.commits;
+  }
+
   /** @internal Settles once the OpenTelemetry API is loaded or known absent (tests). */
   get tracingReady(): Promise<void> {
     return this.#tracing?.ready ?? Promise.resolve();

@@ -17,7 +17,7 @@ import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../pers
 import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
 import { PgRunStore } from "../store/postgres.ts";
-import type { RunView } from "../store/types.ts";
+import type { EffectRow, RunView } from "../store/types.ts";
 import {
   homeSettings,
   ledgerAuditText,
@@ -437,11 +437,14 @@ export const showCommand: Command = {
     const machine = parsed.values["--host"];
     let view;
     let stored: string | undefined;
+    let effects: EffectRow[] = [];
     if (ledger) {
       try {
         view = machine === undefined
           ? await ledger.latest(runId)
           : (await ledger.list({ runId, machine, limit: 1 }))[0];
+        // What the run did to the world, by effect key: a store of an older version has none.
+        if (view) effects = await ledger.effects?.(view.record.runId).catch(() => []) ?? [];
         // The fleet store keeps the file of a run that ran on another machine.
         if (view && ledger instanceof PgRunStore) {
           stored = await ledger.fileContent(view.record.runId, view.record.attempt);
@@ -463,11 +466,12 @@ export const showCommand: Command = {
         writeJson(io, {
           runId,
           ledger: runJson(view),
+          ...(effects.length > 0 ? { effects } : {}),
           ...(stored !== undefined ? { fileContent: stored } : {}),
         });
       } else if (stored !== undefined) {
         io.stdout(
-          `${ledgerShowText(view, io)}\n${
+          `${ledgerShowText(view, io, effects)}\n${
             paint(io).dim(
               `(its checkpoint file, as the fleet store keeps it; written on ${
                 whose ? ranOn(view) : terminalSafe(view.record.host.machine)
@@ -476,7 +480,9 @@ export const showCommand: Command = {
           }\n${terminalSafe(stored, { lines: true })}\n`,
         );
       } else {
-        io.stdout(`${ledgerShowText(view, io)}\n${paint(io).dim("(no checkpoint file yet)")}\n`);
+        io.stdout(
+          `${ledgerShowText(view, io, effects)}\n${paint(io).dim("(no checkpoint file yet)")}\n`,
+        );
       }
       return 0;
     }
@@ -489,13 +495,22 @@ export const showCommand: Command = {
       return 1;
     }
     if (parsed.switches.has("--json")) {
-      writeJson(io, view ? { ...described(found), ledger: runJson(view) } : described(found));
+      writeJson(
+        io,
+        view
+          ? {
+            ...described(found),
+            ledger: runJson(view),
+            ...(effects.length > 0 ? { effects } : {}),
+          }
+          : described(found),
+      );
       return 0;
     }
     const p = paint(io);
     // The ledger knows whether a run without an end is live or cut off; the file alone cannot.
     const state = view ? undefined : stateLine(found);
-    const head = `${view ? `${ledgerShowText(view, io)}\n` : ""}${
+    const head = `${view ? `${ledgerShowText(view, io, effects)}\n` : ""}${
       state ? `${p.bold(state)}\n` : ""
     }${
       whose
