@@ -11,6 +11,8 @@ import { openPgStore } from "../store/postgres.ts";
 import { main } from "../cli/mod.ts";
 import { memoryIo } from "../cli/_io.ts";
 import { captureLog, tempHome } from "./_helpers.ts";
+import { type RunPayload, serveRuns } from "../serve/mod.ts";
+import { loadSettings } from "../config.ts";
 import { freshSchema, skipFleet } from "./store/_pg.ts";
 
 /** The effects the home's ledger holds for a run, read by another connection. */
@@ -280,3 +282,27 @@ test(
     }
   },
 );
+
+test("the web view's run detail carries the run's effects, those of unknown outcome first", async () => {
+  const home = tempHome();
+  await firstAttempt(home, "served", async (run) => {
+    await run.once("send_email", { to: "boss" }, () => ({ id: "msg_1" }));
+    await run.intent("deploy", { env: "prod" });
+  });
+  const { settings } = loadSettings({ home, env: {} });
+  const store = openStore({ home, settings, mode: "read" })!;
+  const server = await serveRuns({ store, settings, port: 0 });
+  try {
+    const body = await (await fetch(new URL("/api/runs/served", server.url))).json() as RunPayload;
+    assert.deepEqual(body.effects.map((e) => [e.tool, e.receipt?.ok]), [
+      ["deploy", undefined],
+      ["send_email", true],
+    ]);
+    assert.equal(body.effectsTotal, 2);
+    const page = await (await fetch(server.url)).text();
+    assert.match(page, /Side effects/);
+  } finally {
+    await server.close();
+    await store.close();
+  }
+});
