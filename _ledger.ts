@@ -14,6 +14,7 @@
  * @module
  */
 import process from "node:process";
+import { clearImmediate, setImmediate } from "node:timers";
 import { errorText, failOpen, type Log } from "./log.ts";
 import type { EndStatus, RunCaps, ToolCall } from "./_record.ts";
 import { grownTo, nowMs, type RunTable } from "./_run_table.ts";
@@ -1072,7 +1073,7 @@ const entryText = (e: EffectEntry) =>
 export class EffectLog {
   readonly #parts: EffectLogParts;
   #waiting: EffectEntry[] = [];
-  #timer: ReturnType<typeof setTimeout> | undefined;
+  #timer: ReturnType<typeof setTimeout> | ReturnType<typeof setImmediate> | undefined;
   #writing = false;
   #failures = 0;
   /** The log said the ledger is off: once. */
@@ -1134,6 +1135,16 @@ export class EffectLog {
 
   #schedule(wait: number): void {
     if (this.#timer !== undefined || this.#writing) return;
+    this.#immediate = wait === 0;
+    if (wait === 0) {
+      // Right after this turn of the event loop (a 0 ms timer waits a millisecond or more): every
+      // intent and receipt taken until then is in the commit.
+      this.#timer = setImmediate(() => {
+        this.#timer = undefined;
+        void this.#flush();
+      });
+      return;
+    }
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       void this.#flush();
@@ -1208,15 +1219,23 @@ export class EffectLog {
 
   /** The keeper closes: a last commit of what waits, bounded. */
   async close(): Promise<void> {
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
-    this.#timer = undefined;
+    this.#clear();
     const end = nowMs() + 2000;
     while ((this.#waiting.length > 0 || this.#writing) && nowMs() < end) {
       if (!this.#writing) await this.#flush();
       if (this.#waiting.length > 0 || this.#writing) await new Promise((r) => setTimeout(r, 20));
-      if (this.#timer !== undefined) clearTimeout(this.#timer);
-      this.#timer = undefined;
+      this.#clear();
     }
     this.#settle(false);
   }
+
+  #clear(): void {
+    const timer = this.#timer;
+    this.#timer = undefined;
+    if (timer === undefined) return;
+    // Each by its own kind: clearing an immediate as a timer (or the reverse) is not a no-op in Node.
+    if (this.#immediate) clearImmediate(timer as ReturnType<typeof setImmediate>);
+    else clearTimeout(timer as ReturnType<typeof setTimeout>);
+  }
+  #immediate = false;
 }

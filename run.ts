@@ -424,13 +424,10 @@ export class Run {
       { note: start.resumeNote, noFile: start.noFile === true };
     this.#workspace = start.workspace ?? "";
     this.#trace = start.trace;
-    if (start.effects && start.effects.length > 0) {
+    if (start.effects) {
       const fx = this.#more.effects = new RunEffects();
       for (const row of start.effects) fx.known.set(row.key, row);
       fx.loaded = true;
-    } else if (start.effects === undefined && start.previous !== undefined) {
-      // Resumed, and the ledger could not say what the earlier attempts did: asked again when needed.
-      (this.#more.effects = new RunEffects()).loaded = false;
     }
     if (start.tree) {
       this.#more.tree = start.tree;
@@ -1247,13 +1244,13 @@ export class Run {
     });
   }
 
-  /** The run's effects, made on first use (a fresh run's: nothing earlier to know of). */
+  /**
+   * The run's effects, made on first use. What earlier attempts recorded is
+   * read from the ledger when first asked for: a start that looked fresh may
+   * have been one whose ledger did not answer in time.
+   */
   #fx(): RunEffects {
-    const more = this.#more;
-    if (more.effects) return more.effects;
-    const fx = more.effects = new RunEffects();
-    fx.loaded = true;
-    return fx;
+    return this.#more.effects ??= new RunEffects();
   }
 
   /** A tool hook's effect call: its intent (unless one is on its way or it is done), and its key kept. */
