@@ -175,6 +175,17 @@ async function soak(kind: "file" | "pg"): Promise<Figures> {
           store?.closeSync();
         }
       };
+      const endedDone = async (): Promise<boolean> => {
+        if (pgReader) return (await pgReader.latest(runId))?.record.status === "done";
+        const store = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" });
+        try {
+          return store?.latestSync(runId)?.record.status === "done";
+        } catch {
+          return false;
+        } finally {
+          store?.closeSync();
+        }
+      };
       /** Intents without a receipt after the last kill, waiting to be named by the next resume text. */
       let owed: string[] = [];
       const everUnknown = new Set<string>();
@@ -208,6 +219,9 @@ async function soak(kind: "file" | "pg"): Promise<Figures> {
           break;
         }
         fig.kills++;
+        // Killed after its end was recorded (before it could say so): the run is done, and a start
+        // now would be a fresh run of the id.
+        if (await endedDone()) break;
         const unknown = (await effectsOf()).filter((e) => !e.receipt).map((e) => e.key);
         for (const key of unknown) {
           if (!owed.includes(key)) {
