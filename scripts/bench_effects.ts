@@ -25,8 +25,12 @@ import { flag, fmtMs, pct, tempDir } from "./_bench_util.ts";
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
 const n = Number(flag(args, "--n", quick ? "100" : "400"));
-const pgUrl = flag(args, "--pg", process.env.AGENT_CHECKPOINT_TEST_PG ??
-  "postgres://postgres@127.0.0.1:5432/test")!;
+const pgUrl = flag(
+  args,
+  "--pg",
+  process.env.AGENT_CHECKPOINT_TEST_PG ??
+    "postgres://postgres@127.0.0.1:5432/test",
+)!;
 const ns = (ms: number) => `${Math.round(ms * 1e6)} ns`;
 const p = (xs: number[]) => `p50 ${fmtMs(pct(xs, 50))}, p99 ${fmtMs(pct(xs, 99))}`;
 
