@@ -34,41 +34,71 @@ const pgUrl = flag(
 const ns = (ms: number) => `${Math.round(ms * 1e6)} ns`;
 const p = (xs: number[]) => `p50 ${fmtMs(pct(xs, 50))}, p99 ${fmtMs(pct(xs, 99))}`;
 
-/** ms per hook pair, the median of 7 rounds of `pairs` pairs. */
-function hookPair(settings: Record<string, unknown>, tool: string, pairs: number): number {
-  const ac = createAgentCheckpoint({
+type Keeper = typeof createAgentCheckpoint;
+
+/** A run whose hook pairs are timed, in a keeper of `make` with `settings`. */
+function hookRun(make: Keeper, settings: Record<string, unknown>, tool: string) {
+  const ac = make({
     home: tempDir("ac-bench-fx-"),
     env: {},
     settings: { watchdog: false, ledger: false, ...settings },
   });
   const run = ac.startRun({ sessionId: "hooks" });
-  const rounds: number[] = [];
-  for (let r = 0; r < 7; r++) {
-    const t = performance.now();
-    for (let i = 0; i < pairs; i++) {
-      run.preToolCall(tool, { callId: "c", input: { q: i & 7 } });
-      run.postToolCall(tool, { callId: "c", ok: true });
-    }
-    rounds.push((performance.now() - t) / pairs);
-  }
-  void ac.close();
-  return pct(rounds, 50);
+  return {
+    /** ms per pair over `pairs` pairs. */
+    time(pairs: number): number {
+      const t = performance.now();
+      for (let i = 0; i < pairs; i++) {
+        run.preToolCall(tool, { callId: "c", input: { q: i & 7 } });
+        run.postToolCall(tool, { callId: "c", ok: true });
+      }
+      return (performance.now() - t) / pairs;
+    },
+    close: () => ac.close(),
+  };
+}
+
+/** The medians of interleaved rounds of each case (A B C A B C …), after a warm-up of each. */
+function interleaved(cases: ReturnType<typeof hookRun>[], pairs: number, rounds = 15): number[] {
+  for (const c of cases) c.time(pairs);
+  const times = cases.map(() => [] as number[]);
+  for (let r = 0; r < rounds; r++) cases.forEach((c, i) => times[i]!.push(c.time(pairs)));
+  return times.map((t) => pct(t, 50));
 }
 
 console.log("## Hook cost (preToolCall + postToolCall), no ledger");
-const pairs = quick ? 20_000 : 100_000;
-const none = hookPair({}, "search", pairs);
-const other = hookPair({ effect_tools: ["send_email"] }, "search", pairs);
-console.log(`  no effect tools: ${ns(none)} a pair (the floor)`);
+const pairs = quick ? 10_000 : 50_000;
+// The code before side effects, when given (`--base DIR`: a checkout of it): the same run's floor.
+const baseDir = flag(args, "--base");
+const base = baseDir === undefined
+  ? undefined
+  : (await import(path.resolve(baseDir, "mod.ts"))).createAgentCheckpoint as Keeper;
+const cases = [
+  hookRun(createAgentCheckpoint, {}, "search"),
+  hookRun(createAgentCheckpoint, { effect_tools: ["send_email"] }, "search"),
+  ...(base ? [hookRun(base, {}, "search")] : []),
+];
+const [none, other, before] = interleaved(cases, pairs);
+for (const c of cases) await c.close();
+if (before !== undefined) console.log(`  before side effects (${baseDir}): ${ns(before)} a pair`);
 console.log(
-  `  effect_tools naming another tool: ${ns(other)} (${(other / none).toFixed(2)}× the floor)`,
+  `  no effect tools: ${ns(none!)} a pair${
+    before === undefined ? "" : ` (${(none! / before).toFixed(2)}× the code before)`
+  }`,
+);
+console.log(
+  `  effect_tools naming another tool: ${ns(other!)} (${
+    (other! / none!).toFixed(2)
+  }× no effect tools)`,
 );
 // An effect tool's pair queues an intent; with no ledger nothing is written, the key is made.
-const effect = hookPair({ effect_tools: ["search"] }, "search", quick ? 2_000 : 10_000);
+const effectRun = hookRun(createAgentCheckpoint, { effect_tools: ["search"] }, "search");
+const [effect] = interleaved([effectRun], quick ? 1_000 : 5_000, 7);
+await effectRun.close();
 console.log(
-  `  the tool an effect tool (its key, an intent queued): ${ns(effect)} (${
-    (effect / none).toFixed(1)
-  }× the floor)`,
+  `  the tool an effect tool (its key, an intent queued): ${ns(effect!)} (${
+    (effect! / none!).toFixed(1)
+  }× no effect tools)`,
 );
 
 console.log("\n## One durable intent, beside a bare commit");
