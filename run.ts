@@ -329,6 +329,8 @@ class RunEffects {
   readonly byTool = new Map<string, string[]>();
   /** A result was cut to the bound: said once per run. */
   saidCut = false;
+  /** The `once` calls under way, by key: a second call of the same key waits for the first. */
+  readonly running = new Map<string, Promise<unknown>>();
 }
 
 /** A result as a receipt keeps it: its JSON, cut to `max` bytes (UTF-8) when longer. */
@@ -1582,6 +1584,29 @@ export class Run {
     if (!ctx || !sink || !this.#safe("once", false, () => ctx.at(nowMs()).enabled)) {
       return await fn(key);
     }
+    const fx = this.#fx();
+    // The same call under way in this attempt (parallel tool calls alike): its result, not a second run.
+    const running = fx.running.get(key);
+    if (running) return await running as T;
+    const call = this.#onceRun(ctx, sink, fx, name, key, input, fn, options);
+    fx.running.set(key, call);
+    try {
+      return await call;
+    } finally {
+      fx.running.delete(key);
+    }
+  }
+
+  async #onceRun<T>(
+    ctx: RunContext,
+    sink: EffectSink,
+    fx: RunEffects,
+    name: string,
+    key: string,
+    input: unknown,
+    fn: (key: string) => T | Promise<T>,
+    options: { callId?: string } | undefined,
+  ): Promise<T> {
     const known = await this.effect(key);
     if (known?.state === "done" && known.ok) {
       this.log(
@@ -1590,7 +1615,6 @@ export class Run {
       );
       return known.result as T;
     }
-    const fx = this.#fx();
     const callId = options?.callId === undefined ? undefined : String(options.callId);
     await this.#safe(
       "once",

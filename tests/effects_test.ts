@@ -306,3 +306,26 @@ test("the web view's run detail carries the run's effects, those of unknown outc
     await store.close();
   }
 });
+
+test("two calls of once for the same tool and input at the same time run it once", async () => {
+  const ac = createAgentCheckpoint({ home: tempHome(), env: {}, settings: { watchdog: false } });
+  try {
+    const run = ac.startRun({ sessionId: "parallel" });
+    let runs = 0;
+    const send = async () => {
+      runs++;
+      await new Promise((r) => setTimeout(r, 20));
+      return "sent";
+    };
+    const both = await Promise.all([
+      run.once("send_email", { to: "x" }, send),
+      run.once("send_email", { to: "x" }, send),
+    ]);
+    assert.deepEqual(both, ["sent", "sent"]);
+    assert.equal(runs, 1);
+    assert.equal(await run.once("send_email", { to: "x" }, send), "sent");
+    assert.equal(runs, 1);
+  } finally {
+    await ac.close();
+  }
+});
