@@ -6,14 +6,15 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createAgentCheckpoint, type Run } from "../mod.ts";
-import { openStore } from "../store/mod.ts";
+import { openStore, storeFile } from "../store/mod.ts";
 import { openPgStore } from "../store/postgres.ts";
 import { main } from "../cli/mod.ts";
 import { memoryIo } from "../cli/_io.ts";
-import { captureLog, tempHome } from "./_helpers.ts";
+import { captureLog, fixture, scriptCommand, tempHome, waitFor } from "./_helpers.ts";
+import { spawn } from "node:child_process";
 import { type RunPayload, serveRuns } from "../serve/mod.ts";
 import { loadSettings } from "../config.ts";
-import { freshSchema, skipFleet } from "./store/_pg.ts";
+import { admin, freshSchema, skipFleet } from "./store/_pg.ts";
 
 /** The effects the home's ledger holds for a run, read by another connection. */
 function stored(home: string, runId: string) {
@@ -327,5 +328,98 @@ test("two calls of once for the same tool and input at the same time run it once
     assert.equal(runs, 1);
   } finally {
     await ac.close();
+  }
+});
+
+test("a ledger another process holds locked: intents wait and land once it lets go; past 10 s they resolve false, said in the log", async () => {
+  const home = tempHome();
+  const log = captureLog();
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    logger: log.logger,
+    settings: { watchdog: false },
+  });
+  try {
+    const run = ac.startRun({ sessionId: "locked" });
+    assert.equal(await run.intent("warm", {}), true); // the ledger and its effects table exist
+    // A short hold: the intent waits, and lands once the ledger is free.
+    const short = lockLedger(storeFile(home), 0);
+    await short.locked;
+    let settled = false;
+    const landed = run.intent("pay", { n: 1 }).then((v) => (settled = true, v));
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(settled, false, "not committed while another process holds the lock");
+    await short.release();
+    assert.equal(await landed, true);
+    // A hold past the bound: false, and the log says what was not recorded.
+    const long = lockLedger(storeFile(home), 0);
+    await long.locked;
+    const lost = await run.intent("pay", { n: 2 });
+    await long.release();
+    assert.equal(lost, false);
+    assert.ok(
+      log.records.some((r) =>
+        /could not record 1 side effect\(s\) within 10s .*the intent of pay/.test(r.message)
+      ),
+      log.records.map((r) => r.message).join("\n"),
+    );
+    // And the next one lands again.
+    assert.equal(await run.intent("pay", { n: 3 }), true);
+  } finally {
+    await ac.close();
+  }
+});
+
+/** Another process holding the ledger in an exclusive transaction for `ms` (0: until released). */
+function lockLedger(file: string, ms: number) {
+  const [cmd, argv] = scriptCommand(fixture("ledger_locker"), [file, String(ms), "write"]);
+  const child = spawn(cmd, argv, { stdio: ["pipe", "pipe", "pipe"] });
+  let out = "";
+  child.stdout!.on("data", (d) => out += d);
+  const released = new Promise<void>((resolve) => child.on("close", () => resolve()));
+  return {
+    locked: waitFor(() => /locked/.test(out), 60_000),
+    released,
+    release: () => {
+      child.stdin!.end();
+      return released;
+    },
+  };
+}
+
+test("the fleet store: an intent whose connection is cut is committed on the next try", {
+  skip: skipFleet,
+}, async () => {
+  const db = await freshSchema();
+  const sql = await admin();
+  try {
+    const ac = createAgentCheckpoint({
+      home: tempHome(),
+      env: {},
+      settings: { watchdog: false, store: db.url },
+    });
+    try {
+      const run = ac.startRun({ sessionId: "cut" });
+      assert.equal(await run.intent("warm", {}), true);
+      const cut = await sql.unsafe(
+        `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+          WHERE application_name = $1 AND pid <> pg_backend_pid()`,
+        [`agent-checkpoint ${db.schema}`],
+      );
+      assert.ok(Number(cut[0]?.n) >= 1, "the store's connection was cut");
+      assert.equal(await run.intent("pay", { n: 1 }), true);
+      const reader = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+      try {
+        assert.deepEqual((await reader.effects("cut")).map((e) => e.tool).sort(), ["pay", "warm"]);
+      } finally {
+        await reader.close();
+      }
+    } finally {
+      await ac.close();
+    }
+  } finally {
+    await sql.end({ timeout: 1 });
+    await db.drop();
   }
 });
