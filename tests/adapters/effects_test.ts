@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import * as ai7 from "npm:ai@7.0.173";
 import { MockLanguageModelV4 } from "npm:ai@7.0.173/test";
 import { createAgentCheckpoint } from "../../mod.ts";
+import { openStore } from "../../store/mod.ts";
 import { checkpointed } from "../../adapters/ai_sdk.ts";
 import { Agent, setTracingDisabled, tool as oaTool } from "npm:@openai/agents@0.x";
 import {
@@ -402,4 +403,50 @@ test("claude-agent-sdk: a retried run replays the tool done from its receipt, an
     }
   });
   assertReplayed(out, "mcp__t__");
+});
+
+test("ai-sdk: a tool in effect_tools runs only once its intent is in the ledger, and its receipt follows", async () => {
+  const home = tempHome();
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    settings: { watchdog: false, effect_tools: ["send_email"] },
+  });
+  const intentsSeen: number[] = [];
+  const keys: string[] = [];
+  const ledger = () => {
+    const store = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" })!;
+    try {
+      return store.effectsSync("fx-durable");
+    } finally {
+      store.closeSync();
+    }
+  };
+  try {
+    const cp = checkpointed(ac, { sessionId: "fx-durable", maxSteps: 4, ai: ai7 });
+    await cp.generateText({
+      model: aiModel(),
+      prompt: "Send the report.",
+      tools: {
+        send_email: {
+          inputSchema: ai7.jsonSchema({ type: "object" }),
+          execute: (_input: Any, options: Any) => {
+            keys.push(options.effectKey);
+            // Another connection finds the call's intent before the tool does anything.
+            intentsSeen.push(ledger().filter((e) => e.key === options.effectKey).length);
+            return { id: "msg_1" };
+          },
+        },
+        charge: { inputSchema: ai7.jsonSchema({ type: "object" }), execute: () => "charged" },
+      },
+    });
+    assert.deepEqual(intentsSeen, [1]);
+    await waitFor(() => ledger().some((e) => e.key === keys[0] && e.receipt !== undefined));
+    const row = ledger().find((e) => e.key === keys[0])!;
+    assert.equal(row.receipt?.result, '{"id":"msg_1"}');
+    // charge is no effect tool: nothing of it in the ledger.
+    assert.deepEqual(ledger().map((e) => e.tool), ["send_email"]);
+  } finally {
+    await ac.close();
+  }
 });
