@@ -312,6 +312,9 @@ export function canonicalJson(value: unknown): string {
   return walk(value, false) ?? "null";
 }
 
+/** How long after a failed read of the earlier attempts' effects it is tried again, ms. */
+const EFFECTS_READ_RETRY_MS = 30_000;
+
 const sha256 = (text: string) => createHash("sha256").update(text).digest("hex");
 
 /** A run's effects: what the ledger holds of them, and this attempt's own on their way. */
@@ -321,6 +324,8 @@ class RunEffects {
   /** Whether the earlier attempts' effects are in `known`. */
   loaded = false;
   loading: Promise<void> | undefined = undefined;
+  /** When a failed read of them may be tried again, ms (`nowMs`). */
+  retryAt = 0;
   /** This attempt's intents without a receipt yet, by key. */
   readonly pending = new Map<string, Promise<boolean>>();
   /** The keys of calls whose intent a tool hook recorded, by call id. */
@@ -1509,10 +1514,14 @@ export class Run {
     if (!ctx?.effects) return undefined;
     try {
       const fx = this.#fx();
-      if (!fx.loaded) {
+      // A read that failed (the log says why) is tried again after a while, not at every call.
+      if (!fx.loaded && nowMs() >= fx.retryAt) {
         fx.loading ??= ctx.effects.read(this.runId).then((rows) => {
           fx.loading = undefined;
-          if (!rows) return;
+          if (!rows) {
+            fx.retryAt = nowMs() + EFFECTS_READ_RETRY_MS;
+            return;
+          }
           for (const row of rows) if (!fx.known.has(row.key)) fx.known.set(row.key, row);
           fx.loaded = true;
         });
