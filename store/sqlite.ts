@@ -283,9 +283,10 @@ const EFFECT_INTENT = `INSERT INTO effects (run_id, key, tool, input_digest, cal
     input_digest = excluded.input_digest, call_id = excluded.call_id,
     attempt = excluded.attempt, at = excluded.at
   WHERE effects.receipt_at IS NULL`;
+// Anonymous parameters only: better-sqlite3 (Node 20) binds no numbered ones (`?1`) by position.
 const EFFECT_RECEIPT = `INSERT INTO effects (run_id, key, tool, input_digest, attempt, at,
     receipt_ok, receipt_result, receipt_truncated, receipt_attempt, receipt_at)
-  VALUES (?1, ?2, ?3, '', ?4, ?5, ?6, ?7, ?8, ?4, ?5)
+  VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)
   ON CONFLICT (run_id, key) DO UPDATE SET receipt_ok = excluded.receipt_ok,
     receipt_result = excluded.receipt_result, receipt_truncated = excluded.receipt_truncated,
     receipt_attempt = excluded.receipt_attempt, receipt_at = excluded.receipt_at`;
@@ -718,6 +719,8 @@ export class SqliteRunStore implements RunStore {
               r.ok ? 1 : 0,
               r.result ?? null,
               r.truncated ? 1 : 0,
+              r.attempt,
+              Math.round(r.at),
             );
           }
         }), EFFECT_WAIT_MS);
