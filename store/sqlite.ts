@@ -241,9 +241,10 @@ const UPSERT = `INSERT INTO runs
  * Neither puts an older record of a live run over a newer one: the worker's
  * interval write may land after the main thread's own (a tree's use).
  */
-const PROGRESS = `UPDATE runs SET updated_at = ?1, record = ?2
-  WHERE run_id = ?3 AND attempt = ?4 AND status = 'live' AND machine = ?5 AND pid = ?6
-    AND host_start = ?7 AND updated_at <= ?1`;
+// Anonymous parameters, `updated_at` given twice: better-sqlite3 (Node 20) refuses numbered ones.
+const PROGRESS = `UPDATE runs SET updated_at = ?, record = ?
+  WHERE run_id = ? AND attempt = ? AND status = 'live' AND machine = ? AND pid = ?
+    AND host_start = ? AND updated_at <= ?`;
 
 /** A row's state, read before an upsert that may be a new attempt's first row. */
 const ROW_STATE = "SELECT status, updated_at FROM runs WHERE run_id = ? AND attempt = ?";
@@ -530,7 +531,7 @@ export class SqliteRunStore implements RunStore {
     // A live record without file content: its progress, most likely, on the row it owns.
     if (
       row[2] === "live" && row[9] === null &&
-      this.#db.run(PROGRESS, row[7], row[8], row[0], row[1], row[3], row[4], row[5]) > 0
+      this.#db.run(PROGRESS, row[7], row[8], row[0], row[1], row[3], row[4], row[5], row[7]) > 0
     ) return;
     const existing = this.#db.get(ROW_STATE, row[0], row[1]);
     if (existing === undefined) {
