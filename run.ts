@@ -146,7 +146,7 @@ export interface RunStart {
   trace?: RunTrace;
   /** True when the earlier attempt left no checkpoint file: the resume text names none. */
   noFile?: true;
-  /** The earlier attempts' effects, when the ledger was read for them (none: a fresh run). */
+  /** The earlier attempts' effects, when the start read them (else read when first asked for). */
   effects?: EffectRow[];
 }
 
