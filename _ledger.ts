@@ -1086,6 +1086,11 @@ export class EffectLog {
   /** Commits made so far. */
   commits = 0;
 
+  /** Whether intents or receipts wait, or a commit is under way. */
+  get busy(): boolean {
+    return this.#waiting.length > 0 || this.#writing;
+  }
+
   /** Record an intent; resolves true once it is committed, false when it could not be. */
   intent(intent: EffectIntent): Promise<boolean> {
     return this.#add((resolve, since) => ({ intent, resolve, since }));

@@ -559,7 +559,7 @@ export class AgentCheckpoint {
     if (this.#closed) return;
     this.#closed = true;
     // Intents and receipts on their way land first (bounded), while the store is open.
-    await this.#effects.close().catch(() => {});
+    if (this.#effects.busy) await this.#effects.close().catch(() => {});
     this.#shared.beginClose();
     const ledgerClosed = this.#ledger.close();
     const runs = this.#slots.runs;
