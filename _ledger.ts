@@ -1101,21 +1101,38 @@ export class EffectLog {
     return this.#add((resolve, since) => ({ receipt, resolve, since }));
   }
 
-  /** The effects recorded for a run id, from the store; undefined when it cannot be read. */
+  /**
+   * The effects recorded for a run id, from the store; tried again, with a
+   * growing wait, while the store cannot be opened or read (locked, away),
+   * for at most {@linkcode EFFECT_GIVE_UP_MS}: undefined then, with a log
+   * line, and at once when there is no ledger.
+   */
   async read(runId: string): Promise<EffectRow[] | undefined> {
-    const store = failOpen(() => this.#parts.store(), () => undefined);
-    if (!store) return undefined;
-    try {
-      if (store.effects) return await store.effects(runId);
-      return store.effectsSync?.(runId);
-    } catch (error) {
-      this.#parts.log(
-        "warn",
-        `the run ledger could not read the effects: ${errorText(error)}`,
-        runId,
-      );
-      return undefined;
+    const end = nowMs() + EFFECT_GIVE_UP_MS;
+    let error: unknown = new Error("the run ledger is not open yet");
+    for (let wait = 10;; wait = Math.min(500, wait * 2)) {
+      const store = failOpen(() => this.#parts.store(), () => undefined);
+      if (store === null) return undefined;
+      if (store) {
+        try {
+          if (store.effects) return await store.effects(runId);
+          if (store.effectsSync) return store.effectsSync(runId);
+          return undefined; // a store that keeps none
+        } catch (e) {
+          error = e;
+        }
+      }
+      if (nowMs() + wait > end) break;
+      await new Promise((resolve) => setTimeout(resolve, wait));
     }
+    this.#parts.log(
+      "warn",
+      `the run ledger could not say what earlier attempts did within ${
+        EFFECT_GIVE_UP_MS / 1000
+      }s (${errorText(error)}): calls of this run run as if none were done before`,
+      runId,
+    );
+    return undefined;
   }
 
   #add(

@@ -1522,7 +1522,12 @@ export class Run {
             fx.retryAt = nowMs() + EFFECTS_READ_RETRY_MS;
             return;
           }
-          for (const row of rows) if (!fx.known.has(row.key)) fx.known.set(row.key, row);
+          // What the ledger holds wins over this attempt's own intent without a receipt (made
+          // before the read: a tool hook's): an earlier attempt's receipt is the answer.
+          for (const row of rows) {
+            const own = fx.known.get(row.key);
+            if (!own || (row.receipt && !own.receipt)) fx.known.set(row.key, row);
+          }
           fx.loaded = true;
         });
         await fx.loading;

@@ -363,7 +363,8 @@ export function checkpointedQuery(
       run.preToolCall(tool, {
         ...(callId === undefined ? {} : { callId }),
         input: i.tool_input,
-        ...(replayed ? { effect: true } : {}),
+        // A tool in replay: its intent is made once it is known not to be done (effectGate).
+        ...(replayed ? { effect: false } : {}),
       });
       if (!replayed && !run.isEffectTool(tool)) return {};
       return effectGate(tool, i.tool_input, callId);

@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import * as ai7 from "npm:ai@7.0.173";
 import { MockLanguageModelV4 } from "npm:ai@7.0.173/test";
 import { createAgentCheckpoint } from "../../mod.ts";
-import { openStore } from "../../store/mod.ts";
+import { openStore, storeFile } from "../../store/mod.ts";
 import { checkpointed } from "../../adapters/ai_sdk.ts";
 import { Agent, setTracingDisabled, tool as oaTool } from "npm:@openai/agents@0.x";
 import {
@@ -74,6 +74,12 @@ async function retried(
   void attempt(first, 1, seen).catch(() => {});
   assert.ok(await waitFor(() => seen.charge.length === 1, 60_000), "attempt 1 is inside charge");
   await first.close(); // the process dies here, as far as the ledger knows
+  // The first keeper's threads may hold the ledger's lock a moment longer: the retry starts once
+  // it is free, as a retry in a new process would (a ledger locked at a start is tested elsewhere).
+  assert.ok(
+    await waitFor(() => ledgerClosed(home), 30_000),
+    "the first keeper let go of the ledger",
+  );
   const second = createAgentCheckpoint({ home, env: {}, settings, logger: log.logger });
   try {
     const resumed = await attempt(second, 2, seen);
@@ -82,6 +88,12 @@ async function retried(
     await second.close();
   }
 }
+
+/**
+ * Whether every connection to the home's ledger is closed: the last one to close copies the
+ * write-ahead log into the database and removes it.
+ */
+const ledgerClosed = (home: string): boolean => !fs.existsSync(`${storeFile(home)}-wal`);
 
 /** What every adapter's retried run must show. */
 function assertReplayed(
