@@ -377,9 +377,12 @@ test("a ledger another process holds locked: intents wait and land once it lets 
   }
 });
 
-/** Another process holding the ledger in an exclusive transaction for `ms` (0: until released). */
-function lockLedger(file: string, ms: number) {
-  const [cmd, argv] = scriptCommand(fixture("ledger_locker"), [file, String(ms), "write"]);
+/**
+ * Another process holding the ledger for `ms` (0: until released): `write`, an exclusive
+ * transaction (readers go on); `exclusive`, exclusive locking too (nobody opens it).
+ */
+function lockLedger(file: string, ms: number, mode: "write" | "exclusive" = "write") {
+  const [cmd, argv] = scriptCommand(fixture("ledger_locker"), [file, String(ms), mode]);
   const child = spawn(cmd, argv, { stdio: ["pipe", "pipe", "pipe"] });
   let out = "";
   child.stdout!.on("data", (d) => out += d);
@@ -427,5 +430,34 @@ test("the fleet store: an intent whose connection is cut is committed on the nex
   } finally {
     await sql.end({ timeout: 1 });
     await db.drop();
+  }
+});
+
+test("a retry whose ledger is locked at its start still replays what was done, once the ledger opens", async () => {
+  const home = tempHome();
+  let sent = 0;
+  const send = () => (sent++, "sent");
+  await firstAttempt(home, "locked-start", async (run) => {
+    await run.once("send_email", { to: "boss" }, send);
+  });
+  // Exclusive: the new keeper cannot even open the ledger, let alone read it.
+  const lock = lockLedger(storeFile(home), 0, "exclusive");
+  await lock.locked;
+  const log = captureLog();
+  const ac = createAgentCheckpoint({
+    home,
+    env: {},
+    logger: log.logger,
+    settings: { watchdog: false },
+  });
+  try {
+    const run = ac.startRun({ sessionId: "locked-start" }); // the ledger cannot say it is a retry
+    const replayed = run.once("send_email", { to: "boss" }, send);
+    await new Promise((r) => setTimeout(r, 300));
+    await lock.release();
+    assert.equal(await replayed, "sent");
+    assert.equal(sent, 1, "replayed from the receipt, not sent again");
+  } finally {
+    await ac.close();
   }
 });
