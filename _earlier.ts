@@ -17,6 +17,8 @@ import type { Settings } from "./settings.ts";
 import type { RunInfo } from "./_writer.ts";
 import {
   type AttemptStart,
+  type EffectRow,
+  effectsNote,
   type HostId,
   ledgerFailed,
   type LedgerStore,
@@ -337,6 +339,8 @@ export interface Resumed {
   trace?: EarlierTrace;
   /** True when the earlier attempt left no checkpoint file: the resume text then names none. */
   noFile?: true;
+  /** The earlier attempts' effects, when the ledger was read for them. */
+  effects?: EffectRow[];
 }
 
 /** What a run's start found: the earlier attempt to resume, or that the start was refused. */
@@ -411,7 +415,21 @@ export function resume(
     : undefined;
   if (remaining) info.caps = remaining;
   const hasFile = fileExists(info.checkpointFile);
-  const note = resumeNote(earlier.previous.inFlight ?? [], remaining, hasFile);
+  // What the earlier attempts did to the world, by effect key, as the ledger holds it.
+  const effects = ledger.seen
+    ? failOpen(
+      () => parts.store(settings)?.effectsSync?.(runId),
+      (error) => {
+        ledgerFailed(parts.log, "the earlier attempts' effects", error, runId);
+        return undefined;
+      },
+    )
+    : undefined;
+  const notes = [
+    resumeNote(earlier.previous.inFlight ?? [], remaining, hasFile),
+    effects ? effectsNote(effects) : undefined,
+  ].filter((n) => n !== undefined);
+  const note = notes.length > 0 ? notes.join(" ") : undefined;
   parts.log("info", `resuming: ${earlier.previous.summary}`, runId);
   // The record names what the attempt starts with: its number, caps and what came before.
   if (ledger.recorded) {
@@ -421,5 +439,6 @@ export function resume(
   if (note !== undefined) resumed.resumeNote = note;
   if (earlier.trace) resumed.trace = earlier.trace;
   if (!hasFile) resumed.noFile = true;
+  if (effects) resumed.effects = effects;
   return resumed;
 }

@@ -15,6 +15,7 @@
  * @module
  */
 import process from "node:process";
+import { clearImmediate, setImmediate } from "node:timers";
 import { errorText, failOpen, type Log } from "./log.ts";
 import type { EndStatus, RunCaps, ToolCall, TreeRecord, UsageTotals } from "./_record.ts";
 import { grownTo, nowMs, type RunTable } from "./_run_table.ts";
@@ -70,6 +71,12 @@ export interface LedgerStore {
   watchdogPort?(): MessagePort | undefined;
   /** Statements sent so far, when the store counts them (benchmarks). */
   readonly statements?: number;
+  /** Intents and receipts in one durable commit (side effects across attempts). */
+  writeEffects?(batch: EffectBatch): Promise<void>;
+  /** The effects recorded for a run id, at a run's start. */
+  effectsSync?(runId: string): EffectRow[];
+  /** The same, asynchronously. */
+  effects?(runId: string): Promise<EffectRow[]>;
 }
 
 // The run store's records as the core writes them: the core's own types, which the store's
@@ -212,6 +219,78 @@ export interface WriteBatch {
   records: RunRecord[];
   /** The writing process's heartbeat. */
   heartbeat?: Heartbeat;
+}
+
+/**
+ * A tool call's intent: recorded, durably, before a tool that acts on the
+ * world runs (an email, a payment), so a later attempt knows it may have.
+ */
+export interface EffectIntent {
+  /** The run's id. */
+  runId: string;
+  /** The effect key: the same in every attempt for the same tool and input. */
+  key: string;
+  /** The tool's name. */
+  tool: string;
+  /** A sha256 of the input's canonical JSON (hex). */
+  inputDigest: string;
+  /** The host's id for the call, when it gave one. */
+  callId?: string;
+  /** The attempt that made the call. */
+  attempt: number;
+  /** When, ms since the epoch. */
+  at: number;
+}
+
+/** A tool call's receipt: what came of a call whose intent was recorded. */
+export interface EffectReceipt {
+  /** The run's id. */
+  runId: string;
+  /** The effect key. */
+  key: string;
+  /** The tool's name (a receipt whose intent is missing still names it). */
+  tool: string;
+  /** Whether the call succeeded. */
+  ok: boolean;
+  /**
+   * The result as JSON text (a failed call: its error's text), at most
+   * `effect_result_max_bytes`; longer ones are cut and marked `truncated`.
+   */
+  result?: string;
+  /** True when `result` was cut to the bound. */
+  truncated?: boolean;
+  /** The attempt that made it. */
+  attempt: number;
+  /** When, ms since the epoch. */
+  at: number;
+}
+
+/** Intents and receipts written together in one durable commit. */
+export interface EffectBatch {
+  /** Intents, written first. */
+  intents: EffectIntent[];
+  /** Receipts. */
+  receipts: EffectReceipt[];
+}
+
+/** One effect of a run as the store holds it: its newest intent and, once it ended, its receipt. */
+export interface EffectRow {
+  /** The run's id. */
+  runId: string;
+  /** The effect key. */
+  key: string;
+  /** The tool's name. */
+  tool: string;
+  /** A sha256 of the input's canonical JSON (hex); empty when only a receipt was recorded. */
+  inputDigest: string;
+  /** The call id of the newest intent, when it had one. */
+  callId?: string;
+  /** The attempt of the newest intent. */
+  attempt: number;
+  /** When the newest intent was made, ms since the epoch. */
+  at: number;
+  /** The receipt, once the call ended; without one, its outcome is unknown. */
+  receipt?: Omit<EffectReceipt, "runId" | "key" | "tool">;
 }
 
 /** A run as read back: its newest record, its process's heartbeat, and its state now. */
@@ -1173,6 +1252,79 @@ export function resumeNote(
   return parts.length > 0 ? parts.join(" ") : undefined;
 }
 
+/** Effects of each kind a resume text names; the rest are counted. */
+const NOTE_UNKNOWN = 50;
+const NOTE_DONE = 20;
+/** Characters of a receipt's result a resume text quotes. */
+const NOTE_RESULT_CHARS = 80;
+
+/**
+ * The sentences a resume text adds for the earlier attempts' side effects:
+ * those whose outcome is unknown (an intent, no receipt), then those done,
+ * each with its effect key, so the agent checks before it repeats one.
+ *
+ * @example
+ * ```ts
+ * import { effectsNote } from "./_ledger.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const note = effectsNote([
+ *   { runId: "r", key: "ek_1", tool: "send_email", inputDigest: "d", attempt: 1, at: 1 },
+ *   {
+ *     runId: "r", key: "ek_2", tool: "pay", inputDigest: "d", attempt: 1, at: 2,
+ *     receipt: { ok: true, result: '{"id":"tx_1"}', attempt: 1, at: 3 },
+ *   },
+ * ]);
+ * assert.match(note!, /outcome is unknown: send_email \(effect key ek_1, attempt 1\)/);
+ * assert.match(note!, /done by earlier attempts: pay \(effect key ek_2, attempt 1\): ok, \{"id":"tx_1"\}/);
+ * ```
+ */
+export function effectsNote(rows: EffectRow[]): string | undefined {
+  if (rows.length === 0) return undefined;
+  const unknown = rows.filter((r) => !r.receipt);
+  const done = rows.filter((r) => r.receipt);
+  const parts: string[] = [];
+  const more = (n: number, what: string) => (n > 0 ? `; and ${n} more ${what}` : "");
+  if (unknown.length > 0) {
+    const named = unknown.slice(-NOTE_UNKNOWN);
+    parts.push(
+      `Side effects of earlier attempts whose outcome is unknown: ${
+        named.map((r) =>
+          `${r.tool} (effect key ${r.key}, attempt ${r.attempt}${
+            r.callId === undefined ? "" : `, call id ${r.callId}`
+          })`
+        ).join("; ")
+      }${
+        more(unknown.length - named.length, "")
+      }. Each started and has no receipt: check whether it took effect before you repeat it.`,
+    );
+  }
+  if (done.length > 0) {
+    const named = done.slice(-NOTE_DONE);
+    parts.push(
+      `Side effects already done by earlier attempts: ${
+        named.map((r) => {
+          const receipt = r.receipt!;
+          const text = receipt.result === undefined
+            ? ""
+            : Array.from(receipt.result.replace(/\s+/g, " "));
+          const quoted = text === ""
+            ? ""
+            : `, ${
+              text.length > NOTE_RESULT_CHARS
+                ? text.slice(0, NOTE_RESULT_CHARS - 1).join("") + "…"
+                : text.join("")
+            }`;
+          return `${r.tool} (effect key ${r.key}, attempt ${receipt.attempt}): ${
+            receipt.ok ? "ok" : "failed"
+          }${quoted}`;
+        }).join("; ")
+      }${more(done.length - named.length, "done")}. Do not repeat them.`,
+    );
+  }
+  return parts.join(" ");
+}
+
 /** How often the same failure of the main thread's ledger writes is said again, ms. */
 const SAY_AGAIN_MS = 30_000;
 /** When each log last said each failure, and how many times it kept quiet since. */
@@ -1202,4 +1354,227 @@ export function ledgerFailed(log: Log, what: string, error: unknown, runId?: str
     ? ` (and ${last.quiet} more like it since the last line)`
     : "";
   log("warn", `the run ledger could not record ${what}: ${text}${more}`, runId);
+}
+
+/** The most intents and receipts that wait in memory for the store. */
+export const MAX_EFFECTS_WAITING = 10_000;
+/** How long an intent or receipt is tried before its promise says it was not recorded, ms. */
+export const EFFECT_GIVE_UP_MS = 10_000;
+
+/** What the effect log works with. @internal */
+export interface EffectLogParts {
+  /** The run ledger's store, opened on first use; undefined: not now; null: never (ledger off). */
+  store(): LedgerStore | undefined | null;
+  log: Log;
+}
+
+/** One intent or receipt on its way, with the promise's resolver. */
+type EffectEntry =
+  & { resolve: (recorded: boolean) => void; since: number }
+  & ({ intent: EffectIntent } | { receipt: EffectReceipt });
+
+const entryText = (e: EffectEntry) =>
+  "intent" in e
+    ? `the intent of ${e.intent.tool} (effect key ${e.intent.key})`
+    : `the receipt of ${e.receipt.tool} (effect key ${e.receipt.key})`;
+
+/**
+ * Intents and receipts on their way to the run ledger: each resolves once
+ * committed, and every one taken in the same moment (the same turn of the
+ * event loop, or while a commit is under way) shares one commit. The commit
+ * is made off the hook that asked for it, on a timer. A store that fails is
+ * tried again with a growing wait; past {@linkcode EFFECT_GIVE_UP_MS}, or
+ * past {@linkcode MAX_EFFECTS_WAITING}, the promise resolves `false` and the
+ * log says what was not recorded: the host never waits without end.
+ */
+export class EffectLog {
+  readonly #parts: EffectLogParts;
+  #waiting: EffectEntry[] = [];
+  #timer: ReturnType<typeof setTimeout> | ReturnType<typeof setImmediate> | undefined;
+  #writing = false;
+  #failures = 0;
+  /** The log said the ledger is off: once. */
+  #saidOff = false;
+
+  constructor(parts: EffectLogParts) {
+    this.#parts = parts;
+  }
+
+  /** Commits made so far. */
+  commits = 0;
+
+  /** Whether intents or receipts wait, or a commit is under way. */
+  get busy(): boolean {
+    return this.#waiting.length > 0 || this.#writing;
+  }
+
+  /** Record an intent; resolves true once it is committed, false when it could not be. */
+  intent(intent: EffectIntent): Promise<boolean> {
+    return this.#add((resolve, since) => ({ intent, resolve, since }));
+  }
+
+  /** Record a receipt; resolves like {@linkcode EffectLog.intent}. */
+  receipt(receipt: EffectReceipt): Promise<boolean> {
+    return this.#add((resolve, since) => ({ receipt, resolve, since }));
+  }
+
+  /**
+   * The effects recorded for a run id, from the store; tried again, with a
+   * growing wait, while the store cannot be opened or read (locked, away),
+   * for at most {@linkcode EFFECT_GIVE_UP_MS}: undefined then, with a log
+   * line, and at once when there is no ledger.
+   */
+  async read(runId: string): Promise<EffectRow[] | undefined> {
+    const end = nowMs() + EFFECT_GIVE_UP_MS;
+    let error: unknown = new Error("the run ledger is not open yet");
+    for (let wait = 10;; wait = Math.min(500, wait * 2)) {
+      const store = failOpen(() => this.#parts.store(), () => undefined);
+      if (store === null) return undefined;
+      if (store) {
+        try {
+          if (store.effects) return await store.effects(runId);
+          if (store.effectsSync) return store.effectsSync(runId);
+          return undefined; // a store that keeps none
+        } catch (e) {
+          error = e;
+        }
+      }
+      if (nowMs() + wait > end) break;
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+    this.#parts.log(
+      "warn",
+      `the run ledger could not say what earlier attempts did within ${
+        EFFECT_GIVE_UP_MS / 1000
+      }s (${errorText(error)}): calls of this run run as if none were done before`,
+      runId,
+    );
+    return undefined;
+  }
+
+  #add(
+    make: (resolve: (recorded: boolean) => void, since: number) => EffectEntry,
+  ): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const entry = make(resolve, nowMs());
+      if (this.#waiting.length >= MAX_EFFECTS_WAITING) {
+        this.#parts.log(
+          "warn",
+          `${
+            entryText(entry)
+          } is not recorded: ${MAX_EFFECTS_WAITING} intents and receipts already wait for the run ledger`,
+        );
+        resolve(false);
+        return;
+      }
+      this.#waiting.push(entry);
+      this.#schedule(0);
+    });
+  }
+
+  #schedule(wait: number): void {
+    if (this.#timer !== undefined || this.#writing) return;
+    this.#immediate = wait === 0;
+    if (wait === 0) {
+      // Right after this turn of the event loop (a 0 ms timer waits a millisecond or more): every
+      // intent and receipt taken until then is in the commit.
+      this.#timer = setImmediate(() => {
+        this.#timer = undefined;
+        void this.#flush();
+      });
+      return;
+    }
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.#flush();
+    }, wait);
+  }
+
+  async #flush(): Promise<void> {
+    if (this.#writing || this.#waiting.length === 0) return;
+    const store = failOpen(() => this.#parts.store(), () => undefined);
+    if (store === null || (store && !store.writeEffects)) {
+      if (!this.#saidOff) {
+        this.#saidOff = true;
+        this.#parts.log(
+          "warn",
+          "side effects are not recorded: the run ledger is off (the setting ledger), or its store keeps none",
+        );
+      }
+      this.#settle(false);
+      return;
+    }
+    const entries = this.#waiting;
+    this.#waiting = [];
+    const batch: EffectBatch = { intents: [], receipts: [] };
+    for (const e of entries) {
+      if ("intent" in e) batch.intents.push(e.intent);
+      else batch.receipts.push(e.receipt);
+    }
+    this.#writing = true;
+    try {
+      if (!store) throw new Error("the run ledger is not open yet");
+      await store.writeEffects!(batch);
+      this.commits++;
+      if (this.#failures > 0) this.#parts.log("info", "the run ledger takes side effects again");
+      this.#failures = 0;
+      for (const e of entries) e.resolve(true);
+    } catch (error) {
+      this.#failures++;
+      // Back in front of anything newer; what waited too long is given up, and said.
+      const now = nowMs();
+      const given = entries.filter((e) => now - e.since >= EFFECT_GIVE_UP_MS);
+      const kept = entries.filter((e) => now - e.since < EFFECT_GIVE_UP_MS);
+      if (given.length > 0) {
+        this.#parts.log(
+          "warn",
+          `the run ledger could not record ${given.length} side effect(s) within ${
+            EFFECT_GIVE_UP_MS / 1000
+          }s (${errorText(error)}): ${given.slice(0, 3).map(entryText).join("; ")}${
+            given.length > 3 ? "; …" : ""
+          }; the tools run without them`,
+        );
+        for (const e of given) e.resolve(false);
+      } else if (this.#failures === 1) {
+        this.#parts.log(
+          "warn",
+          `the run ledger could not record side effects yet (${errorText(error)}); tried again`,
+        );
+      }
+      this.#waiting = [...kept, ...this.#waiting];
+    } finally {
+      this.#writing = false;
+    }
+    if (this.#waiting.length > 0) {
+      this.#schedule(this.#failures === 0 ? 0 : Math.min(1000, 10 * 2 ** (this.#failures - 1)));
+    }
+  }
+
+  #settle(recorded: boolean): void {
+    const entries = this.#waiting;
+    this.#waiting = [];
+    for (const e of entries) e.resolve(recorded);
+  }
+
+  /** The keeper closes: a last commit of what waits, bounded. */
+  async close(): Promise<void> {
+    this.#clear();
+    const end = nowMs() + 2000;
+    while ((this.#waiting.length > 0 || this.#writing) && nowMs() < end) {
+      if (!this.#writing) await this.#flush();
+      if (this.#waiting.length > 0 || this.#writing) await new Promise((r) => setTimeout(r, 20));
+      this.#clear();
+    }
+    this.#settle(false);
+  }
+
+  #clear(): void {
+    const timer = this.#timer;
+    this.#timer = undefined;
+    if (timer === undefined) return;
+    // Each by its own kind: clearing an immediate as a timer (or the reverse) is not a no-op in Node.
+    if (this.#immediate) clearImmediate(timer as ReturnType<typeof setImmediate>);
+    else clearTimeout(timer as ReturnType<typeof setTimeout>);
+  }
+  #immediate = false;
 }

@@ -34,7 +34,7 @@ import {
   type RunInfo,
   type WriterSinks,
 } from "./_writer.ts";
-import { type HostId, LedgerFeed, type LedgerStore, recordOf } from "./_ledger.ts";
+import { EffectLog, type HostId, LedgerFeed, type LedgerStore, recordOf } from "./_ledger.ts";
 import { type TreePlace, TreeSeats } from "./_tree.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
@@ -173,6 +173,8 @@ export class AgentCheckpoint {
   readonly #trees: TreeSeats;
   /** Runs as OpenTelemetry traces. */
   readonly #tracing: Tracing | undefined;
+  /** Side effects' intents and receipts on their way to the run ledger. */
+  readonly #effects: EffectLog;
 
   /** @internal Use {@linkcode createAgentCheckpoint}. */
   constructor(options: AgentCheckpointOptions, subsystems?: Subsystems) {
@@ -240,6 +242,14 @@ export class AgentCheckpoint {
     });
     // Built with the keeper, before any write can come: the sinks read its store at each write.
     this.#listeners.ledger = this.#ledger;
+    this.#effects = new EffectLog({
+      store: () => {
+        const settings = source.at(nowMs());
+        if (!settings.enabled || !settings.ledger || !this.#ledger.wanted) return null;
+        return this.#ledger.open(settings);
+      },
+      log,
+    });
     this.#resumeParts = {
       log,
       store: (settings) => this.#ledger.open(settings),
@@ -299,6 +309,7 @@ export class AgentCheckpoint {
       workspaces: () => this.#workspaceHooks(),
       watchdog: (settings) => this.#contact(settings),
       trees: this.#trees,
+      effects: this.#effects,
       ended: (info, end) => {
         if (end) this.#ledger.end(table, info, end);
         release(info);
@@ -319,6 +330,11 @@ export class AgentCheckpoint {
   /** @internal The run ledger's statements so far, when its store counts them (benchmarks). */
   get ledgerStatements(): number | undefined {
     return this.#ledger.store?.statements;
+  }
+
+  /** @internal The commits of side effects' intents and receipts so far (tests, benchmarks). */
+  get effectCommits(): number {
+    return this.#effects.commits;
   }
 
   /** @internal Settles once the OpenTelemetry API is loaded or known absent (tests). */
@@ -452,6 +468,7 @@ export class AgentCheckpoint {
       if (resumed?.resumeNote !== undefined) start.resumeNote = resumed.resumeNote;
       if (trace) start.trace = trace;
       if (resumed?.noFile) start.noFile = true;
+      if (resumed?.effects) start.effects = resumed.effects;
       return new Run(own?.context ?? this.#context, start);
     }, (error) => {
       if (claimed && !taken) this.#slots.unclaim(claimed.slot);
@@ -568,6 +585,8 @@ export class AgentCheckpoint {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    // Intents and receipts on their way land first (bounded), while the store is open.
+    if (this.#effects.busy) await this.#effects.close().catch(() => {});
     this.#shared.beginClose();
     // A checkpoint write that failed (a full disk) is tried once more, before the runs' records.
     this.#writer.settle();

@@ -90,6 +90,7 @@ export function createAgentCheckpoint(options: AgentCheckpointOptions = {}): Age
 
 export {
   type AttemptHost,
+  type EffectState,
   type PreviousAttempt,
   type RefusedStart,
   Run,

@@ -585,6 +585,17 @@ export const SETTINGS = {
     "Axes whose cap stops the run: past it, a budget record is written and run.budgetSignal aborts.",
     [] as ("time" | "turns" | "tokens" | "usd")[],
   ),
+  effect_tools: list(
+    text("A tool's name.", "send_email"),
+    { uniqueItems: true, rule: "must be a list of distinct tool names" },
+    "Tools that act on the world: each call's intent is in the ledger before it runs, and its receipt after.",
+    [] as string[],
+  ),
+  effect_result_max_bytes: number(
+    { integer: true, minimum: 0 },
+    "The most bytes of a tool's result an effect's receipt keeps (longer ones are cut, and say so).",
+    4096,
+  ),
 } as const;
 
 /**

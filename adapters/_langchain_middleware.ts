@@ -21,6 +21,7 @@ import type { AgentCheckpoint, EndStatus, Run } from "../mod.ts";
 import {
   type AdapterInit,
   checkCap,
+  effectful,
   errorLine,
   guarded,
   PendingPrologue,
@@ -44,17 +45,26 @@ export function reportTool(
   name: string,
   callId: string | undefined,
   input: unknown,
-): (ok: boolean, error?: string) => void {
+  replayed = false,
+): (ok: boolean, error?: string, result?: unknown) => void {
   const id = callId !== undefined ? { callId } : {};
-  run.preToolCall(name, { ...id, input });
+  // A tool in replay has its intent and receipt from run.once.
+  run.preToolCall(name, { ...id, input, ...(replayed ? { effect: false } : {}) });
   const started = performance.now();
-  return (ok, error) =>
+  return (ok, error, result) =>
     run.postToolCall(name, {
       ok,
       durationMs: Math.round(performance.now() - started),
       ...id,
       ...(error !== undefined ? { error } : {}),
+      ...(result !== undefined ? { result } : {}),
     });
+}
+
+/** What a tool's output keeps in a receipt: a tool message's content, else the output. */
+export function toolContent(out: unknown): unknown {
+  const content = (out as { content?: unknown } | null | undefined)?.content;
+  return content !== undefined ? content : out;
 }
 
 /**
@@ -180,18 +190,23 @@ export type EndOutcome = {
  * A tool for one call whose `invoke` also aborts at the call's deadline
  * (`run.toolSignal`), joined to the graph's own signal in `config.signal`.
  */
-function withToolSignal<T>(tool: T, run: Run, callId: string | undefined): T {
-  if (callId === undefined || tool === null || typeof tool !== "object") return tool;
+function withToolSignal<T>(tool: T, run: Run, callId: string | undefined, effectKey: string): T {
+  if (tool === null || typeof tool !== "object") return tool;
   const t = tool as unknown as { invoke?: unknown };
   if (typeof t.invoke !== "function") return tool;
   return new Proxy(tool as unknown as object, {
     get: (target, prop) => {
       const value = Reflect.get(target, prop, target);
       if (prop !== "invoke") return typeof value === "function" ? value.bind(target) : value;
-      return (input: unknown, config?: { signal?: AbortSignal }) =>
+      return (
+        input: unknown,
+        config?: { signal?: AbortSignal; configurable?: Record<string, unknown> },
+      ) =>
         value.call(target, input, {
           ...config,
-          signal: toolCallSignal(run, callId, config?.signal),
+          ...(callId === undefined ? {} : { signal: toolCallSignal(run, callId, config?.signal) }),
+          // The tool reads its effect key from its config: `config.configurable.effectKey`.
+          configurable: { ...config?.configurable, effectKey },
         });
     },
   }) as T;
@@ -423,14 +438,34 @@ export function checkpointMiddleware(
       const [key, live] = found;
       const name = String(request.toolCall?.name ?? "tool");
       const callId = typeof request.toolCall?.id === "string" ? request.toolCall.id : undefined;
-      const post = reportTool(live.run, name, callId, request.toolCall?.args);
+      const args = request.toolCall?.args;
+      const post = reportTool(
+        live.run,
+        name,
+        callId,
+        args,
+        live.init.replay?.includes(name) === true,
+      );
       try {
-        const timed = request.tool === undefined
-          ? request
-          : { ...request, tool: withToolSignal(request.tool, live.run, callId) };
-        const out = await withDeadline(handler(timed), live.signal);
+        let ran: unknown;
+        const call = async (effectKey: string) => {
+          const given = request.tool === undefined
+            ? request
+            : { ...request, tool: withToolSignal(request.tool, live.run, callId, effectKey) };
+          ran = await withDeadline(handler(given), live.signal);
+          return toolContent(ran);
+        };
+        const { value, replayed } = await effectful(live.run, live.init, name, args, callId, call);
+        // Replayed: the tool message its earlier attempt's call gave, from the receipt.
+        const out = replayed
+          ? new ToolMessage({
+            content: typeof value === "string" ? value : JSON.stringify(value),
+            tool_call_id: callId ?? "",
+            name,
+          })
+          : ran;
         const outcome = toolOutcome(out);
-        post(outcome.ok, outcome.error);
+        post(outcome.ok, outcome.error, outcome.ok ? toolContent(out) : undefined);
         return out;
       } catch (error) {
         post(false, errorLine(error));

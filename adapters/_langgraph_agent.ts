@@ -7,11 +7,12 @@
  *
  * @module
  */
-import { type BaseMessage, SystemMessage } from "npm:@langchain/core@1/messages";
+import { type BaseMessage, SystemMessage, ToolMessage } from "npm:@langchain/core@1/messages";
 import { IterableReadableStream } from "npm:@langchain/core@1/utils/stream";
 import { createReactAgent } from "npm:@langchain/langgraph@1/prebuilt";
 import type { AgentCheckpoint, Run } from "../mod.ts";
 import {
+  effectful,
   errorLine,
   guarded,
   logFault,
@@ -30,6 +31,7 @@ import {
   reportTool,
   reportUsage,
   sessionOf,
+  toolContent,
   toolOutcome,
 } from "./_langchain_middleware.ts";
 
@@ -185,7 +187,10 @@ export function checkpointedReactAgent(
     );
   };
 
-  const tools = Array.isArray(p.tools) ? p.tools.map((t: unknown) => wrapTool(t, liveOf)) : p.tools;
+  const replay = init.replay ?? [];
+  const tools = Array.isArray(p.tools)
+    ? p.tools.map((t: unknown) => wrapTool(t, liveOf, replay))
+    : p.tools;
   const { stateModifier: _s, ...rest } = p;
 
   /** Start an invocation's run; throws the TypeError for a recursionLimit of the host's. */
@@ -458,6 +463,7 @@ async function promptMessages(
 function wrapTool(
   original: unknown,
   liveOf: (config: unknown) => { run: Run } | undefined,
+  replay: string[],
 ): unknown {
   const t = original as { name?: unknown; invoke?: unknown };
   if (typeof t?.invoke !== "function" || typeof t.name !== "string") return original;
@@ -469,15 +475,36 @@ function wrapTool(
     const call = input as { id?: unknown; args?: unknown; type?: unknown } | undefined;
     const isCall = call?.type === "tool_call";
     const callId = isCall && typeof call.id === "string" ? call.id : undefined;
-    const post = reportTool(live.run, name, callId, isCall ? call.args : input);
+    const args = isCall ? call.args : input;
+    const post = reportTool(live.run, name, callId, args, replay.includes(name));
     try {
-      const signal = (config as { signal?: AbortSignal } | undefined)?.signal;
-      const timed = callId === undefined
-        ? config
-        : { ...(config as object), signal: toolCallSignal(live.run, callId, signal) };
-      const out = await invoke.call(original, input, timed);
+      const given = config as
+        | { signal?: AbortSignal; configurable?: Record<string, unknown> }
+        | undefined;
+      let ran: unknown;
+      const run = async (effectKey: string) => {
+        // The tool reads its effect key from its config: `config.configurable.effectKey`.
+        const timed = {
+          ...given,
+          ...(callId === undefined
+            ? {}
+            : { signal: toolCallSignal(live.run, callId, given?.signal) }),
+          configurable: { ...given?.configurable, effectKey },
+        };
+        ran = await invoke.call(original, input, timed);
+        return toolContent(ran);
+      };
+      const { value, replayed } = await effectful(live.run, { replay }, name, args, callId, run);
+      // Replayed: the tool message its earlier attempt's call gave, from the receipt.
+      const out = replayed
+        ? new ToolMessage({
+          content: typeof value === "string" ? value : JSON.stringify(value),
+          tool_call_id: callId ?? "",
+          name,
+        })
+        : ran;
       const outcome = toolOutcome(out);
-      post(outcome.ok, outcome.error);
+      post(outcome.ok, outcome.error, outcome.ok ? toolContent(out) : undefined);
       return out;
     } catch (error) {
       post(false, errorLine(error));

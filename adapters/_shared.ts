@@ -25,6 +25,13 @@ export interface AdapterInit extends Omit<RunInit, "caps" | "sessionId"> {
   placement?: Placement;
   /** Abort the framework's run at the time cap (plus `deadline_grace_seconds`). @default {false} */
   deadline?: boolean;
+  /**
+   * Tools (by name) that act on the world and are run at most once across
+   * the run's attempts (`run.once`): a retried run's call of one of them with
+   * the same input returns the result its earlier attempt recorded, and the
+   * tool is not run again. @default {[]}
+   */
+  replay?: string[];
 }
 
 const PLACEMENTS: readonly string[] = ["user", "system", "tool-result"];
@@ -86,7 +93,13 @@ export function startAdapterRun(
   if (typeof sessionId !== "string" || sessionId === "") {
     throw new TypeError(`sessionId must be a non-empty string, got ${describe(sessionId)}`);
   }
-  const { timeSeconds, tokens, usd, placement: _p, deadline: _d, ...rest } = init;
+  if (
+    init.replay !== undefined &&
+    (!Array.isArray(init.replay) || !init.replay.every((t) => typeof t === "string"))
+  ) {
+    throw new TypeError(`replay must be a list of tool names, got ${describe(init.replay)}`);
+  }
+  const { timeSeconds, tokens, usd, placement: _p, deadline: _d, replay: _r, ...rest } = init;
   const caps: NonNullable<RunInit["caps"]> = { turns: turns as number };
   if (timeSeconds !== undefined) caps.timeSeconds = timeSeconds;
   if (tokens !== undefined) caps.tokens = tokens;
@@ -286,4 +299,48 @@ export function toolCallSignal(
 ): AbortSignal {
   const own = run.toolSignal(callId);
   return theirs instanceof AbortSignal ? AbortSignal.any([theirs, own]) : own;
+}
+
+/**
+ * A tool's input as its effect key takes it: a framework that hands a tool
+ * its arguments as JSON text (OpenAI Agents) gives the value they encode, so
+ * the key does not depend on the order the model wrote the keys in.
+ */
+export function effectInput(input: unknown): unknown {
+  if (typeof input !== "string") return input;
+  try {
+    return JSON.parse(input);
+  } catch {
+    return input;
+  }
+}
+
+/**
+ * Run a tool's call as the run's side effects have it: a tool in `replay`
+ * through `run.once` (in a retried run, a call done before returns the
+ * result recorded then, and `call` is not run); a tool in the
+ * `effect_tools` setting after its intent is durable (its receipt comes with
+ * the adapter's `postToolCall`); any other as it is. `call` runs the tool,
+ * given its effect key. Resolves to what `call` (or the receipt) gave, and
+ * whether it was replayed.
+ */
+export async function effectful<T>(
+  run: Run,
+  init: AdapterInit,
+  name: string,
+  input: unknown,
+  callId: string | undefined,
+  call: (key: string) => T | Promise<T>,
+): Promise<{ value: T; replayed: boolean }> {
+  const options = callId === undefined ? undefined : { callId };
+  if (init.replay?.includes(name)) {
+    let ran = false;
+    const value = await run.once(name, input, (key) => {
+      ran = true;
+      return call(key);
+    }, options);
+    return { value, replayed: !ran };
+  }
+  if (run.isEffectTool(name)) await run.intent(name, input, options);
+  return { value: await call(run.effectKey(name, input)), replayed: false };
 }

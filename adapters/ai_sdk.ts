@@ -33,6 +33,7 @@ import * as aiDefault from "npm:ai@^7.0.0";
 import type { AgentCheckpoint, EndStatus, Run } from "../mod.ts";
 import {
   type AdapterInit,
+  effectful,
   guarded,
   logFault,
   PendingPrologue,
@@ -227,7 +228,14 @@ export function checkpointed<M extends AiSdkModule = typeof aiDefault>(
     throw new TypeError(`deadline must be true or false, got ${describe(rest.deadline)}`);
   }
   const run = startAdapterRun(ac, rest, "maxSteps", maxSteps);
-  const wired = new Wiring(run, sdk, maxSteps, rest.placement ?? "user", rest.deadline === true);
+  const wired = new Wiring(
+    run,
+    sdk,
+    maxSteps,
+    rest.placement ?? "user",
+    rest.deadline === true,
+    rest.replay ?? [],
+  );
   return {
     run,
     generateText: ((params: Any) => wired.generateText(params)) as M["generateText"],
@@ -251,6 +259,8 @@ class Wiring {
   readonly #maxSteps: number;
   readonly #placement: Placement;
   readonly #deadline: boolean;
+  /** The tools replayed from their receipt in a retried run. */
+  readonly #replay: string[];
   readonly #pending = new PendingPrologue();
   /** Tool results of this run's tools not yet in a model call that succeeded. */
   readonly #unsent = new Set<string>();
@@ -267,7 +277,9 @@ class Wiring {
     maxSteps: number,
     placement: Placement,
     deadline: boolean,
+    replay: string[],
   ) {
+    this.#replay = replay;
     this.#run = run;
     this.#sdk = sdk;
     this.#maxSteps = maxSteps;
@@ -529,7 +541,11 @@ class Wiring {
     return out;
   }
 
-  /** A tool's `execute` that reports its call, outcome and duration. */
+  /**
+   * A tool's `execute` that reports its call, outcome and duration, and gives
+   * the tool its effect key (`options.effectKey`); a tool in `replay` runs
+   * through `run.once`, and one in `effect_tools` after its intent is durable.
+   */
   #wrapExecute(
     name: string,
     tool: object,
@@ -540,19 +556,51 @@ class Wiring {
       const callId = typeof options?.toolCallId === "string" ? options.toolCallId : undefined;
       const started = performance.now();
       let reported = false;
-      const report = (ok: boolean, error?: unknown) => {
+      const report = (ok: boolean, error?: unknown, value?: unknown) => {
         if (reported) return;
         reported = true;
         const outcome: Any = { ok, durationMs: performance.now() - started };
         if (callId !== undefined) outcome.callId = callId;
         if (!ok && error !== undefined) outcome.error = error;
+        if (ok && value !== undefined) outcome.result = value;
         run.postToolCall(name, outcome);
         if (callId !== undefined && this.#placement === "tool-result") this.#unsent.add(callId);
       };
-      run.preToolCall(name, callId === undefined ? { input } : { callId, input });
+      const replay = this.#replay.includes(name);
+      const call: Any = callId === undefined ? { input } : { callId, input };
+      if (replay) call.effect = false; // run.once records it
+      run.preToolCall(name, call);
+      const given = withToolSignal(run, callId, options);
+      const withKey = (key: string) => ({ ...given, effectKey: key });
+      if (replay || run.isEffectTool(name)) {
+        return effectful(
+          run,
+          { replay: this.#replay },
+          name,
+          input,
+          callId,
+          (key) => execute.call(tool, input, withKey(key)),
+        ).then(
+          ({ value }) => {
+            report(true, undefined, value);
+            return value;
+          },
+          (error) => {
+            report(false, error);
+            throw error;
+          },
+        );
+      }
+      // The key is worked out only when the tool reads it.
+      const context = {
+        ...given,
+        get effectKey() {
+          return run.effectKey(name, input);
+        },
+      };
       let result;
       try {
-        result = execute.call(tool, input, withToolSignal(run, callId, options));
+        result = execute.call(tool, input, context);
       } catch (error) {
         report(false, error);
         throw error;

@@ -147,7 +147,14 @@ const str = (value: unknown): string | undefined =>
  *   counted late, when the next tool call or `Stop` shows it happened.
  * - `PreToolUse`, `PostToolUse` and `PostToolUseFailure` report each tool call
  *   with its `tool_use_id`, its input (so workspace snapshots cover `Write`,
- *   `Edit`, `MultiEdit`, `NotebookEdit` and `Bash`) and its duration.
+ *   `Edit`, `MultiEdit`, `NotebookEdit` and `Bash`) and its duration. The
+ *   host's own hooks of those events get the call's effect key in their
+ *   input, as `effect_key`. A tool in the `effect_tools` setting or in
+ *   `replay` has its intent durable before the CLI runs it (our
+ *   `PreToolUse` waits for it), and its receipt from `PostToolUse`; a
+ *   retried run's call of a tool in `replay` whose receipt says it was done
+ *   is not run again: `PreToolUse` denies it, the reason saying it was done
+ *   and what it returned.
  * - Every message the iterator yields counts as activity. Each model
  *   request's usage (from the assistant messages: input tokens with the
  *   cache's, and the output tokens counted when the response began, which
@@ -252,6 +259,7 @@ export function checkpointedQuery(
     extra: {
       durationMs?: unknown;
       error?: unknown;
+      result?: unknown;
     },
   ) => {
     const callId = str(input.tool_use_id);
@@ -268,10 +276,52 @@ export function checkpointedQuery(
       ...(durationMs === undefined ? {} : { durationMs }),
       ...(callId === undefined ? {} : { callId }),
       ...(extra.error === undefined ? {} : { error: extra.error }),
+      ...(extra.result === undefined ? {} : { result: extra.result }),
     });
   };
 
-  const ours: Partial<Record<HookEvent, (input: HookInput) => HookJSONOutput>> = {
+  // --- side effects: the tools in replay, and those in effect_tools ---
+  const replay = init.replay ?? [];
+  /**
+   * A tool call that acts on the world, before the CLI runs it: denied when a
+   * receipt says an earlier attempt did it (a tool in replay), else once its
+   * intent is durable.
+   */
+  const effectGate = async (
+    tool: string,
+    input: unknown,
+    callId: string | undefined,
+  ): Promise<HookJSONOutput> => {
+    if (replay.includes(tool)) {
+      const key = run.effectKey(tool, input);
+      const known = await run.effect(key);
+      if (known?.state === "done" && known.ok) {
+        if (callId !== undefined) open.delete(callId);
+        run.postToolCall(tool, { ok: true, ...(callId === undefined ? {} : { callId }) });
+        run.log(
+          "info",
+          `${tool} (effect key ${key}) replayed from attempt ${known.attempt}'s receipt; not run again`,
+        );
+        const result = typeof known.result === "string"
+          ? known.result
+          : JSON.stringify(known.result);
+        return {
+          hookSpecificOutput: {
+            hookEventName: "PreToolUse",
+            permissionDecision: "deny",
+            permissionDecisionReason:
+              `Already done by attempt ${known.attempt} of this run (effect key ${key}); not run again. Its result: ${result}`,
+          },
+        };
+      }
+    }
+    await run.intent(tool, input, callId === undefined ? undefined : { callId });
+    return {};
+  };
+
+  const ours: Partial<
+    Record<HookEvent, (input: HookInput) => HookJSONOutput | Promise<HookJSONOutput>>
+  > = {
     UserPromptSubmit: (input) =>
       (input as { agent_id?: unknown }).agent_id === undefined ? turn("UserPromptSubmit") : {},
     PostToolBatch: (input) => {
@@ -307,15 +357,19 @@ export function checkpointedQuery(
       const tool = str(i.tool_name) ?? "unknown";
       const callId = str(i.tool_use_id);
       if (callId !== undefined) open.set(callId, { tool, at: Date.now() });
+      const replayed = replay.includes(tool);
       run.preToolCall(tool, {
         ...(callId === undefined ? {} : { callId }),
         input: i.tool_input,
+        // A tool in replay: its intent is made once it is known not to be done (effectGate).
+        ...(replayed ? { effect: false } : {}),
       });
-      return {};
+      if (!replayed && !run.isEffectTool(tool)) return {};
+      return effectGate(tool, i.tool_input, callId);
     },
     PostToolUse: (input) => {
-      const i = input as { duration_ms?: unknown };
-      ended(input as never, true, { durationMs: i.duration_ms });
+      const i = input as { duration_ms?: unknown; tool_response?: unknown };
+      ended(input as never, true, { durationMs: i.duration_ms, result: i.tool_response });
       return {};
     },
     PostToolUseFailure: (input) => {
@@ -335,21 +389,31 @@ export function checkpointedQuery(
   };
 
   const hooks: Partial<Record<HookEvent, HookCallbackMatcher[]>> = { ...(options.hooks ?? {}) };
+  // The host's tool hooks see each call's effect key in their input (`effect_key`).
+  for (const event of ["PreToolUse", "PostToolUse", "PostToolUseFailure"] as HookEvent[]) {
+    const theirs = hooks[event];
+    if (theirs) hooks[event] = theirs.map((matcher) => withEffectKey(run, matcher));
+  }
   for (
-    const [event, handle] of Object.entries(ours) as [HookEvent, (i: HookInput) => HookJSONOutput][]
+    const [event, handle] of Object.entries(ours) as [
+      HookEvent,
+      (i: HookInput) => HookJSONOutput | Promise<HookJSONOutput>,
+    ][]
   ) {
     const callback = (input: HookInput): Promise<HookJSONOutput> =>
       guarded(
         run,
         `claude-agent-sdk ${event} hook`,
-        () => {
-          const out = handle(input);
-          // Past an enforced cap the CLI stops at its next hook, its own way, before another
-          // request: the abort controller reaches a CLI that runs ahead of the messages too late.
-          return Promise.resolve(
-            run.budgetStopped ? { ...out, continue: false, stopReason: BUDGET_STOP } : out,
-          );
-        },
+        () =>
+          Promise.resolve(handle(input)).then(
+            // Past an enforced cap the CLI stops at its next hook, its own way, before another
+            // request: the abort controller reaches a CLI that runs ahead of the messages too late.
+            (out) => run.budgetStopped ? { ...out, continue: false, stopReason: BUDGET_STOP } : out,
+            (error) => {
+              logFault(run, `claude-agent-sdk ${event} hook`, error);
+              return {};
+            },
+          ),
         () => Promise.resolve({}),
       );
     hooks[event] = [...(hooks[event] ?? []), { hooks: [callback] }];
@@ -539,4 +603,26 @@ function usageReporter(run: Run): (message: SDKMessage | undefined) => void {
         );
       }
     }, () => {});
+}
+
+/** A host's hook matcher whose callbacks get the tool call's effect key in their input. */
+function withEffectKey(run: Run, matcher: HookCallbackMatcher): HookCallbackMatcher {
+  if (!Array.isArray(matcher?.hooks)) return matcher;
+  return {
+    ...matcher,
+    hooks: matcher.hooks.map((callback) =>
+      ((input: HookInput, ...rest: unknown[]) => {
+        const i = input as { tool_name?: unknown; tool_input?: unknown };
+        const keyed = typeof i?.tool_name === "string"
+          ? guarded(
+            run,
+            "claude-agent-sdk: the effect key",
+            () => ({ ...input, effect_key: run.effectKey(i.tool_name as string, i.tool_input) }),
+            () => input,
+          )
+          : input;
+        return (callback as (...args: unknown[]) => unknown)(keyed, ...rest);
+      }) as typeof callback
+    ),
+  };
 }

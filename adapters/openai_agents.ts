@@ -45,6 +45,8 @@ import {
 import type { AgentCheckpoint, EndStatus, Run } from "../mod.ts";
 import {
   type AdapterInit,
+  effectful,
+  effectInput,
   errorLine,
   guarded,
   PendingPrologue,
@@ -199,10 +201,12 @@ export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
     );
   }
   const run = startAdapterRun(ac, init, "maxTurns", init.maxTurns);
-  // Tool deadlines reach the tools through a copy of the agent whose tools take the call's signal.
-  const timed = ac.settings.tool_timeout_seconds === undefined
+  // Tool deadlines and effect keys reach the tools through a copy of the agent whose tools take them.
+  const settings = ac.settings;
+  const timed = settings.tool_timeout_seconds === undefined && !init.replay?.length &&
+      settings.effect_tools.length === 0
     ? agent
-    : withToolDeadlines(agent, run);
+    : withToolDeadlines(agent, run, init);
   return drive(run, init, timed, input, options);
 }
 
@@ -211,7 +215,11 @@ export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
  * `details.signal`, the SDK's signal joined to the call's deadline signal
  * (`run.toolSignal`); the agent itself when it has no function tool.
  */
-function withToolDeadlines<TAgent extends AnyAgent>(agent: TAgent, run: Run): TAgent {
+function withToolDeadlines<TAgent extends AnyAgent>(
+  agent: TAgent,
+  run: Run,
+  init: OpenAIAgentsInit,
+): TAgent {
   return guarded(run, "openai-agents: giving tools their deadlines", () => {
     const a = agent as unknown as { tools?: unknown; clone?: (config: object) => unknown };
     if (!Array.isArray(a.tools) || typeof a.clone !== "function") return agent;
@@ -228,25 +236,31 @@ function withToolDeadlines<TAgent extends AnyAgent>(agent: TAgent, run: Run): TA
           const d = details as
             | { toolCall?: { callId?: unknown }; signal?: AbortSignal | undefined }
             | undefined;
-          const callId = d?.toolCall?.callId;
-          if (!d || typeof callId !== "string") return invoke.call(tool, ctx, input, details);
-          // The details object is the SDK's own for this one call; its signal is put back after.
-          const theirs = d.signal;
-          const own = run.toolSignal(callId);
-          const started = performance.now();
-          d.signal = toolCallSignal(run, callId, theirs);
-          try {
-            return await invoke.call(tool, ctx, input, details);
-          } catch (error) {
-            // The SDK takes an aborted signal for the run's end; a deadline is the call's alone,
-            // so the model hears of it as the SDK words its own tool timeouts.
-            if (own.aborted && !theirs?.aborted) {
-              return `Tool '${name}' timed out after ${Math.round(performance.now() - started)}ms.`;
+          const callId = typeof d?.toolCall?.callId === "string" ? d.toolCall.callId : undefined;
+          const call = async (key: string) => {
+            if (d) (d as { effectKey?: string }).effectKey = key;
+            if (!d || callId === undefined) return await invoke.call(tool, ctx, input, details);
+            // The details object is the SDK's own for this one call; its signal is put back after.
+            const theirs = d.signal;
+            const own = run.toolSignal(callId);
+            const started = performance.now();
+            d.signal = toolCallSignal(run, callId, theirs);
+            try {
+              return await invoke.call(tool, ctx, input, details);
+            } catch (error) {
+              // The SDK takes an aborted signal for the run's end; a deadline is the call's
+              // alone, so the model hears of it as the SDK words its own tool timeouts.
+              if (own.aborted && !theirs?.aborted) {
+                return `Tool '${name}' timed out after ${
+                  Math.round(performance.now() - started)
+                }ms.`;
+              }
+              throw error;
+            } finally {
+              d.signal = theirs;
             }
-            throw error;
-          } finally {
-            d.signal = theirs;
-          }
+          };
+          return (await effectful(run, init, name, effectInput(input), callId, call)).value;
         },
       };
     });
@@ -297,7 +311,7 @@ async function drive<TAgent extends AnyAgent, TContext>(
     const runner = given ?? new Runner();
     const userFilter = rest.callModelInputFilter ?? runner.config.callModelInputFilter;
     const context = runContextOf(input, rest.context);
-    detach = reportTools(run, runner, given ? context : undefined);
+    detach = reportTools(run, runner, given ? context : undefined, init.replay ?? []);
     const signal = runSignal(run, init.deadline, rest.signal);
     const reportUsage = usageReporter(
       run,
@@ -484,6 +498,7 @@ function reportTools(
   run: Run,
   runner: Runner,
   context: RunContext<unknown> | undefined,
+  replay: readonly string[],
 ): () => void {
   const started = new Map<string, number>();
   const ours = (ctx: unknown) => context === undefined || ctx === context;
@@ -503,9 +518,12 @@ function reportTools(
       const callId = callIdOf(details?.toolCall);
       if (callId !== undefined) started.set(callId, performance.now());
       const call = details?.toolCall as { arguments?: unknown } | undefined;
-      run.preToolCall(String(tool?.name ?? "tool"), {
+      const name = String(tool?.name ?? "tool");
+      run.preToolCall(name, {
         ...(callId !== undefined ? { callId } : {}),
-        ...(call?.arguments !== undefined ? { input: call.arguments } : {}),
+        ...(call?.arguments !== undefined ? { input: effectInput(call.arguments) } : {}),
+        // A tool in replay has its intent and receipt from run.once.
+        ...(replay.includes(name) ? { effect: false } : {}),
       });
     }, () => {});
   const onEnd = (
@@ -525,7 +543,7 @@ function reportTools(
         ok,
         ...(start !== undefined ? { durationMs: Math.round(performance.now() - start) } : {}),
         ...(callId !== undefined ? { callId } : {}),
-        ...(ok ? {} : { error: String(result).slice(0, 300) }),
+        ...(ok ? { result } : { error: String(result).slice(0, 300) }),
       });
     }, () => {});
   // deno-lint-ignore no-explicit-any

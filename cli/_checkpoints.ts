@@ -17,7 +17,7 @@ import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../pers
 import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
 import { PgRunStore } from "../store/postgres.ts";
-import type { RunView } from "../store/types.ts";
+import type { EffectRow, RunView } from "../store/types.ts";
 import { treeSummaries, type TreeSummary } from "../store/trees.ts";
 import {
   homeSettings,
@@ -449,12 +449,15 @@ export const showCommand: Command = {
     let view;
     let tree: TreeSummary | undefined;
     let stored: string | undefined;
+    let effects: EffectRow[] = [];
     if (ledger) {
       try {
         view = machine === undefined
           ? await ledger.latest(runId)
           : (await ledger.list({ runId, machine, limit: 1 }))[0];
         if (view?.record.tree) [tree] = await treesOf(ledger, [view]);
+        // What the run did to the world, by effect key: a store of an older version has none.
+        if (view) effects = await ledger.effects?.(view.record.runId).catch(() => []) ?? [];
         // The fleet store keeps the file of a run that ran on another machine.
         if (view && ledger instanceof PgRunStore) {
           stored = await ledger.fileContent(view.record.runId, view.record.attempt);
@@ -477,11 +480,12 @@ export const showCommand: Command = {
           runId,
           ledger: runJson(view),
           ...(tree ? { tree } : {}),
+          ...(effects.length > 0 ? { effects } : {}),
           ...(stored !== undefined ? { fileContent: stored } : {}),
         });
       } else if (stored !== undefined) {
         io.stdout(
-          `${ledgerShowText(view, io, tree)}\n${
+          `${ledgerShowText(view, io, tree, effects)}\n${
             paint(io).dim(
               `(its checkpoint file, as the fleet store keeps it; written on ${
                 whose ? ranOn(view) : terminalSafe(view.record.host.machine)
@@ -491,7 +495,9 @@ export const showCommand: Command = {
         );
       } else {
         io.stdout(
-          `${ledgerShowText(view, io, tree)}\n${paint(io).dim("(no checkpoint file yet)")}\n`,
+          `${ledgerShowText(view, io, tree, effects)}\n${
+            paint(io).dim("(no checkpoint file yet)")
+          }\n`,
         );
       }
       return 0;
@@ -508,7 +514,12 @@ export const showCommand: Command = {
       writeJson(
         io,
         view
-          ? { ...described(found), ledger: runJson(view), ...(tree ? { tree } : {}) }
+          ? {
+            ...described(found),
+            ledger: runJson(view),
+            ...(tree ? { tree } : {}),
+            ...(effects.length > 0 ? { effects } : {}),
+          }
           : described(found),
       );
       return 0;
@@ -516,7 +527,7 @@ export const showCommand: Command = {
     const p = paint(io);
     // The ledger knows whether a run without an end is live or cut off; the file alone cannot.
     const state = view ? undefined : stateLine(found);
-    const head = `${view ? `${ledgerShowText(view, io, tree)}\n` : ""}${
+    const head = `${view ? `${ledgerShowText(view, io, tree, effects)}\n` : ""}${
       state ? `${p.bold(state)}\n` : ""
     }${
       whose

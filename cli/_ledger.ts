@@ -13,6 +13,7 @@ import type { RunCaps, UsageTotals } from "../_record.ts";
 import { errorText } from "../log.ts";
 import {
   corruptHint,
+  type EffectRow,
   isCorruptError,
   isPostgresUrl,
   openPgStore,
@@ -327,8 +328,32 @@ export function sinceOption(
   return now - seconds * 1000;
 }
 
-/** The ledger's part of `show RUN`. */
-export function ledgerShowText(view: RunView, io: CliIo, tree?: TreeSummary): string {
+/** Effects `show` lists; the rest are counted. */
+const SHOW_EFFECTS = 20;
+
+/** One effect as `show` lists it: tool, key, and done (with the receipt) or outcome unknown. */
+export function effectLine(e: EffectRow): string {
+  const r = e.receipt;
+  if (!r) {
+    return `${e.tool} ${e.key}: outcome unknown (intent of attempt ${e.attempt}${
+      e.callId === undefined ? "" : `, call ${e.callId}`
+    }, no receipt)`;
+  }
+  const result = r.result === undefined
+    ? ""
+    : `: ${
+      Array.from(r.result).length > 80 ? `${Array.from(r.result).slice(0, 79).join("")}…` : r.result
+    }${r.truncated ? " (cut)" : ""}`;
+  return `${e.tool} ${e.key}: done by attempt ${r.attempt}, ${r.ok ? "ok" : "failed"}${result}`;
+}
+
+/** The ledger's part of `show RUN`: in a tree, the tree; the run's side effects when it has any. */
+export function ledgerShowText(
+  view: RunView,
+  io: CliIo,
+  tree?: TreeSummary,
+  effects: EffectRow[] = [],
+): string {
   const r = view.record;
   const now = io.now();
   const head = `Run ${terminalSafe(r.runId)}${r.attempt > 1 ? `, attempt ${r.attempt}` : ""}: ${
@@ -366,6 +391,12 @@ export function ledgerShowText(view: RunView, io: CliIo, tree?: TreeSummary): st
   for (const note of r.notes.slice(-3)) rows.push(["note", terminalSafe(note)]);
   for (const line of r.attempts ?? []) rows.push(["earlier attempt", terminalSafe(line)]);
   if (r.tree) rows.push(...treeShowRows(r.runId, r.tree, tree));
+  // Side effects, those of unknown outcome first.
+  const sorted = [...effects.filter((e) => !e.receipt), ...effects.filter((e) => e.receipt)];
+  for (const e of sorted.slice(0, SHOW_EFFECTS)) rows.push(["effect", terminalSafe(effectLine(e))]);
+  if (sorted.length > SHOW_EFFECTS) {
+    rows.push(["effect", `… and ${sorted.length - SHOW_EFFECTS} more (--json lists every one)`]);
+  }
   return `${head}\n${table(rows)}\n`;
 }
 

@@ -17,6 +17,7 @@ import type { Settings } from "../settings.ts";
 import { capValues, tierPlan, timeCrossing } from "../tier.ts";
 import { parseDuration } from "../template.ts";
 import type {
+  EffectRow,
   Heartbeat,
   ListQuery,
   RunRecord,
@@ -211,6 +212,14 @@ export interface RunPayload {
   heartbeat?: Heartbeat;
   /** Every attempt the store keeps, newest first. */
   attempts: AttemptRow[];
+  /**
+   * Its side effects, by effect key: those of unknown outcome (an intent, no
+   * receipt) first, then those done with their receipts; at most
+   * {@linkcode EFFECTS_LIMIT}.
+   */
+  effects: EffectRow[];
+  /** How many effects the run has in all. */
+  effectsTotal: number;
   /** Its checkpoint file. */
   file: FileView;
   /** Its tree of runs sharing one budget, when it is in one and the store can say. */
@@ -224,6 +233,9 @@ export interface TreeDetail extends TreeSummary {
   /** The tree's totals in one line: `9 runs: 40 turns, 6000 tokens, $1.01 of $1.00`. */
   text: string;
 }
+
+/** The most effects of one run its detail carries. */
+export const EFFECTS_LIMIT = 200;
 
 /** What the answers are made with. */
 export interface ApiContext {
@@ -670,8 +682,15 @@ export async function runPayload(
       startedAt: v.record.startedAt,
       updatedAt: v.record.updatedAt,
     })),
+    effects: [],
+    effectsTotal: 0,
     file: fileView(view.record, dir),
   };
+  // A store of an older version, or one that cannot be read for them: none shown, the rest is.
+  const effects = await ctx.store.effects?.(runId).catch(() => []) ?? [];
+  const sorted = [...effects.filter((e) => !e.receipt), ...effects.filter((e) => e.receipt)];
+  out.effects = sorted.slice(0, EFFECTS_LIMIT);
+  out.effectsTotal = effects.length;
   if (view.heartbeat) out.heartbeat = view.heartbeat;
   const root = view.record.tree?.root;
   if (root !== undefined && ctx.store.trees) {

@@ -60,6 +60,8 @@ export const PAGE_HTML = `<!doctype html>
     <table id="d-tools"></table>
     <h3>Attempts</h3>
     <table id="d-attempts"></table>
+    <h3 id="d-effects-title" hidden>Side effects</h3>
+    <table id="d-effects"></table>
     <h3>Checkpoint file</h3>
     <p id="d-file-note"></p>
     <pre id="d-file"></pre>
@@ -486,6 +488,15 @@ export const APP_JS = String.raw`"use strict";
     }));
     tableOf($("d-attempts"), ["#", "status", "where it got to", "host", "started"], d.attempts.map(function (a) {
       return [String(a.attempt), label(a.status), a.summary, a.machine + " pid " + a.pid, when(a.startedAt)];
+    }));
+    var effects = d.effects || [];
+    $("d-effects-title").hidden = effects.length === 0;
+    $("d-effects").hidden = effects.length === 0;
+    $("d-effects-title").textContent = "Side effects" + (d.effectsTotal > effects.length ? " (the first " + effects.length + " of " + d.effectsTotal + ")" : "");
+    tableOf($("d-effects"), ["tool", "effect key", "outcome", "attempt", "result"], effects.map(function (e) {
+      var rc = e.receipt;
+      return [e.tool, e.key, rc ? (rc.ok ? "done" : "done, failed") : "outcome unknown",
+        String(rc ? rc.attempt : e.attempt), rc && rc.result !== undefined ? rc.result.slice(0, 120) + (rc.truncated ? " (cut)" : "") : ""];
     }));
     var f = d.file;
     var note = f.source === "file" ? "From " + f.path : f.source === "store" ? "The store's copy" + (f.path ? " (" + f.path + ": " + (f.note || "not readable here") + ")" : "") : "No checkpoint file" + (f.path ? ": " + f.path + (f.note ? ", " + f.note : "") : "");

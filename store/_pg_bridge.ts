@@ -24,6 +24,7 @@ import { thisHost } from "./_host.ts";
 import { openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
 import {
   type BridgeData,
+  type EffectsDone,
   type FromBridge,
   type FromWatchdog,
   PG_ENTRY,
@@ -40,6 +41,8 @@ import "./_pg_entry.ts";
 export { START_WAIT_MS };
 import type {
   AttemptStart,
+  EffectBatch,
+  EffectRow,
   ListQuery,
   RunRecord,
   RunStore,
@@ -132,8 +135,9 @@ export class PgBridge implements RunStore {
       reply: port2,
     };
     this.#worker = new Worker(workerUrl(), { workerData: data, transferList: [port2] });
-    this.#worker.on("message", (message: FromBridge) => {
+    this.#worker.on("message", (message: FromBridge | EffectsDone) => {
       if (message.type === "log") options.log?.(message.level, message.message);
+      else if (message.type === "effected") this.#effected(message);
     });
     this.#worker.on("error", (error) => {
       this.#closed = true;
@@ -226,6 +230,61 @@ export class PgBridge implements RunStore {
     }
     if (answer.error !== undefined) throw new Error(answer.error);
     return answer.view;
+  }
+
+  /** Effect batches posted and not yet answered, by id. */
+  readonly #effectsWaiting = new Map<
+    number,
+    { resolve: () => void; reject: (error: Error) => void }
+  >();
+
+  /**
+   * Write intents and receipts: posted to the store thread, which writes
+   * them in one statement; resolves once they are committed. While one
+   * waits, the store thread keeps the process alive.
+   */
+  writeEffects(batch: EffectBatch): Promise<void> {
+    if (this.#closed) return Promise.reject(new Error("the fleet store is closed"));
+    if (batch.intents.length === 0 && batch.receipts.length === 0) return Promise.resolve();
+    const id = ++this.#seq;
+    return new Promise<void>((resolve, reject) => {
+      if (this.#effectsWaiting.size === 0) this.#worker.ref();
+      this.#effectsWaiting.set(id, { resolve, reject });
+      this.#worker.postMessage({ type: "effects", id, batch } satisfies ToBridge);
+    });
+  }
+
+  #effected(message: EffectsDone): void {
+    const waiting = this.#effectsWaiting.get(message.id);
+    if (!waiting) return;
+    this.#effectsWaiting.delete(message.id);
+    if (this.#effectsWaiting.size === 0 && !this.#closed) this.#worker.unref();
+    if (message.error === undefined) waiting.resolve();
+    else waiting.reject(new Error(message.error));
+  }
+
+  /**
+   * The effects recorded for a run id, waited for at most `ms` (one round
+   * trip). Throws when the database is away or does not answer in time.
+   */
+  effectsSync(runId: string, ms: number = START_WAIT_MS): EffectRow[] {
+    if (this.#closed) throw new Error("the fleet store is closed");
+    if (Atomics.load(this.#flag, 1) === STATE_DOWN) {
+      throw new Error(`the fleet store at ${this.location} cannot be reached`);
+    }
+    const id = ++this.#seq;
+    this.#worker.postMessage({ type: "effectsOf", id, runId } satisfies ToBridge);
+    const answer = this.#await(id, ms);
+    if (!answer || answer.type !== "effectsOf") {
+      throw new Error(`the fleet store at ${this.location} did not answer within ${ms} ms`);
+    }
+    if (answer.error !== undefined) throw new Error(answer.error);
+    return answer.rows ?? [];
+  }
+
+  /** The effects recorded for a run id, through the main thread's reading connection. */
+  effects(runId: string): Promise<EffectRow[]> {
+    return this.#read().effects(runId);
   }
 
   /**
@@ -436,6 +495,10 @@ export class PgBridge implements RunStore {
     this.#worker.postMessage({ type: "close", ms: CLOSE_WAIT_MS } satisfies ToBridge);
     await done;
     clearTimeout(timer);
+    for (const waiting of this.#effectsWaiting.values()) {
+      waiting.reject(new Error("the fleet store closed before it took the effects"));
+    }
+    this.#effectsWaiting.clear();
     await this.#worker.terminate();
     this.#port.close();
     await this.#reader?.close();

@@ -10,6 +10,8 @@ import type { MessagePort } from "node:worker_threads";
 import type { TreeRow } from "../_tree.ts";
 import type {
   AttemptStart,
+  EffectBatch,
+  EffectRow,
   HostId,
   RunRecord,
   RunView,
@@ -58,6 +60,8 @@ export type ToBridge =
   | { type: "file"; runId: string; file: string; host: HostId }
   | { type: "late"; id: number }
   | { type: "latest"; id: number; runId: string }
+  | { type: "effects"; id: number; batch: EffectBatch }
+  | { type: "effectsOf"; id: number; runId: string }
   | { type: "drain"; id: number; ms: number }
   | { type: "close"; ms: number }
   | { type: "port"; port: MessagePort }
@@ -77,6 +81,7 @@ export type FromBridge =
   | { type: "started"; id: number; started?: AttemptStart; error?: string }
   | { type: "drained"; id: number; waiting: number }
   | { type: "latest"; id: number; view?: RunView; error?: string }
+  | { type: "effectsOf"; id: number; rows?: EffectRow[]; error?: string }
   | { type: "tree"; id: number; rows?: TreeRow[]; error?: string }
   | { type: "closed" };
 
@@ -97,3 +102,6 @@ export function isBridgeData(data: unknown): data is BridgeData {
   return typeof data === "object" && data !== null &&
     (data as { entry?: unknown }).entry === PG_ENTRY;
 }
+
+/** @internal Store thread to main thread, through the worker's own channel: an effect batch's commit. */
+export type EffectsDone = { type: "effected"; id: number; error?: string };

@@ -17,6 +17,7 @@ import { openPgStore, type PgRunStore, readForStore } from "./postgres.ts";
 import type { Heartbeat, HostId, RunRecord, WriteBatch } from "./types.ts";
 import {
   type BridgeData,
+  type EffectsDone,
   type FromBridge,
   type FromWatchdog,
   START_WAIT_MS,
@@ -66,6 +67,8 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
   let retryTimer: ReturnType<typeof setTimeout> | undefined;
   let flushing: Promise<void> | undefined;
   let closing = false;
+  /** The effect batches' writes, one after another. */
+  let effects: Promise<void> = Promise.resolve();
 
   const answer = (message: FromBridge) => {
     reply.postMessage(message);
@@ -331,6 +334,33 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
           }
           break;
         }
+        case "effects": {
+          // Written at once, in order with each other: an intent waits for nothing else.
+          effects = effects.then(async () => {
+            try {
+              await store.writeEffects(message.batch);
+              up();
+              parent.postMessage({ type: "effected", id: message.id } satisfies EffectsDone);
+            } catch (error) {
+              parent.postMessage(
+                { type: "effected", id: message.id, error: errorText(error) } satisfies EffectsDone,
+              );
+              fail(error, records.size);
+            }
+          });
+          break;
+        }
+        case "effectsOf": {
+          try {
+            const rows = await store.effects(message.runId);
+            up();
+            answer({ type: "effectsOf", id: message.id, rows });
+          } catch (error) {
+            answer({ type: "effectsOf", id: message.id, error: errorText(error) });
+            fail(error, records.size);
+          }
+          break;
+        }
         case "late":
           late.add(message.id);
           break;
@@ -427,6 +457,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
             );
           }
           if (retryTimer !== undefined) clearTimeout(retryTimer);
+          await effects;
           // closing at the end: what did not land was said just above
           await store.close().catch(() => {});
           reply.close();

@@ -23,6 +23,9 @@ import type { TreeRow } from "../_tree.ts";
 import { here } from "./_host.ts";
 import {
   type AttemptStart,
+  type EffectBatch,
+  effectOf,
+  type EffectRow,
   type FencedRecord,
   type Heartbeat,
   type HostId,
@@ -280,6 +283,86 @@ BEGIN
 END
 $fn$;
 `;
+
+/**
+ * Side effects across attempts: a table of their own, made by the first write
+ * of one (most stores never need it; no schema version for it).
+ */
+const effectsDdl = (s: string) =>
+  `CREATE TABLE IF NOT EXISTS ${s}.effects (
+  run_id text NOT NULL, key text NOT NULL, tool text NOT NULL, input_digest text NOT NULL,
+  call_id text, attempt integer NOT NULL, at bigint NOT NULL,
+  receipt_ok boolean, receipt_result text, receipt_truncated boolean,
+  receipt_attempt integer, receipt_at bigint,
+  PRIMARY KEY (run_id, key))`;
+
+/**
+ * A batch of intents and receipts, one row per key: one statement. A row
+ * with an input digest carries an intent (kept only while the effect has no
+ * receipt); one with `receipt_at`, a receipt.
+ */
+const effectsSql = (s: string) => `
+INSERT INTO ${s}.effects AS e (run_id, key, tool, input_digest, call_id, attempt, at,
+  receipt_ok, receipt_result, receipt_truncated, receipt_attempt, receipt_at)
+SELECT x.run_id, x.key, x.tool, coalesce(x.input_digest, ''), x.call_id, x.attempt, x.at,
+  x.receipt_ok, x.receipt_result, x.receipt_truncated, x.receipt_attempt, x.receipt_at
+FROM json_to_recordset($1::text::json) AS x(run_id text, key text, tool text,
+  input_digest text, call_id text, attempt integer, at bigint, receipt_ok boolean,
+  receipt_result text, receipt_truncated boolean, receipt_attempt integer, receipt_at bigint)
+ON CONFLICT (run_id, key) DO UPDATE SET
+  tool = excluded.tool,
+  input_digest = CASE WHEN excluded.input_digest <> '' AND e.receipt_at IS NULL
+    THEN excluded.input_digest ELSE e.input_digest END,
+  call_id = CASE WHEN excluded.input_digest <> '' AND e.receipt_at IS NULL
+    THEN excluded.call_id ELSE e.call_id END,
+  attempt = CASE WHEN excluded.input_digest <> '' AND e.receipt_at IS NULL
+    THEN excluded.attempt ELSE e.attempt END,
+  at = CASE WHEN excluded.input_digest <> '' AND e.receipt_at IS NULL
+    THEN excluded.at ELSE e.at END,
+  receipt_ok = coalesce(excluded.receipt_ok, e.receipt_ok),
+  receipt_result = CASE WHEN excluded.receipt_at IS NOT NULL
+    THEN excluded.receipt_result ELSE e.receipt_result END,
+  receipt_truncated = coalesce(excluded.receipt_truncated, e.receipt_truncated),
+  receipt_attempt = coalesce(excluded.receipt_attempt, e.receipt_attempt),
+  receipt_at = coalesce(excluded.receipt_at, e.receipt_at)`;
+
+/** The rows of {@linkcode effectsSql}: each key's last intent and last receipt of the batch, merged. */
+function effectRows(batch: EffectBatch): Record<string, unknown>[] {
+  const rows = new Map<string, Record<string, unknown>>();
+  const of = (runId: string, key: string, tool: string, attempt: number, at: number) => {
+    const k = `${runId}\u0000${key}`;
+    let r = rows.get(k);
+    if (!r) {
+      r = { run_id: runId, key, tool, input_digest: null, attempt, at: Math.round(at) };
+      rows.set(k, r);
+    }
+    return r;
+  };
+  for (const i of batch.intents) {
+    const r = of(i.runId, i.key, i.tool, i.attempt, i.at);
+    Object.assign(r, {
+      tool: i.tool,
+      input_digest: i.inputDigest,
+      call_id: i.callId ?? null,
+      attempt: i.attempt,
+      at: Math.round(i.at),
+    });
+  }
+  for (const c of batch.receipts) {
+    const r = of(c.runId, c.key, c.tool, c.attempt, c.at);
+    Object.assign(r, {
+      receipt_ok: c.ok,
+      receipt_result: c.result ?? null,
+      receipt_truncated: c.truncated === true,
+      receipt_attempt: c.attempt,
+      receipt_at: Math.round(c.at),
+    });
+  }
+  return [...rows.values()];
+}
+
+/** A PostgreSQL error's code, when it has one. */
+const codeOf = (error: unknown) => (error as { code?: string } | undefined)?.code;
 
 /** One batch and the heartbeat: one statement, so one round trip and one commit. */
 const writeSql = (s: string) => `
@@ -887,10 +970,53 @@ export class PgRunStore implements RunStore {
       }, vantage);
       if (typeof r.o_file === "string") view.record.fileContent = r.o_file;
       out.previous = view;
+      // A run id started afresh (its last attempt was done) owes nothing to the earlier run's effects.
+      if (options?.fresh || view.record.status === "done") {
+        await this.#query(`DELETE FROM ${this.#s}.effects WHERE run_id = $1`, [record.runId])
+          .catch((error) => {
+            if (codeOf(error) !== "42P01") throw error;
+          });
+      }
     }
     if (r.o_refused === true) out.refused = true;
     if (r.o_fenced === true) out.fenced = true;
     return out;
+  }
+
+  /** Whether this store made (or found) the effects table. */
+  #effectsMade = false;
+
+  /**
+   * Write intents and receipts in one statement (one round trip, one
+   * commit); the effects table is made by the first write.
+   */
+  async writeEffects(batch: EffectBatch): Promise<void> {
+    const rows = effectRows(batch);
+    if (rows.length === 0) return;
+    if (!this.#effectsMade) {
+      try {
+        await this.#query(effectsDdl(this.#s));
+      } catch (error) {
+        // Made by another process at the same moment.
+        if (codeOf(error) !== "42P07" && codeOf(error) !== "23505") throw error;
+      }
+      this.#effectsMade = true;
+    }
+    await this.#query(effectsSql(this.#s), [JSON.stringify(rows)]);
+  }
+
+  /** The effects recorded for a run id, every attempt's, the oldest first. */
+  async effects(runId: string): Promise<EffectRow[]> {
+    try {
+      const rows = await this.#query(
+        `SELECT * FROM ${this.#s}.effects WHERE run_id = $1 ORDER BY at, key`,
+        [runId],
+      );
+      return rows.map(effectOf);
+    } catch (error) {
+      if (codeOf(error) === "42P01") return []; // no effect was ever recorded here
+      throw error;
+    }
   }
 
   async latest(runId: string): Promise<RunView | undefined> {
@@ -1104,7 +1230,17 @@ export class PgRunStore implements RunStore {
         (SELECT count(*) FROM fences) AS f`,
       [String(Math.floor(before))],
     );
-    return Number(rows[0]?.n ?? 0);
+    const pruned = Number(rows[0]?.n ?? 0);
+    if (pruned > 0) {
+      // Runs gone from the ledger take their effects with them.
+      await this.#query(
+        `DELETE FROM ${s}.effects e WHERE NOT EXISTS
+          (SELECT 1 FROM ${s}.runs r WHERE r.run_id = e.run_id)`,
+      ).catch((error) => {
+        if (codeOf(error) !== "42P01") throw error;
+      });
+    }
+    return pruned;
   }
 
   async close(): Promise<void> {

@@ -23,6 +23,9 @@ import type { TreeRow } from "../_tree.ts";
 import { here } from "./_host.ts";
 import {
   type AttemptStart,
+  type EffectBatch,
+  effectOf,
+  type EffectRow,
   type FencedRecord,
   type Heartbeat,
   type ListQuery,
@@ -248,6 +251,7 @@ const UPSERT = `INSERT INTO runs
  * parameters are anonymous (`?`): better-sqlite3 binds no numbered ones by
  * position.
  */
+// Anonymous parameters, `updated_at` given twice: better-sqlite3 (Node 20) refuses numbered ones.
 const PROGRESS = `UPDATE runs SET updated_at = ?, record = ?
   WHERE run_id = ? AND attempt = ? AND status = 'live' AND machine = ? AND pid = ?
     AND host_start = ? AND updated_at <= ?
@@ -278,6 +282,34 @@ const HEARTBEAT = `INSERT INTO heartbeats (machine, pid, host_start, at, interva
 const TREE_TABLE = `CREATE TABLE IF NOT EXISTS run_trees (
   run_id TEXT PRIMARY KEY, root TEXT NOT NULL, parent TEXT);
 CREATE INDEX IF NOT EXISTS run_trees_root ON run_trees (root);`;
+/**
+ * Side effects across attempts: each effect tool call's intent and receipt,
+ * a table of their own, made by the first write of one (most stores never
+ * need it; no schema version for it).
+ */
+const EFFECTS_TABLE = `CREATE TABLE IF NOT EXISTS effects (
+  run_id TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL, input_digest TEXT NOT NULL,
+  call_id TEXT, attempt INTEGER NOT NULL, at INTEGER NOT NULL,
+  receipt_ok INTEGER, receipt_result TEXT, receipt_truncated INTEGER,
+  receipt_attempt INTEGER, receipt_at INTEGER,
+  PRIMARY KEY (run_id, key));`;
+/** An intent: the newest attempt's, until the call has a receipt (which a later intent never undoes). */
+const EFFECT_INTENT = `INSERT INTO effects (run_id, key, tool, input_digest, call_id, attempt, at)
+  VALUES (?, ?, ?, ?, ?, ?, ?)
+  ON CONFLICT (run_id, key) DO UPDATE SET tool = excluded.tool,
+    input_digest = excluded.input_digest, call_id = excluded.call_id,
+    attempt = excluded.attempt, at = excluded.at
+  WHERE effects.receipt_at IS NULL`;
+// Anonymous parameters only: better-sqlite3 (Node 20) binds no numbered ones (`?1`) by position.
+const EFFECT_RECEIPT = `INSERT INTO effects (run_id, key, tool, input_digest, attempt, at,
+    receipt_ok, receipt_result, receipt_truncated, receipt_attempt, receipt_at)
+  VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)
+  ON CONFLICT (run_id, key) DO UPDATE SET receipt_ok = excluded.receipt_ok,
+    receipt_result = excluded.receipt_result, receipt_truncated = excluded.receipt_truncated,
+    receipt_attempt = excluded.receipt_attempt, receipt_at = excluded.receipt_at`;
+/** How long an effect's commit waits for another process's lock, ms (it is tried again after). */
+const EFFECT_WAIT_MS = 250;
+
 /** How long a model call under an enforced tree cap waits for the store's lock, ms. */
 const ADMIT_WAIT_MS = 250;
 /** How long a model call's reservation of a tree's caps holds, ms: longer, its run is gone. */
@@ -581,6 +613,10 @@ export class SqliteRunStore implements RunStore {
       if (afresh) {
         this.#db.run("DELETE FROM runs WHERE run_id = ?", record.runId);
         this.#db.run("DELETE FROM run_fences WHERE run_id = ?", record.runId);
+        // A run id started afresh (its last attempt was done) owes nothing to the earlier run's effects.
+        if (previous && this.#effectsExist()) {
+          this.#db.run("DELETE FROM effects WHERE run_id = ?", record.runId);
+        }
       } else this.#db.run("UPDATE runs SET newest = 0 WHERE run_id = ?", record.runId);
       // Taken from a live record (its process gone, or taken over): the earlier attempts'
       // later records are refused.
@@ -678,9 +714,9 @@ export class SqliteRunStore implements RunStore {
    * spend is settled across processes there, and a model call that takes far
    * longer follows; never an unbounded wait.
    */
-  #patiently(body: () => void): void {
+  #patiently(body: () => void, waitMs: number = ADMIT_WAIT_MS): void {
     const before = Number(this.#db.get("PRAGMA busy_timeout")?.timeout ?? 0);
-    this.#db.exec(`PRAGMA busy_timeout = ${ADMIT_WAIT_MS}`);
+    this.#db.exec(`PRAGMA busy_timeout = ${waitMs}`);
     try {
       body();
     } finally {
@@ -717,6 +753,77 @@ export class SqliteRunStore implements RunStore {
     }
     const vantage = this.#vantage();
     return rows.map((row) => this.#view(row, vantage));
+  }
+
+  /** Whether the effects table is there (made by this connection, or found). */
+  #effectsExist(): boolean {
+    if (this.#effectsMade) return true;
+    const found = this.#db.get(
+      "SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = 'effects'",
+    );
+    if (found) this.#effectsMade = true;
+    return found !== undefined;
+  }
+  #effectsMade = false;
+
+  /**
+   * {@linkcode RunStore.writeEffects}, synchronously: one transaction that
+   * reaches the disk (`synchronous = FULL` for it), waiting at most
+   * {@linkcode EFFECT_WAIT_MS} for another process's lock.
+   */
+  writeEffectsSync(batch: EffectBatch): void {
+    if (batch.intents.length === 0 && batch.receipts.length === 0) return;
+    if (!this.#effectsMade) {
+      this.#db.exec(EFFECTS_TABLE);
+      this.#effectsMade = true;
+    }
+    const sync = String(this.#db.get("PRAGMA synchronous")?.synchronous ?? "1");
+    this.#db.exec("PRAGMA synchronous = FULL");
+    try {
+      this.#patiently(() =>
+        this.#transaction(() => {
+          for (const i of batch.intents) {
+            this.#db.run(
+              EFFECT_INTENT,
+              i.runId,
+              i.key,
+              i.tool,
+              i.inputDigest,
+              i.callId ?? null,
+              i.attempt,
+              Math.round(i.at),
+            );
+          }
+          for (const r of batch.receipts) {
+            this.#db.run(
+              EFFECT_RECEIPT,
+              r.runId,
+              r.key,
+              r.tool,
+              r.attempt,
+              Math.round(r.at),
+              r.ok ? 1 : 0,
+              r.result ?? null,
+              r.truncated ? 1 : 0,
+              r.attempt,
+              Math.round(r.at),
+            );
+          }
+        }), EFFECT_WAIT_MS);
+    } finally {
+      this.#db.exec(`PRAGMA synchronous = ${/^\d+$/.test(sync) ? sync : "1"}`);
+    }
+  }
+
+  /** {@linkcode RunStore.effects}, synchronously. */
+  effectsSync(runId: string): EffectRow[] {
+    try {
+      return this.#db.all("SELECT * FROM effects WHERE run_id = ? ORDER BY at, key", runId)
+        .map(effectOf);
+    } catch (error) {
+      if (/no such table/.test(String(error))) return []; // no effect was ever recorded here
+      throw error;
+    }
   }
 
   /** The file content the store keeps for a run's attempt, when any. */
@@ -875,6 +982,15 @@ export class SqliteRunStore implements RunStore {
           row.attempt,
           row.run_id,
         );
+        // A run gone from the ledger takes its effects with it.
+        if (this.#effectsExist()) {
+          this.#db.run(
+            `DELETE FROM effects WHERE run_id = ? AND NOT EXISTS
+              (SELECT 1 FROM runs r WHERE r.run_id = ?)`,
+            row.run_id,
+            row.run_id,
+          );
+        }
       }
       this.#db.run(
         "DELETE FROM run_fences WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = run_fences.run_id)",
@@ -942,6 +1058,12 @@ export class SqliteRunStore implements RunStore {
   }
   trees(query?: TreeQuery): Promise<RunView[]> {
     return run(() => this.treesSync(query));
+  }
+  writeEffects(batch: EffectBatch): Promise<void> {
+    return run(() => this.writeEffectsSync(batch));
+  }
+  effects(runId: string): Promise<EffectRow[]> {
+    return run(() => this.effectsSync(runId));
   }
   prune(before: number, limit: number): Promise<number> {
     return run(() => this.pruneSync(before, limit));

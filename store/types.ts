@@ -13,6 +13,8 @@
 import type { EndStatus } from "../_record.ts";
 import type {
   AttemptStart,
+  EffectBatch,
+  EffectRow,
   Heartbeat,
   LeaseState,
   RunRecord,
@@ -27,6 +29,10 @@ import type {
 export type {
   AttemptStart,
   CallInFlight,
+  EffectBatch,
+  EffectIntent,
+  EffectReceipt,
+  EffectRow,
   FencedRecord,
   Heartbeat,
   HostId,
@@ -41,6 +47,50 @@ export type {
   StartOptions,
   WriteBatch,
 } from "../_ledger.ts";
+
+/**
+ * An effect from its table's columns (`run_id`, `key`, `tool`,
+ * `input_digest`, `call_id`, `attempt`, `at`, `receipt_*`), as either
+ * backend reads them back.
+ *
+ * @example
+ * ```ts
+ * import { effectOf } from "./types.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const row = effectOf({
+ *   run_id: "r", key: "k", tool: "send_email", input_digest: "ab", call_id: null,
+ *   attempt: 1, at: 5, receipt_ok: 1, receipt_result: "\"sent\"", receipt_truncated: 0,
+ *   receipt_attempt: 1, receipt_at: 6,
+ * });
+ * assert.equal(row.receipt?.ok, true);
+ * assert.equal(row.receipt?.result, '"sent"');
+ * ```
+ */
+export function effectOf(row: Record<string, unknown>): EffectRow {
+  const out: EffectRow = {
+    runId: String(row.run_id),
+    key: String(row.key),
+    tool: String(row.tool),
+    inputDigest: String(row.input_digest),
+    attempt: Number(row.attempt),
+    at: Number(row.at),
+  };
+  if (typeof row.call_id === "string") out.callId = row.call_id;
+  if (row.receipt_at !== null && row.receipt_at !== undefined) {
+    const receipt: NonNullable<EffectRow["receipt"]> = {
+      ok: Boolean(Number(row.receipt_ok)) || row.receipt_ok === true,
+      attempt: Number(row.receipt_attempt),
+      at: Number(row.receipt_at),
+    };
+    if (typeof row.receipt_result === "string") receipt.result = row.receipt_result;
+    if (Number(row.receipt_truncated) === 1 || row.receipt_truncated === true) {
+      receipt.truncated = true;
+    }
+    out.receipt = receipt;
+  }
+  return out;
+}
 
 /** The states a listing can be filtered by. */
 export const RUN_STATES: readonly RunState[] = ["live", "ended", "cut-off"];
@@ -128,6 +178,13 @@ export interface RunStore {
    * is in a tree answers none.
    */
   trees?(query?: TreeQuery): Promise<RunView[]>;
+  /**
+   * Write intents and receipts in one durable commit (an intent is kept
+   * until its receipt; a receipt is never undone by a later intent).
+   */
+  writeEffects(batch: EffectBatch): Promise<void>;
+  /** The effects recorded for a run id, every attempt's, the oldest first. */
+  effects(runId: string): Promise<EffectRow[]>;
   /** Remove at most `limit` records of ended runs last brought up to date before `before` (ms); how many went. */
   prune(before: number, limit: number): Promise<number>;
   /** Close the store. */

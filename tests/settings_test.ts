@@ -322,6 +322,10 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
   ]],
   tool_timeout_seconds: [[30, 0.5, "120"], [0, -1, true, "soon"]],
   enforce: [[[], ["usd"], ["tokens", "turns", "time"]], [["usd", "usd"], ["money"], "usd", 1]],
+  effect_tools: [[[], ["send_email"], ["pay", "open_pr"]], [["pay", "pay"], [""], ["  "], "pay", [
+    1,
+  ]]],
+  effect_result_max_bytes: [[0, 4096, 65_536], [-1, 1.5, true, "4096"]],
 };
 
 test("settingsSchema and the checks agree on every key's valid and invalid values", () => {
