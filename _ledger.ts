@@ -1436,6 +1436,7 @@ export class EffectLog {
           if (store.effectsSync) return store.effectsSync(runId);
           return undefined; // a store that keeps none
         } catch (e) {
+          // kept, and said in the one log line if every try until the bound fails
           error = e;
         }
       }

@@ -311,6 +311,7 @@ export function effectInput(input: unknown): unknown {
   try {
     return JSON.parse(input);
   } catch {
+    // not JSON: the text itself is the input the key takes
     return input;
   }
 }
