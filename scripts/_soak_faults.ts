@@ -5,7 +5,9 @@
  * tmpfs mounted for it; the step is skipped, said so, when no tmpfs can be
  * mounted) and frees it. After each fault it measures how long the ledger
  * took to show every run again; at the end, that every run is in the ledger
- * with its exact final turns, live, and then ended once the host ends them.
+ * with its exact final turns, live, and then ended once the host ends them,
+ * and that every run's checkpoint file holds the tier its turns crossed
+ * (files written while the disk was full are written once it is not).
  *
  *   deno task soak --faults [--minutes 10] [--runs 100] [--disk 16m]
  *
@@ -21,6 +23,9 @@ import { fileURLToPath } from "node:url";
 import { openSqliteStore, storeFile } from "../store/sqlite.ts";
 import type { RunView } from "../store/types.ts";
 import { sqliteDriver } from "../_sqlite.ts";
+import { readCheckpoint } from "../persist.ts";
+import { loadSettings } from "../config.ts";
+import { tierFor, tierPlan } from "../tier.ts";
 import { flag, runtime, sleep, tempDir } from "./_bench_util.ts";
 
 const HOST = fileURLToPath(new URL("./_soak_faults_host.ts", import.meta.url));
@@ -68,12 +73,15 @@ export async function soakFaults(args: string[]): Promise<number> {
     }; faults in turn: lock, delete, damaged page${mounted ? ", full disk" : ""}`,
   );
   const file = storeFile(home);
+  // About one turn every 1.5 s each: a cap a little above that, so the runs cross both tiers.
+  const cap = Math.max(10, Math.round((minutes * 60) / 1.5 * 1.1));
   const host: ChildProcess = spawn(
     runtime,
-    script(HOST, [home, String(runs), String(Math.round(minutes * 60))]),
+    script(HOST, [home, String(runs), String(Math.round(minutes * 60)), String(cap)]),
     { stdio: ["pipe", "pipe", "inherit"] },
   );
   let final: Record<string, number> | undefined;
+  let files: Record<string, string> = {};
   let closed = false;
   const logs: { level: string; message: string; at: number }[] = [];
   let buffer = "";
@@ -83,8 +91,10 @@ export async function soakFaults(args: string[]): Promise<number> {
       const line = JSON.parse(buffer.slice(0, i));
       buffer = buffer.slice(i + 1);
       if (line.event === "log") logs.push(line);
-      else if (line.event === "final") final = line.turns;
-      else if (line.event === "closed") closed = true;
+      else if (line.event === "final") {
+        final = line.turns;
+        files = line.files;
+      } else if (line.event === "closed") closed = true;
     }
   });
   const exited = new Promise((r) => host.on("close", r));
@@ -189,6 +199,19 @@ export async function soakFaults(args: string[]): Promise<number> {
     ).length;
   if (!closed) failures.push("the host did not close");
   if (ended !== runs) failures.push(`${runs - ended} run(s) not ended done with their final turns`);
+  // Every run's file holds its end, at the tier its turns crossed.
+  const plan = tierPlan({ turns: cap }, loadSettings({ home, env: {} }).settings);
+  const byTier = [0, 0, 0];
+  let filed = 0;
+  for (const [id, turns] of Object.entries(final)) {
+    const want = tierFor(plan, turns, 0);
+    byTier[want]!++;
+    const found = files[id] ? readCheckpoint(files[id]!) : undefined;
+    if (found?.record?.tier === want && found.record.turnsUsed === turns) filed++;
+  }
+  if (filed !== runs) {
+    failures.push(`${runs - filed} run(s) without their crossed tier in their file`);
+  }
   const aside = fs.readdirSync(path.dirname(file)).filter((f) => /\.corrupt-[^-]*Z?$/.test(f));
   const dropped = logs.filter((l) => /dropped/.test(l.message));
   const byKind = (re: RegExp) => logs.filter((l) => re.test(l.message)).length;
@@ -205,6 +228,11 @@ export async function soakFaults(args: string[]): Promise<number> {
     `  at the end: ${exact}/${runs} live runs with their exact final turns (${totalTurns} turns in all) ${
       (liveLag / 1000).toFixed(1)
     }s after the last hook; ${ended}/${runs} ended done with them after close`,
+  );
+  console.log(
+    `  files: ${filed}/${runs} hold the tier their turns crossed (${byTier[1]} at tier 1, ${
+      byTier[2]
+    } at tier 2, ${byTier[0]} below both; cap ${cap} turns)`,
   );
   console.log(
     `  host log: ${logs.length} lines (${byKind(/could not be written/)} failed commits said, ${
