@@ -1077,7 +1077,7 @@ export interface PersistBlocksOptions {
  * @param items The files, their blocks and their locks.
  * @param options How many writes are in flight at once.
  * @param trace Told of every file-system step and its result, in order
- * (tests check that each file is flushed before its rename). @internal
+ * (tests check that each file is flushed before its rename; not for hosts).
  * @returns One entry per item, in order: undefined when it was written, else
  * the error that left its file unchanged.
  * @throws {RangeError} When `concurrency` is not a positive integer.

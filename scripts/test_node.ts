@@ -21,8 +21,20 @@ const root = fileURLToPath(new URL("..", import.meta.url));
 const tools = path.join(root, ".build");
 const npmDir = path.join(root, "npm");
 const say = (what: string) => console.log(`test:node: ${what}`);
-const run = (cmd: string, args: string[], cwd: string, timeout = 120_000) =>
-  execFileSync(cmd, args, { cwd, encoding: "utf8", timeout, stdio: ["ignore", "pipe", "pipe"] });
+const run = (cmd: string, args: string[], cwd: string, timeout = 120_000) => {
+  try {
+    return execFileSync(cmd, args, {
+      cwd,
+      encoding: "utf8",
+      timeout,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+  } catch (error) {
+    // The command's own output says what failed (a type error, a failed install): show it.
+    const e = error as { stdout?: string; stderr?: string; message: string };
+    throw new Error(`${e.message}\n${e.stdout ?? ""}${e.stderr ?? ""}`.trimEnd());
+  }
+};
 
 function suite(): number {
   const files = (fs.readdirSync(path.join(npmDir, "esm/tests"), { recursive: true }) as string[])
