@@ -184,6 +184,11 @@ export interface ResumeParts {
   log: Log;
   /** The run ledger's store, opened on first use; undefined when it cannot be had. */
   store(settings: Settings): LedgerStore | undefined;
+  /**
+   * The newest record of a run id, read from a store opened for reading only
+   * (it never waits on a lock), for a start whose store cannot be opened now.
+   */
+  peek?(settings: Settings, runId: string): RunView | undefined;
   /** This process, as run records name it: asked only once the store is open. */
   host(): HostId;
   /** Write records on the main thread. */
@@ -252,8 +257,31 @@ function ledgerStart(
 ): LedgerStart {
   if (!settings.enabled || !settings.ledger) return { recorded: false };
   const store = parts.store(settings);
-  if (!store?.startAttemptSync) return { recorded: false };
   const { log } = parts;
+  /** The start is not recorded now: the ledger's newest record of the run id still numbers it. */
+  const unrecorded = (previous: RunView | undefined): LedgerStart => {
+    if (!previous) return { recorded: false };
+    // The store cannot take the start, but says the run is held: refused all the same.
+    if (settings.on_duplicate === "refuse" && previous.state === "live") {
+      return { recorded: false, refused: refusal(info, previous, log) };
+    }
+    if (settings.resume === false) return { recorded: false };
+    const earlier = ledgerAttempt(previous, fromFile, Date.now());
+    if (!earlier) return { recorded: false, seen: true };
+    info.attempt = Math.max(earlier.previous.attempt, fromFile?.previous.attempt ?? 0) + 1;
+    return { recorded: false, seen: true, numbered: true, earlier };
+  };
+  if (!store) {
+    // Not open now (another process holds it locked as it opens or closes): read it, never
+    // waiting, so that the retry still resumes; the worker records the run once it opens.
+    if (!parts.peek || (settings.resume === false && settings.on_duplicate !== "refuse")) {
+      return { recorded: false };
+    }
+    return failOpen(() => unrecorded(parts.peek!(settings, info.runId)), () => ({
+      recorded: false,
+    }));
+  }
+  if (!store.startAttemptSync) return { recorded: false };
   return failOpen((): LedgerStart => {
     const host = parts.host();
     const now = nowMs();
@@ -311,21 +339,15 @@ function ledgerStart(
     ledgerFailed(log, "the run's start", error, info.runId);
     // Busy or failing for writes, it may still be read (a reader never waits): the ledger
     // still decides, and the worker records the run within an interval.
-    return failOpen((): LedgerStart => {
-      const previous = settings.resume === false && settings.on_duplicate !== "refuse"
-        ? undefined
-        : store.latestSync?.(info.runId);
-      if (!previous) return { recorded: false };
-      // The store cannot take the start, but says the run is held: refused all the same.
-      if (settings.on_duplicate === "refuse" && previous.state === "live") {
-        return { recorded: false, refused: refusal(info, previous, log) };
-      }
-      if (settings.resume === false) return { recorded: false };
-      const earlier = ledgerAttempt(previous, fromFile, Date.now());
-      if (!earlier) return { recorded: false, seen: true };
-      info.attempt = Math.max(earlier.previous.attempt, fromFile?.previous.attempt ?? 0) + 1;
-      return { recorded: false, seen: true, numbered: true, earlier };
-    }, () => ({ recorded: false }));
+    return failOpen(
+      (): LedgerStart =>
+        unrecorded(
+          settings.resume === false && settings.on_duplicate !== "refuse"
+            ? undefined
+            : store.latestSync?.(info.runId),
+        ),
+      () => ({ recorded: false }),
+    );
   });
 }
 

@@ -19,7 +19,7 @@ import { deniedRead, errorText, failOpen, failOpenAsync, type Log } from "./log.
 import type { RunTable } from "./_run_table.ts";
 import type { CheckpointEvent } from "./_writer.ts";
 // Types only: the main thread loads the worker's code only for Deno's graph (below).
-import type { FromWorker, WatchdogData, WatchdogStats } from "./watchdog.ts";
+import type { FromWorker, ToWorker, WatchdogData, WatchdogStats } from "./watchdog.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
 // watchdog with it: a worker that fetched it later would do so while the host may be
 // blocked. Outside the watchdog's own thread the module does nothing.
@@ -82,6 +82,8 @@ function workerUrl(module: URL): URL {
  * applies it; Deno's workers ignore it.
  */
 const WATCHDOG_YOUNG_MB = 3;
+/** How long the keeper's close waits for the worker to close its run ledger's store, ms. */
+const STORE_CLOSE_WAIT_MS = 1000;
 
 /**
  * The overrides as the worker can take them: each key that survives a
@@ -169,6 +171,8 @@ export class WatchdogHost {
   #worker: Worker | undefined;
   #failed = false;
   #stopped = false;
+  /** Told when the worker has closed its run ledger's store, at stop. */
+  #closedStore: (() => void) | undefined;
   #stats: WatchdogStats | undefined;
 
   /** @param parts What it starts with and hands its messages to. */
@@ -233,6 +237,7 @@ export class WatchdogHost {
         else if (message.type === "comment") this.#parts.comment(message.comment);
         else if (message.type === "written") this.#parts.written(message.event);
         else if (message.type === "stats") this.#stats = message.stats;
+        else if (message.type === "closed") this.#closedStore?.();
       });
       worker.on("error", (error) => {
         this.#failed = true;
@@ -262,6 +267,15 @@ export class WatchdogHost {
       if (!await shared.writesDone(waitMs)) {
         log("warn", `the watchdog's write did not land within ${waitMs} ms of close()`);
       }
+      // Its ledger connection closed first (bounded): a lock of it never outlives close().
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, STORE_CLOSE_WAIT_MS);
+        this.#closedStore = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        worker.postMessage({ type: "close" } satisfies ToWorker);
+      });
       await worker.terminate();
     }, (error) => log("warn", `stopping the watchdog failed: ${errorText(error)}`));
   }

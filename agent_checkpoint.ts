@@ -34,7 +34,14 @@ import {
   type RunInfo,
   type WriterSinks,
 } from "./_writer.ts";
-import { EffectLog, type HostId, LedgerFeed, type LedgerStore, recordOf } from "./_ledger.ts";
+import {
+  EffectLog,
+  type HostId,
+  LedgerFeed,
+  type LedgerStore,
+  recordOf,
+  type RunView,
+} from "./_ledger.ts";
 import { type TreePlace, TreeSeats } from "./_tree.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
@@ -93,6 +100,12 @@ export interface Subsystems {
     setAside?: boolean;
     log: (level: "info" | "warn" | "error", message: string) => void;
   }): LedgerStore | undefined;
+  /**
+   * The newest record of a run id from the embedded ledger opened for reading
+   * only (never waiting on a lock), for a start whose ledger cannot be opened
+   * now; undefined when it cannot be read either (or the store is a fleet's).
+   */
+  peekLatest?(options: { home: string; settings: Settings; runId: string }): RunView | undefined;
   /** This process, as run records name their host. */
   thisHost(): HostId;
   /**
@@ -253,6 +266,11 @@ export class AgentCheckpoint {
     this.#resumeParts = {
       log,
       store: (settings) => this.#ledger.open(settings),
+      ...(subsystems?.peekLatest
+        ? {
+          peek: (settings, runId) => subsystems.peekLatest!({ home: this.#home, settings, runId }),
+        }
+        : {}),
       host: () => this.#thisHost(),
       write: (records, what) => this.#ledger.write(records, what),
     };

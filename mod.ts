@@ -36,7 +36,7 @@ import {
   type AgentCheckpointOptions,
   type Subsystems,
 } from "./agent_checkpoint.ts";
-import { openRunStore, thisHost } from "./store/mod.ts";
+import { isPostgresUrl, openRunStore, openStore, thisHost } from "./store/mod.ts";
 import { Workspaces } from "./workspace/mod.ts";
 import { openTelemetry } from "./otel/mod.ts";
 
@@ -51,6 +51,16 @@ export {
 // imports them.
 const SUBSYSTEMS: Subsystems = {
   openStore: (options) => openRunStore(options),
+  peekLatest: ({ home, settings, runId }) => {
+    if (isPostgresUrl(settings.store)) return undefined; // the fleet's start waits its answer
+    const store = openStore({ home, settings, mode: "read", busyMs: 0 });
+    if (!store) return undefined;
+    try {
+      return store.latestSync(runId);
+    } finally {
+      store.closeSync();
+    }
+  },
   thisHost,
   // The watchdog's thread imports the store by this name for its ledger writes.
   storeModule: new URL(

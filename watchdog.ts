@@ -77,7 +77,11 @@ export type FromWorker =
   | { type: "log"; level: "info" | "warn" | "error"; message: string; runId?: string }
   | { type: "comment"; comment: { taskId: string; body: string } }
   | { type: "written"; event: CheckpointEvent }
-  | { type: "stats"; stats: WatchdogStats };
+  | { type: "stats"; stats: WatchdogStats }
+  | { type: "closed" };
+
+/** The host to the worker: close the run ledger's store, then say `closed` (the keeper's close). */
+export type ToWorker = { type: "close" };
 
 /**
  * Whether a thread's `workerData` is the watchdog's: a host's own worker, started with
@@ -699,11 +703,23 @@ export function watchdog(
     }, data.statsEveryMs));
   }
   loop(true);
-  return {
-    stop: () => {
-      stopped = true;
-      for (const timer of timers) clearInterval(timer);
-      shared.wake(); // the pending wait settles, and the loop ends there
-    },
+  const stop = () => {
+    stopped = true;
+    for (const timer of timers) clearInterval(timer);
+    shared.wake(); // the pending wait settles, and the loop ends there
   };
+  // The keeper's close: the store's connection closes here, before the thread is terminated, so
+  // that no lock of it outlives close() (a keeper opened next finds the ledger free).
+  port.on("message", (message: ToWorker) => {
+    if (message?.type !== "close") return;
+    stop();
+    const store = ledger?.store;
+    ledger = undefined;
+    ledgerOff = true;
+    void failOpenAsync(
+      async () => await store?.close(),
+      (error) => log("warn", `closing the run ledger failed: ${errorText(error)}`),
+    ).then(() => post({ type: "closed" }));
+  });
+  return { stop };
 }

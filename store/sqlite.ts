@@ -254,7 +254,7 @@ const UPSERT = `INSERT INTO runs
 // Anonymous parameters, `updated_at` given twice: better-sqlite3 (Node 20) refuses numbered ones.
 const PROGRESS = `UPDATE runs SET updated_at = ?, record = ?
   WHERE run_id = ? AND attempt = ? AND status = 'live' AND machine = ? AND pid = ?
-    AND host_start = ? AND updated_at <= ?
+    AND host_start = ? AND started_at = ? AND updated_at <= ?
     AND NOT EXISTS (SELECT 1 FROM run_fences f WHERE f.run_id = ? AND f.attempt > ?)`;
 /** The attempt a run was taken by, when it was taken from a live one. */
 const FENCE = "SELECT attempt FROM run_fences WHERE run_id = ?";
@@ -263,7 +263,13 @@ const SET_FENCE = `INSERT INTO run_fences (run_id, attempt) VALUES (?, ?)
   ON CONFLICT (run_id) DO UPDATE SET attempt = MAX(run_fences.attempt, excluded.attempt)`;
 
 /** A row's state, read before an upsert that may be a new attempt's first row. */
-const ROW_STATE = "SELECT status, updated_at FROM runs WHERE run_id = ? AND attempt = ?";
+const ROW_STATE = `SELECT status, updated_at, started_at, machine, pid, host_start FROM runs
+  WHERE run_id = ? AND attempt = ?`;
+/** The attempt a start of a run was given here when its own number was another start's. */
+const SAME_START = `SELECT attempt FROM runs WHERE run_id = ? AND started_at = ? AND machine = ?
+  AND pid = ? AND host_start = ? ORDER BY attempt DESC LIMIT 1`;
+/** The run's next attempt number. */
+const NEXT_ATTEMPT = "SELECT COALESCE(MAX(attempt), 0) + 1 AS next FROM runs WHERE run_id = ?";
 /**
  * The run's other attempts are no longer its newest: through the primary key
  * (the unary `+` keeps SQLite from reading every newest attempt's index entry).
@@ -558,6 +564,7 @@ export class SqliteRunStore implements RunStore {
           row[3],
           row[4],
           row[5],
+          row[6],
           row[7],
           row[0],
           row[1],
@@ -581,13 +588,29 @@ export class SqliteRunStore implements RunStore {
       // or it was made anew): it is the run's newest.
       this.#db.run(NOT_NEWEST, row[0], row[1]);
     } else if (
-      row[2] === "live" && existing.status !== "live" &&
-      Number(existing.updated_at) < Number(row[6])
+      Number(existing.started_at) !== Number(row[6]) || existing.machine !== row[3] ||
+      Number(existing.pid) !== Number(row[4]) || String(existing.host_start) !== String(row[5])
     ) {
-      // A run that started after this id and attempt ended (its start was not recorded): the
-      // new run, not the old end.
-      this.#db.run("DELETE FROM runs WHERE run_id = ? AND attempt = ?", row[0], row[1]);
-      this.#db.run(NOT_NEWEST, row[0], row[1]);
+      // Another start holds this attempt number: this record's start could not be recorded
+      // (the store was locked or away when it began) and guessed it.
+      if (
+        existing.status === "done" && row[2] === "live" &&
+        Number(existing.updated_at) < Number(row[6])
+      ) {
+        // A run id started again after it was done: a fresh run, as a recorded start makes it.
+        this.#db.run("DELETE FROM runs WHERE run_id = ? AND attempt = ?", row[0], row[1]);
+        this.#db.run(NOT_NEWEST, row[0], row[1]);
+      } else {
+        // Never over the other start's record: this start is the run's next attempt (the one
+        // it was given here before, when it was).
+        const mine = this.#db.get(SAME_START, row[0], row[6], row[3], row[4], row[5]);
+        const attempt = mine !== undefined
+          ? Number(mine.attempt)
+          : Number(this.#db.get(NEXT_ATTEMPT, row[0])?.next ?? 1);
+        row = [...row];
+        row[1] = attempt; // the record's text has no attempt of its own: the column says it
+        if (mine === undefined) this.#db.run(NOT_NEWEST, row[0], row[1]);
+      }
     }
     this.#db.run(UPSERT, ...row);
   }

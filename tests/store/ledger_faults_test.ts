@@ -124,6 +124,59 @@ test("runs started and ended while the ledger is locked at start land at close()
   for (const id of ["c-1", "c-2", "c-3", "c-4"]) assert.equal(all.get(id)!.record.turnsUsed, 1);
 });
 
+test("a start the locked ledger could not number never lands over the earlier attempt's record", {
+  skip: noDriver,
+}, async () => {
+  const home = tempHome();
+  // Attempt 1 gets to 6 turns, and its process lets it go without an end (a keeper closed).
+  const first = createAgentCheckpoint({ home, env: {}, logger: () => {} });
+  const one = first.startRun({ sessionId: "job", caps: { turns: 100 } });
+  for (let i = 0; i < 6; i++) one.preLlmCall();
+  await first.close();
+  // The retry starts while another process holds the ledger: nothing can open or read it.
+  const lock = locker(storeFile(home), "exclusive");
+  await lock.locked;
+  const second = createAgentCheckpoint({ home, env: {}, logger: () => {} });
+  const two = second.startRun({ sessionId: "job", caps: { turns: 100 } });
+  two.preLlmCall();
+  await lock.release();
+  await two.end({ status: "done" });
+  await second.close();
+  const store = openSqliteStore({ file: storeFile(home), hostTimeoutSeconds: 30, mode: "read" });
+  const attempts = store.listSync({ runId: "job" }).map((v) => [
+    v.record.attempt,
+    v.record.status,
+    v.record.turnsUsed,
+  ]);
+  store.closeSync();
+  // The guessed number was attempt 1's: the retry is recorded as the next attempt instead.
+  assert.deepEqual(attempts.sort(), [[1, "live", 6], [2, "done", 1]]);
+});
+
+test("a keeper opened right after another's close() in the same process resumes the run", {
+  skip: noDriver,
+}, async () => {
+  for (let i = 0; i < 10; i++) {
+    const home = tempHome();
+    const settings = { progress_interval_seconds: 0.05 };
+    const first = createAgentCheckpoint({ home, env: {}, logger: () => {}, settings });
+    const one = first.startRun({ sessionId: "eval", caps: { turns: 100 } });
+    for (let t = 0; t < 3; t++) {
+      one.preLlmCall();
+      one.preToolCall("step", { callId: `c${t}` });
+      one.postToolCall("step", { callId: `c${t}`, ok: true });
+    }
+    // The watchdog commits a few times; its connection is open when close() is called.
+    await sleep(60 + 20 * i);
+    await first.close();
+    const second = createAgentCheckpoint({ home, env: {}, logger: () => {} });
+    const two = second.startRun({ sessionId: "eval", caps: { turns: 100 } });
+    assert.equal(two.attempt, 2, `round ${i}: the retry resumes attempt 1`);
+    await two.end({ status: "done" });
+    await second.close();
+  }
+});
+
 for (const how of ["deleted", "replaced"] as const) {
   test(
     `a ledger file ${how} under a live process: noticed, made anew, every live run written to it`,
