@@ -36,7 +36,10 @@ function checkDurable(steps: Traced, dirFlushed: boolean): number {
     if (opened === -1) return; // not a temporary file of this write
     placed++;
     const fd = steps[opened]![1] as number;
-    const life = steps.slice(opened + 1, i).map(([o]) => o).filter((o) => "fd" in o && o.fd === fd);
+    const used = steps.slice(opened + 1, i).map(([o]) => o).filter((o) => "fd" in o && o.fd === fd);
+    // Its life ends at its close: a burst's next open may be given the same descriptor number.
+    const end = used.findIndex((o) => o.op === "close");
+    const life = end === -1 ? used : used.slice(0, end + 1);
     const lastWrite = life.findLastIndex((o) => o.op === "write");
     const flushed = life.findLastIndex((o) => o.op === "fsync");
     const closed = life.findLastIndex((o) => o.op === "close");
