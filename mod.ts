@@ -36,7 +36,7 @@ import {
   type AgentCheckpointOptions,
   type Subsystems,
 } from "./agent_checkpoint.ts";
-import { isPostgresUrl, openRunStore, openStore, thisHost } from "./store/mod.ts";
+import { openRunStore, thisHost } from "./store/mod.ts";
 import { Workspaces } from "./workspace/mod.ts";
 import { openTelemetry } from "./otel/mod.ts";
 
@@ -52,9 +52,10 @@ export {
 const SUBSYSTEMS: Subsystems = {
   openStore: (options) => openRunStore(options),
   peekLatest: ({ home, settings, runId }) => {
-    if (isPostgresUrl(settings.store)) return undefined; // the fleet's start waits its answer
-    const store = openStore({ home, settings, mode: "read", busyMs: 0 });
-    if (!store) return undefined;
+    // Only the embedded ledger is read so: a fleet store's start waits for its answer.
+    if (/^postgres(ql)?:\/\//i.test(String(settings.store ?? "").trim())) return undefined;
+    const store = openRunStore({ home, settings, mode: "read", busyMs: 0 });
+    if (!store || !("closeSync" in store)) return undefined;
     try {
       return store.latestSync(runId);
     } finally {
