@@ -212,6 +212,11 @@ test(
       // A mark is a zero-width line (its shape is drawn by ::before): attached, not "visible".
       await page.waitForSelector('#rows [data-run="retried"] .mark.attempt', { state: "attached" });
       const row = page.locator('#rows [data-run="retried"]');
+      // An end the busy ledger could not take at once lands a moment later; the page polls.
+      await page.locator('#rows [data-run="retried"][data-status="aborted"]').waitFor({
+        state: "attached",
+        timeout: 30_000,
+      });
       assert.equal(await row.getAttribute("data-status"), "aborted");
       assert.deepEqual(
         await row.locator(".mark.attempt").evaluateAll((els) =>
