@@ -17,6 +17,7 @@ import type { Settings } from "./settings.ts";
 import type { RunInfo } from "./_writer.ts";
 import {
   type AttemptStart,
+  busy,
   type EffectRow,
   effectsNote,
   type HostId,
@@ -84,6 +85,26 @@ function priorUse(
   const usd = earlier === undefined || now === undefined ? undefined : earlier + now;
   if (usd !== undefined && usd > 0) out.usd = usd;
   return out;
+}
+
+/**
+ * The view with the cut-off attempt's last sign of life raised to its newest
+ * intent or receipt: killed within a progress interval, its record and
+ * heartbeat are older than the email it sent.
+ */
+function seenByEffects(view: RunView, store: LedgerStore | undefined): RunView {
+  const r = view.record;
+  const effects = store?.effects;
+  if (view.state !== "cut-off" || !effects) return view;
+  const rows = failOpen(() => effects.readSync(r.runId), () => undefined) ?? [];
+  let last = 0;
+  for (const row of rows) {
+    if (row.attempt === r.attempt) last = Math.max(last, row.at);
+    if (row.receipt?.attempt === r.attempt) last = Math.max(last, row.receipt.at);
+  }
+  if (last <= Math.max(r.updatedAt, view.heartbeat?.at ?? 0)) return view;
+  const heartbeat = { host: r.host, intervalSeconds: 0, ...view.heartbeat, at: last };
+  return { ...view, heartbeat };
 }
 
 /** The earlier attempt as the run ledger recorded it, with what its file adds when it has one. */
@@ -193,6 +214,8 @@ export interface ResumeParts {
   host(): HostId;
   /** Write records on the main thread. */
   write(records: RunRecord[], what: string): void;
+  /** Whether the watchdog's thread runs: it records a started run within an interval. */
+  watched?(): boolean;
 }
 
 /** What the run ledger said at a run's start. */
@@ -212,13 +235,21 @@ interface LedgerStart {
 const LEASE_WAIT_MS = 1000;
 
 /** The live holder a refused start names, and the line that says so. */
-function refusal(info: RunInfo, view: RunView, log: Log): RefusedStart {
+function refusal(info: RunInfo, view: RunView, log: Log, settings: Settings): RefusedStart {
   const r = view.record;
   const host = attemptHost(r.host.machine, r.host.pid);
   const reason =
     `run id ${info.runId} is live in another process (attempt ${r.attempt} on ${host}); on_duplicate is refuse, so this start does nothing`;
   log("warn", reason, info.runId);
-  return { attempt: r.attempt, host, reason };
+  const beat = view.heartbeat?.at ?? r.updatedAt;
+  return {
+    attempt: r.attempt,
+    host,
+    reason,
+    runId: info.runId,
+    since: r.startedAt,
+    freesBy: beat + settings.host_timeout_seconds * 1000,
+  };
 }
 
 /**
@@ -231,17 +262,28 @@ function startIn(
   record: RunRecord,
   options: StartOptions,
 ): AttemptStart {
-  if ((options.onDuplicate ?? "warn") === "warn") return store.startAttemptSync!(record, options);
+  if ((options.onDuplicate ?? "warn") === "warn") return store.sync!.startAttempt(record, options);
   const until = nowMs() + LEASE_WAIT_MS;
   const cell = new Int32Array(new SharedArrayBuffer(4));
   for (let wait = 1;; wait = Math.min(20, wait * 2)) {
     try {
-      return store.startAttemptSync!(record, options);
+      return store.sync!.startAttempt(record, options);
     } catch (error) {
-      if (nowMs() + wait > until) throw error;
+      // A store that handed the write on (its log is long until the watchdog's next
+      // checkpoint) stays so for longer than this wait: the start reads the holder instead.
+      if (nowMs() + wait > until || (error as { handedOn?: boolean })?.handedOn) throw error;
       Atomics.wait(cell, 0, 0, wait);
     }
   }
+}
+
+/**
+ * The run this attempt belongs to: a new one when the run id's newest record
+ * ended done (numbered from this attempt), else the newest record's.
+ */
+function generationOf(info: RunInfo, previous: RunView, attempt: number): void {
+  const generation = previous.record.status === "done" ? attempt : previous.record.generation;
+  if (generation !== undefined && generation > 1) info.generation = generation;
 }
 
 /**
@@ -263,10 +305,12 @@ function ledgerStart(
     if (!previous) return { recorded: false };
     // The store cannot take the start, but says the run is held: refused all the same.
     if (settings.on_duplicate === "refuse" && previous.state === "live") {
-      return { recorded: false, refused: refusal(info, previous, log) };
+      return { recorded: false, refused: refusal(info, previous, log, settings) };
     }
     if (settings.resume === false) return { recorded: false };
-    const earlier = ledgerAttempt(previous, fromFile, Date.now());
+    generationOf(info, previous, previous.record.attempt + 1);
+    if (previous.record.status === "done") info.attempt = previous.record.attempt + 1;
+    const earlier = ledgerAttempt(seenByEffects(previous, store), fromFile, Date.now());
     if (!earlier) return { recorded: false, seen: true };
     info.attempt = Math.max(earlier.previous.attempt, fromFile?.previous.attempt ?? 0) + 1;
     return { recorded: false, seen: true, numbered: true, earlier };
@@ -281,7 +325,7 @@ function ledgerStart(
       recorded: false,
     }));
   }
-  if (!store.startAttemptSync) return { recorded: false };
+  if (!store.sync) return { recorded: false };
   return failOpen((): LedgerStart => {
     const host = parts.host();
     const now = nowMs();
@@ -296,11 +340,12 @@ function ledgerStart(
       onDuplicate: settings.on_duplicate,
     });
     if (started.refused && started.previous) {
-      return { recorded: false, refused: refusal(info, started.previous, log) };
+      return { recorded: false, refused: refusal(info, started.previous, log, settings) };
     }
     info.attempt = started.attempt;
     const previous = started.previous;
     if (!previous || settings.resume === false) return { recorded: true };
+    generationOf(info, previous, started.attempt);
     // The earlier attempt ran elsewhere (the fleet store): its file, recreated here first.
     const content = previous.record.fileContent;
     if (
@@ -333,21 +378,25 @@ function ledgerStart(
         info.runId,
       );
     }
-    const earlier = ledgerAttempt(previous, fromFile, Date.now());
+    const earlier = ledgerAttempt(seenByEffects(previous, store), fromFile, Date.now());
     return earlier ? { ...seen, earlier } : seen;
   }, (error): LedgerStart => {
-    ledgerFailed(log, "the run's start", error, info.runId);
     // Busy or failing for writes, it may still be read (a reader never waits): the ledger
     // still decides, and the worker records the run within an interval.
-    return failOpen(
+    const out: LedgerStart = failOpen(
       (): LedgerStart =>
         unrecorded(
           settings.resume === false && settings.on_duplicate !== "refuse"
             ? undefined
-            : store.latestSync?.(info.runId),
+            : store.sync?.latest(info.runId),
         ),
       () => ({ recorded: false }),
     );
+    // Busy (most often with this process's own watchdog committing): its next commit records
+    // the run from shared memory, numbered as above, at no cost here, and nothing is lost to say.
+    const recorded = !out.refused && busy(error) && failOpen(() => parts.watched?.(), () => false);
+    if (!recorded) ledgerFailed(log, "the run's start", error, info.runId);
+    return out;
   });
 }
 
@@ -438,9 +487,11 @@ export function resume(
   if (remaining) info.caps = remaining;
   const hasFile = fileExists(info.checkpointFile);
   // What the earlier attempts did to the world, by effect key, as the ledger holds it.
+  const generation = info.generation ?? 1;
   const effects = ledger.seen
     ? failOpen(
-      () => parts.store(settings)?.effectsSync?.(runId),
+      // Those of this run's attempts: not of an earlier run of the id that ended done.
+      () => parts.store(settings)?.effects?.readSync(runId)?.filter((e) => e.attempt >= generation),
       (error) => {
         ledgerFailed(parts.log, "the earlier attempts' effects", error, runId);
         return undefined;

@@ -93,6 +93,78 @@ interface Found {
   sources: { dir: string; label: string; names: string[] }[];
   /** The old store, when it holds refs of this library. */
   store?: string;
+  /** The old store, when it is ours to remove: not set up by Hermes, holding no ref. */
+  leftover?: string;
+}
+
+/** A store's ref names, loose and packed, read without git (a start looks at it each time). */
+function refNames(gitDir: string): string[] {
+  const names: string[] = [];
+  const walk = (rel: string) => {
+    for (const e of fs.readdirSync(path.join(gitDir, rel), { withFileTypes: true })) {
+      const name = `${rel}/${e.name}`;
+      if (e.isDirectory()) walk(name);
+      else names.push(name);
+    }
+  };
+  if (fs.existsSync(path.join(gitDir, "refs"))) walk("refs");
+  const packed = readTextIfThere(path.join(gitDir, "packed-refs")) ?? "";
+  for (const line of packed.split("\n")) {
+    const m = /^[0-9a-f]{40,64} (refs\/\S+)$/.exec(line);
+    if (m) names.push(m[1]!);
+  }
+  return names;
+}
+
+/**
+ * Whether Hermes set a store up (its committer identity in the store's config): then it is
+ * Hermes's, never touched. One this library made has none: Hermes, finding it there, skipped
+ * its set-up.
+ */
+function setUpByHermes(gitDir: string): boolean {
+  const config = readTextIfThere(path.join(gitDir, "config")) ?? "";
+  return /^\s*\[user\][^[]*^\s*email\s*=/m.test(config);
+}
+
+/**
+ * A workspace store an earlier version of this library made in Hermes's place
+ * (`<home>/checkpoints/store`) that Hermes has written snapshots into: Hermes
+ * skipped its set-up there, so its snapshots have no committer identity (they
+ * fail) or take the user's, and nothing leaves secrets out. The move-in keeps
+ * it (the snapshots are the user's); `explain` reports it. Undefined when
+ * there is none.
+ *
+ * @param home The home directory.
+ * @returns The store's path and what to do, or undefined.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import { oldStoreForHermes } from "./_home.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-old-store-doc-"));
+ * assert.equal(oldStoreForHermes(home), undefined);
+ * ```
+ */
+export function oldStoreForHermes(home: string): { store: string; fix: string } | undefined {
+  const store = path.join(absolute(home), OLD_DIR_NAME, "store");
+  try {
+    if (!fs.existsSync(path.join(store, "HEAD")) || setUpByHermes(store)) return undefined;
+    if (!refNames(store).some((r) => r.startsWith("refs/hermes/"))) return undefined;
+  } catch {
+    // unreadable: nothing to say about it
+    return undefined;
+  }
+  return {
+    store,
+    fix:
+      `${store} was made by an earlier version of this library and holds Hermes's snapshots, but Hermes skipped its set-up there: its snapshots have no committer identity (they fail) or take yours, and keep .env files and logs. Give it Hermes's identity (\`git --git-dir=${store} config user.name Hermes\`, and user.email) and add .env, .env.* and *.log to ${
+        path.join(store, "info", "exclude")
+      }; or move it aside so that Hermes makes its own (its snapshots then stay in the moved copy)`,
+  };
 }
 
 /** The refs of this library a store has: loose, then packed (Hermes may pack its store). */
@@ -105,6 +177,21 @@ function ourRefs(gitDir: string): boolean {
   const file = path.join(gitDir, "packed-refs");
   const packed = fs.existsSync(file) ? readTextIfThere(file) : undefined;
   return packed !== undefined && OUR_REFS.some((p) => packed.includes(` ${p}`));
+}
+
+/**
+ * Whether an old store is one this library made (Hermes did not set it up) and no ref is left
+ * in it: its snapshots moved in, Hermes's never there. Left, it would only keep Hermes from
+ * setting up its own store.
+ */
+function emptyOfOurs(gitDir: string): boolean {
+  try {
+    return fs.existsSync(path.join(gitDir, "HEAD")) && !setUpByHermes(gitDir) &&
+      refNames(gitDir).length === 0;
+  } catch {
+    // unreadable: left as it is
+    return false;
+  }
 }
 
 /** Look for state in the old place; undefined when there is none (one read when nothing is). */
@@ -125,8 +212,10 @@ function survey(home: string): Found | undefined {
   }
   if (names.includes("store") && ourRefs(path.join(old, "store"))) {
     found.store = path.join(old, "store");
+  } else if (names.includes("store") && emptyOfOurs(path.join(old, "store"))) {
+    found.leftover = path.join(old, "store");
   }
-  return found.sources.length || found.store ? found : undefined;
+  return found.sources.length || found.store || found.leftover ? found : undefined;
 }
 
 /**
@@ -215,6 +304,13 @@ function moveLocked(home: string, target: string, log: Log): string {
     try {
       for (const source of found.sources) moveSource(source, target, moved, aside);
       if (found.store) moveStore(found.store, target, moved);
+      const old = found.store ?? found.leftover;
+      if (old !== undefined && emptyOfOurs(old)) {
+        fs.rmSync(old, { recursive: true, force: true });
+        moved.push(
+          `removed ${old}, an empty store of this library's, so that Hermes sets up its own`,
+        );
+      }
     } catch (error) {
       if (!readOnly(error) || moved.length) throw error;
       return readOnlyHome(home, target, log, error);

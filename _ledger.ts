@@ -25,58 +25,118 @@ import type { MessagePort } from "node:worker_threads";
 import { formatDuration, formatUsd } from "./template.ts";
 import type { TreeRow } from "./_tree.ts";
 
-/** What the core needs of a store: asynchronous writes (worker), synchronous starts and ends (main thread). */
+/**
+ * What the core needs of a store, as a few capabilities each offered whole
+ * or not at all: every store takes records asynchronously (`write`, `prune`,
+ * `close`, both threads); the groups below are tested one at a time, never
+ * method by method. The store's side of this (`store/types.ts`) is the
+ * asynchronous port a backend implements; a store served by a thread of its
+ * own offers these synchronous groups over it.
+ */
 export interface LedgerStore {
+  /** Records, the only required capability: written asynchronously. */
   write(batch: WriteBatch): Promise<void>;
-  writeSync?(batch: WriteBatch): void;
+  /** Remove at most `limit` records of ended runs last brought up to date before `before` (ms). */
+  prune(before: number, limit: number): Promise<number>;
+  /** Close the store. */
+  close(): Promise<void>;
+  /** Records answered on the caller's thread: a run's start, its earlier attempt, its end. */
+  readonly sync?: LedgerSync;
+  /** Which attempt holds a run: the records a later attempt's fence refused. */
+  readonly leases?: LedgerLeases;
+  /** Side effects' intents and receipts, across attempts. */
+  readonly effects?: LedgerEffects;
+  /** Trees of runs that share a budget. */
+  readonly trees?: LedgerTrees;
+  /** The embedded store's file: tidied now and then, made anew when deleted or damaged. */
+  readonly upkeep?: LedgerUpkeep;
+  /** A store served by a thread of its own (the bridge): what is handed to it, and waited for. */
+  readonly relay?: LedgerRelay;
+  /** The run journal: every model and tool call of an attempt, for a retry to replay. */
+  readonly journal?: LedgerJournal;
+}
+
+/** Records answered on the caller's thread ({@linkcode LedgerStore.sync}). */
+export interface LedgerSync {
+  /** Write records (and the heartbeat) now, or hand them on without waiting (a store's thread). */
+  write(batch: WriteBatch): void;
   /**
    * One commit of records made as they are written, each dropped before the
-   * next is made (the embedded store): the worker's batch never lives whole.
+   * next is made: the worker's batch never lives whole.
    */
-  writeEachSync?(records: Iterable<RunRecord>, heartbeat?: Heartbeat): void;
-  startAttemptSync?(record: RunRecord, options?: StartOptions): AttemptStart;
+  writeEach(records: Iterable<RunRecord>, heartbeat?: Heartbeat): void;
+  /** Record the start of a new attempt (see the store's `startAttempt`). */
+  startAttempt(record: RunRecord, options?: StartOptions): AttemptStart;
+  /** The newest record of a run id. */
+  latest(runId: string): RunView | undefined;
+}
+
+/** Which attempt holds a run ({@linkcode LedgerStore.leases}). */
+export interface LedgerLeases {
   /**
    * The records refused since the last call because their attempt lost the
    * run to a later one (the store's fencing), each said once.
    */
-  takeFenced?(): FencedRecord[];
-  latestSync?(runId: string): RunView | undefined;
-  /** The newest attempt of every run in the tree rooted at `root` (trees sharing a budget). */
-  treeSync?(root: string): TreeRow[];
+  takeFenced(): FencedRecord[];
+}
+
+/** Side effects' intents and receipts ({@linkcode LedgerStore.effects}). */
+export interface LedgerEffects {
+  /** Intents and receipts in one durable commit. */
+  write(batch: EffectBatch): Promise<void>;
+  /** The effects recorded for a run id, every attempt's, the oldest first. */
+  read(runId: string): Promise<EffectRow[]>;
+  /** The same, on the caller's thread (bounded), at a run's start. */
+  readSync(runId: string): EffectRow[];
+}
+
+/** The run journal ({@linkcode LedgerStore.journal}). */
+export interface LedgerJournal {
+  /** Entries in one durable commit (an entry already there is kept as it is). */
+  write(batch: JournalBatch): Promise<void>;
+  /** The entries of a run id, every attempt's: by attempt, then kind, then index. */
+  read(runId: string): Promise<JournalEntry[]>;
+}
+
+/** Trees of runs that share a budget, on the caller's thread ({@linkcode LedgerStore.trees}). */
+export interface LedgerTrees {
+  /** The newest attempt of every run in the tree rooted at `root`. */
+  readSync(root: string): TreeRow[];
   /** Look at a tree and write the record `decide` makes of it, in one transaction. */
-  admitSync?(root: string, decide: (rows: TreeRow[]) => RunRecord | undefined): void;
+  admitSync(root: string, decide: (rows: TreeRow[]) => RunRecord | undefined): void;
   /** Write a run of a tree's record now (its use, for the tree's other processes). */
-  writeTreeSync?(record: RunRecord): void;
+  writeSync(record: RunRecord): void;
   /** Record that a run sits in a tree. */
-  joinTreeSync?(runId: string, root: string, parent: string | undefined): void;
+  joinSync(runId: string, root: string, parent: string | undefined): void;
+}
+
+/** The embedded store's file ({@linkcode LedgerStore.upkeep}). */
+export interface LedgerUpkeep {
   /**
-   * Tidy the store now and then (the embedded one: move its log into the
-   * database); false when that could not complete, to be tried again soon.
+   * Tidy the store now and then (move its log into the database); false
+   * when that could not complete, to be tried again soon.
    */
-  maintain?(): boolean | void;
+  maintain(): boolean | void;
   /**
    * Whether the store's file is still the one at its path, else open the one
    * there (a new one when it was deleted); given a failed write's error, a
    * damaged file is also set aside (renamed, never deleted) and a new one
-   * started. Returns the log line when it did something, else undefined.
+   * started. Returns the log line when it did something, else undefined; an
+   * empty line when another connection of this process already said it.
    */
-  heal?(error?: unknown): string | undefined;
-  prune(before: number, limit: number): Promise<number>;
-  close(): Promise<void>;
-  /** A checkpoint file was written (the fleet store keeps its content). */
-  fileWritten?(event: CheckpointEvent): void;
-  /** Wait, bounded, for writes handed to another thread to land (the process exits). */
-  drainSync?(): boolean;
-  /** A port the watchdog thread writes through (the fleet store's thread). */
-  watchdogPort?(): MessagePort | undefined;
-  /** Statements sent so far, when the store counts them (benchmarks). */
-  readonly statements?: number;
-  /** Intents and receipts in one durable commit (side effects across attempts). */
-  writeEffects?(batch: EffectBatch): Promise<void>;
-  /** The effects recorded for a run id, at a run's start. */
-  effectsSync?(runId: string): EffectRow[];
-  /** The same, asynchronously. */
-  effects?(runId: string): Promise<EffectRow[]>;
+  heal(error?: unknown): string | undefined;
+}
+
+/** A store served by a thread of its own ({@linkcode LedgerStore.relay}). */
+export interface LedgerRelay {
+  /** A checkpoint file was written (a store shared by machines keeps its content). */
+  fileWritten(event: CheckpointEvent): void;
+  /** Wait, bounded, for writes handed to the store's thread to land (the process exits). */
+  drainSync(): boolean;
+  /** A port the watchdog thread writes through (the store's thread). */
+  watchdogPort(): MessagePort | undefined;
+  /** Statements sent so far (benchmarks). */
+  readonly statements: number;
 }
 
 // The run store's records as the core writes them: the core's own types, which the store's
@@ -144,6 +204,11 @@ export interface RunRecord {
   runId: string;
   /** 1 for a fresh run, n for the n-th attempt of a resumed one. */
   attempt: number;
+  /**
+   * The attempt that began the run afresh when its id was started again after a done end
+   * (the earlier attempts are another run's); absent for 1.
+   */
+  generation?: number;
   /** `chat`, `kanban`, `goal`, or `command` for a supervisor's record. */
   dialect: string;
   /** The kanban task, when there is one. */
@@ -293,6 +358,38 @@ export interface EffectRow {
   receipt?: Omit<EffectReceipt, "runId" | "key" | "tool">;
 }
 
+/**
+ * One entry of a run's journal: a model call (the digest of its request and
+ * the response) or a tool call (its call key and result), of one attempt, in
+ * the order the attempt made them.
+ */
+export interface JournalEntry {
+  /** The run's id. */
+  runId: string;
+  /** The attempt that made the call (or replayed it). */
+  attempt: number;
+  /** A model call or a tool call. */
+  kind: "model" | "tool";
+  /** Its place among the attempt's calls of its kind, from 0. */
+  index: number;
+  /** A model call: the sha256 of its request's canonical JSON (hex); a tool call: its call key. */
+  key: string;
+  /** A tool call: the tool's name. */
+  tool?: string;
+  /** The response (a tool call: the result) as JSON text. */
+  body: string;
+  /** A model call's use as JSON text, when given. */
+  usage?: string;
+  /** When, ms since the epoch. */
+  at: number;
+}
+
+/** Journal entries written together in one durable commit. */
+export interface JournalBatch {
+  /** The entries. */
+  entries: JournalEntry[];
+}
+
 /** A run as read back: its newest record, its process's heartbeat, and its state now. */
 export interface RunView {
   /** The record. */
@@ -428,6 +525,7 @@ export function recordOf(
     updatedAt: Math.round(now),
   };
   if (info.taskId !== undefined) record.taskId = info.taskId;
+  if (info.generation !== undefined && info.generation > 1) record.generation = info.generation;
   const fileState = shared.fileState(slot);
   if (fileState !== undefined) record.fileState = fileState;
   const tier1 = shared.tierAt(slot, 1);
@@ -441,7 +539,7 @@ export function recordOf(
   if (info.prior) record.prior = info.prior;
   if (info.tree) record.tree = info.tree;
   if (info.trace) record.trace = info.trace;
-  const usage = usageTotals(shared, slot);
+  const usage = usageTotals(shared, slot, info.unknownPrices);
   if (usage) record.usage = usage;
   return record;
 }
@@ -468,7 +566,7 @@ const lostSaid = new WeakMap<Log, Set<string>>();
  * attempt took their run over (its fencing).
  */
 export function sayLost(store: LedgerStore, log: Log): void {
-  const fenced = store.takeFenced?.();
+  const fenced = store.leases?.takeFenced();
   if (!fenced || fenced.length === 0) return;
   const said = lostSaid.get(log) ?? new Set<string>();
   lostSaid.set(log, said);
@@ -577,14 +675,14 @@ export class LedgerProgress {
    */
   #heal(error?: unknown): boolean {
     const healed = failOpen(
-      () => this.#store.heal?.(error),
+      () => this.#store.upkeep?.heal(error),
       (e) => {
         this.#log("warn", `the run ledger could not be made anew: ${errorText(e)}`);
         return undefined;
       },
     );
     if (healed === undefined) return false;
-    this.#log("warn", `${healed}; every live run's record is written to it`);
+    if (healed !== "") this.#log("warn", `${healed}; every live run's record is written to it`);
     this.#known.fill(0);
     this.#retryAt = 0;
     return true;
@@ -621,6 +719,11 @@ export class LedgerProgress {
     }
   }
 
+  /** A record made elsewhere (the host's thread found the store busy): written at the next flush. */
+  take(record: RunRecord): void {
+    this.#keep(record);
+  }
+
   /** The due slots made into records that wait in the backlog. */
   #materialize(): void {
     for (const record of this.#made()) this.#keep(record);
@@ -629,6 +732,10 @@ export class LedgerProgress {
 
   #keep(record: RunRecord): void {
     const k = key(record);
+    // An attempt that ended stays ended: a record made from its slot while the slot was still
+    // due (the host's thread handed its end over meanwhile) must not make it live again, or
+    // the run's end would never land.
+    if (record.status === "live" && (this.#backlog.get(k)?.status ?? "live") !== "live") return;
     this.#backlog.delete(k); // re-inserted last: the oldest run first out at the bound
     this.#backlog.set(k, record);
     while (this.#backlog.size > MAX_BACKLOG) {
@@ -640,10 +747,11 @@ export class LedgerProgress {
 
   /**
    * Write what is waiting, with the heartbeat, in one commit; nothing when a
-   * failing store's wait has not passed. Never rejects.
+   * failing store's wait has not passed, unless this is the `last` chance (the
+   * keeper's close). Never rejects.
    */
-  async flush(now: number, intervalSeconds: number, beat: boolean): Promise<void> {
-    if (this.#writing || now < this.#retryAt) {
+  async flush(now: number, intervalSeconds: number, beat: boolean, last = false): Promise<void> {
+    if (this.#writing || (!last && now < this.#retryAt)) {
       // Kept as records, as they were when taken in, for the write that comes.
       if (this.#dueCount > 0) this.#materialize();
       return;
@@ -652,11 +760,11 @@ export class LedgerProgress {
     const heartbeat = beat ? { host: this.#host, at: Math.round(now), intervalSeconds } : undefined;
     // The usual case, in order: nothing left over, and a store that takes records as they
     // are made. Each record is made, written and dropped, so it dies young.
-    const each = this.#store.writeEachSync;
-    if (each && this.#backlog.size === 0) {
+    const sync = this.#store.sync;
+    if (sync && this.#backlog.size === 0) {
       this.#writing = true;
       try {
-        each.call(this.#store, this.#made(), heartbeat);
+        sync.writeEach(this.#made(), heartbeat);
         this.#dueCount = 0;
         this.#written();
         sayLost(this.#store, this.#log);
@@ -685,7 +793,7 @@ export class LedgerProgress {
       // Back in, behind anything newer taken meanwhile.
       const newer = this.#backlog;
       this.#backlog = new Map();
-      for (const [k, record] of batch) if (!newer.has(k)) this.#keep(record);
+      for (const record of batch.values()) this.#keep(record);
       for (const record of newer.values()) this.#keep(record);
       this.#failed(error, now);
     } finally {
@@ -695,7 +803,9 @@ export class LedgerProgress {
 
   #written(): void {
     this.commits++;
-    if (this.#failures > 0 || this.#dropped > 0) {
+    // After a single busy commit nothing was said: nothing to take back either.
+    const said = this.#failures > 1 || (this.#failures === 1 && !this.#busyOnce);
+    if (said || this.#dropped > 0) {
       this.#log(
         "info",
         `the run ledger takes records again${
@@ -709,12 +819,20 @@ export class LedgerProgress {
     this.#dropped = 0;
   }
 
+  /** The last failure was a first one, busy, and not said. */
+  #busyOnce = false;
+
   #failed(error: unknown, now: number): void {
     this.#failures++;
-    const wait = backoffMs(this.#failures);
+    // Busy once (another process's commit outlasted the wait for its lock, as on a loaded
+    // machine with several processes in a home): tried again at the next interval, said if it
+    // fails again. A 1 s wait here had kept the records 2 s from the disk, past a kill.
+    const once = this.#failures === 1 && busy(error);
+    this.#busyOnce = once;
+    const wait = once ? 0 : backoffMs(this.#failures);
     this.#retryAt = now + wait;
     // A damaged file is set aside and a new one started: tried again at the next interval.
-    if (this.#heal(error)) return;
+    if (this.#heal(error) || once) return;
     if (this.#failures === 1 || Number.isInteger(Math.log2(this.#failures))) {
       this.#log(
         "warn",
@@ -743,6 +861,11 @@ export interface LedgerFeedParts {
    * here (else the watchdog's thread does that).
    */
   open(settings: Settings, log: Log, closing?: boolean): LedgerStore | undefined | null;
+  /**
+   * Hand records the store was busy for to the watchdog's thread, whose next
+   * commit writes them; false when it does not run.
+   */
+  handOn?(records: RunRecord[]): boolean;
   /** This process, as run records name it. */
   host(): HostId;
   log: Log;
@@ -754,6 +877,14 @@ export interface LedgerFeedParts {
   runs(): readonly (RunInfo | undefined)[];
 }
 
+/**
+ * Whether a write failed only because the store was busy: another connection's
+ * transaction (`SQLITE_BUSY`), or its log long until the next checkpoint.
+ */
+export const busy = (error: unknown): boolean =>
+  (error as { handedOn?: unknown } | undefined)?.handedOn === true ||
+  /database is (locked|busy)|SQLITE_BUSY/i.test(errorText(error));
+
 /** The feeds whose live runs' records are written when the process exits. */
 const exiting = new Set<WeakRef<LedgerFeed>>();
 
@@ -763,7 +894,7 @@ function atExit(feed: LedgerFeed): void {
   if (!listening) {
     listening = true;
     process.on("exit", () => {
-      for (const ref of exiting) ref.deref()?.live("the live runs at exit");
+      for (const ref of exiting) ref.deref()?.live("the live runs at exit", true);
       // A store that writes from another thread (the fleet store): a bounded wait for it.
       for (const ref of exiting) ref.deref()?.drain();
     });
@@ -820,6 +951,8 @@ export class LedgerFeed {
   #closed = false;
   /** In close(): the records waiting have no later chance. */
   #closing = false;
+  /** The process exits: nothing is handed to the watchdog's thread any more. */
+  #exiting = false;
   /** The end rows of ended runs whose file was not written yet, by file. */
   #unwritten = new Map<string, RunRecord>();
 
@@ -847,8 +980,8 @@ export class LedgerFeed {
     const open = this.store;
     if (open !== undefined) {
       failOpen(() => {
-        const healed = open.heal?.();
-        if (healed !== undefined) this.#parts.log("warn", healed);
+        const healed = open.upkeep?.heal();
+        if (healed) this.#parts.log("warn", healed);
       }, (error) => ledgerFailed(this.#parts.log, "a new ledger file", error));
       return open;
     }
@@ -889,8 +1022,9 @@ export class LedgerFeed {
     return store;
   }
 
-  /** The live runs' records as they stand. */
-  live(what: string): void {
+  /** The live runs' records as they stand; `exiting`: the watchdog's thread writes no more. */
+  live(what: string, exiting?: boolean): void {
+    if (exiting) this.#exiting = true;
     if (this.#never || (!this.store && this.#pending.length === 0 && this.#openFailures === 0)) {
       return; // never asked for: nothing was started while the ledger was wanted
     }
@@ -908,7 +1042,7 @@ export class LedgerFeed {
   /** The process exits: a bounded wait for a store thread's writes to land. */
   drain(): void {
     failOpen(() => {
-      this.store?.drainSync?.();
+      this.store?.relay?.drainSync();
     }, () => {/* exiting: nothing more can be done */});
   }
 
@@ -978,13 +1112,17 @@ export class LedgerFeed {
       this.#keep(batch, what, new Error("the store is not open yet"));
       return;
     }
+    const keep = (error: unknown) => {
+      if (busy(error) && this.handOn(batch)) this.#pending = [];
+      else this.#keep(batch, what, error);
+    };
     failOpen(() => {
-      store.heal?.();
-      if (store.writeSync) {
-        store.writeSync({ records: batch });
+      store.upkeep?.heal();
+      if (store.sync) {
+        store.sync.write({ records: batch });
         sayLost(store, this.#parts.log);
       } else {
-        store.write({ records: batch }).catch((error) => this.#keep(batch, what, error));
+        store.write({ records: batch }).catch(keep);
       }
       this.#pending = [];
       if (this.#failures > 0) {
@@ -999,7 +1137,18 @@ export class LedgerFeed {
         );
         this.#dropped = 0;
       }
-    }, (error) => this.#keep(batch, what, error));
+    }, keep);
+  }
+
+  /**
+   * Records the store was busy for (most often this process's own watchdog
+   * committing) go to the watchdog's next commit, at most an interval away,
+   * rather than waiting here for a retry; never at close, when that thread
+   * stops. False when they could not be handed on.
+   */
+  handOn(records: RunRecord[]): boolean {
+    if (this.#closing || this.#closed || this.#exiting || records.length === 0) return false;
+    return failOpen(() => this.#parts.handOn?.(records) ?? false, () => false);
   }
 
   #keep(batch: RunRecord[], what: string, error: unknown): void {
@@ -1171,7 +1320,8 @@ export function ledgerSummary(view: RunView, now: number): string {
   const turns = `${r.turnsUsed}${r.caps.turns ? ` of ${r.caps.turns.value}` : ""} turns`;
   const seen = lastSeen(view, now);
   const elapsed = Math.max(r.elapsedSeconds, (seen - r.startedAt) / 1000);
-  const time = `${formatDuration(elapsed)}${
+  // Floored, a kill within the first second would read as an attempt that took no time.
+  const time = `${elapsed > 0 && elapsed < 1 ? "under 1s" : formatDuration(elapsed)}${
     r.caps.time ? ` of ${formatDuration(r.caps.time.value)}` : ""
   }`;
   const how = view.state === "ended"
@@ -1371,17 +1521,19 @@ export interface EffectLogParts {
 /** One intent or receipt on its way, with the promise's resolver. */
 type EffectEntry =
   & { resolve: (recorded: boolean) => void; since: number }
-  & ({ intent: EffectIntent } | { receipt: EffectReceipt });
+  & ({ intent: EffectIntent } | { receipt: EffectReceipt } | { journal: JournalEntry });
 
 const entryText = (e: EffectEntry) =>
   "intent" in e
     ? `the intent of ${e.intent.tool} (effect key ${e.intent.key})`
-    : `the receipt of ${e.receipt.tool} (effect key ${e.receipt.key})`;
+    : "receipt" in e
+    ? `the receipt of ${e.receipt.tool} (effect key ${e.receipt.key})`
+    : `the journal's ${e.journal.kind} call ${e.journal.index} of run ${e.journal.runId}`;
 
 /**
- * Intents and receipts on their way to the run ledger: each resolves once
- * committed, and every one taken in the same moment (the same turn of the
- * event loop, or while a commit is under way) shares one commit. The commit
+ * Intents, receipts and journal entries on their way to the run ledger: each
+ * resolves once committed, and every one taken in the same moment (the same
+ * turn of the event loop, or while a commit is under way) shares one commit. The commit
  * is made off the hook that asked for it, on a timer. A store that fails is
  * tried again with a growing wait; past {@linkcode EFFECT_GIVE_UP_MS}, or
  * past {@linkcode MAX_EFFECTS_WAITING}, the promise resolves `false` and the
@@ -1393,8 +1545,8 @@ export class EffectLog {
   #timer: ReturnType<typeof setTimeout> | ReturnType<typeof setImmediate> | undefined;
   #writing = false;
   #failures = 0;
-  /** The log said the ledger is off: once. */
-  #saidOff = false;
+  /** What the log said is not recorded (the ledger off, or a store without its group): once each. */
+  #saidOff = new Set<"effects" | "journal">();
 
   constructor(parts: EffectLogParts) {
     this.#parts = parts;
@@ -1418,13 +1570,39 @@ export class EffectLog {
     return this.#add((resolve, since) => ({ receipt, resolve, since }));
   }
 
+  /** Record a journal entry; resolves like {@linkcode EffectLog.intent}. */
+  journal(entry: JournalEntry): Promise<boolean> {
+    return this.#add((resolve, since) => ({ journal: entry, resolve, since }));
+  }
+
+  /**
+   * The journal of a run id, every attempt's, from the store; tried again as
+   * {@linkcode EffectLog.read} is; undefined when it cannot be read (or the
+   * store keeps none).
+   */
+  readJournal(runId: string): Promise<JournalEntry[] | undefined> {
+    return this.#readOf(
+      runId,
+      "what earlier attempts' model calls answered",
+      (store) => store.journal?.read(runId),
+    );
+  }
+
   /**
    * The effects recorded for a run id, from the store; tried again, with a
    * growing wait, while the store cannot be opened or read (locked, away),
    * for at most {@linkcode EFFECT_GIVE_UP_MS}: undefined then, with a log
    * line, and at once when there is no ledger.
    */
-  async read(runId: string): Promise<EffectRow[] | undefined> {
+  read(runId: string): Promise<EffectRow[] | undefined> {
+    return this.#readOf(runId, "what earlier attempts did", (store) => store.effects?.read(runId));
+  }
+
+  async #readOf<T>(
+    runId: string,
+    what: string,
+    read: (store: LedgerStore) => Promise<T> | undefined,
+  ): Promise<T | undefined> {
     const end = nowMs() + EFFECT_GIVE_UP_MS;
     let error: unknown = new Error("the run ledger is not open yet");
     for (let wait = 10;; wait = Math.min(500, wait * 2)) {
@@ -1432,9 +1610,8 @@ export class EffectLog {
       if (store === null) return undefined;
       if (store) {
         try {
-          if (store.effects) return await store.effects(runId);
-          if (store.effectsSync) return store.effectsSync(runId);
-          return undefined; // a store that keeps none
+          // undefined: a store that keeps none
+          return await read(store);
         } catch (e) {
           // kept, and said in the one log line if every try until the bound fails
           error = e;
@@ -1445,9 +1622,9 @@ export class EffectLog {
     }
     this.#parts.log(
       "warn",
-      `the run ledger could not say what earlier attempts did within ${
-        EFFECT_GIVE_UP_MS / 1000
-      }s (${errorText(error)}): calls of this run run as if none were done before`,
+      `the run ledger could not say ${what} within ${EFFECT_GIVE_UP_MS / 1000}s (${
+        errorText(error)
+      }): calls of this run run as if none were done before`,
       runId,
     );
     return undefined;
@@ -1494,28 +1671,48 @@ export class EffectLog {
   async #flush(): Promise<void> {
     if (this.#writing || this.#waiting.length === 0) return;
     const store = failOpen(() => this.#parts.store(), () => undefined);
-    if (store === null || (store && !store.writeEffects)) {
-      if (!this.#saidOff) {
-        this.#saidOff = true;
-        this.#parts.log(
-          "warn",
-          "side effects are not recorded: the run ledger is off (the setting ledger), or its store keeps none",
+    if (store === null) {
+      for (const e of this.#waiting) {
+        this.#off(
+          "journal" in e ? "journal" : "effects",
+          `${
+            "journal" in e ? "the run journal is" : "side effects are"
+          } not recorded: the run ledger is off (the setting ledger)`,
         );
       }
       this.#settle(false);
       return;
     }
+    // A store without a group takes none of its entries: those resolve false, said once.
+    if (store && (!store.effects || !store.journal)) {
+      const lacks = (e: EffectEntry) => "journal" in e ? !store.journal : !store.effects;
+      const refused = this.#waiting.filter(lacks);
+      this.#waiting = this.#waiting.filter((e) => !lacks(e));
+      for (const e of refused) {
+        this.#off(
+          "journal" in e ? "journal" : "effects",
+          `${
+            "journal" in e ? "the run journal is" : "side effects are"
+          } not recorded: the run ledger's store keeps none`,
+        );
+        e.resolve(false);
+      }
+      if (this.#waiting.length === 0) return;
+    }
     const entries = this.#waiting;
     this.#waiting = [];
     const batch: EffectBatch = { intents: [], receipts: [] };
+    const journal: JournalBatch = { entries: [] };
     for (const e of entries) {
       if ("intent" in e) batch.intents.push(e.intent);
-      else batch.receipts.push(e.receipt);
+      else if ("receipt" in e) batch.receipts.push(e.receipt);
+      else journal.entries.push(e.journal);
     }
     this.#writing = true;
     try {
       if (!store) throw new Error("the run ledger is not open yet");
-      await store.writeEffects!(batch);
+      if (batch.intents.length > 0 || batch.receipts.length > 0) await store.effects!.write(batch);
+      if (journal.entries.length > 0) await store.journal!.write(journal);
       this.commits++;
       if (this.#failures > 0) this.#parts.log("info", "the run ledger takes side effects again");
       this.#failures = 0;
@@ -1549,6 +1746,13 @@ export class EffectLog {
     if (this.#waiting.length > 0) {
       this.#schedule(this.#failures === 0 ? 0 : Math.min(1000, 10 * 2 ** (this.#failures - 1)));
     }
+  }
+
+  /** The log says, once for effects and once for the journal, why they are not recorded. */
+  #off(kind: "effects" | "journal", line: string): void {
+    if (this.#saidOff.has(kind)) return;
+    this.#saidOff.add(kind);
+    this.#parts.log("warn", line);
   }
 
   #settle(recorded: boolean): void {

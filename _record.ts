@@ -19,6 +19,140 @@
 import { Buffer } from "node:buffer";
 import { formatDuration, formatUsd } from "./template.ts";
 
+/** What a run's stored record says of its use: what an axis reads its own figure from. */
+export interface UseReport {
+  /** Model calls made. */
+  turnsUsed?: unknown;
+  /** Seconds since the run started. */
+  elapsedSeconds?: unknown;
+  /** The model use reported, added up. */
+  usage?: { inputTokens?: unknown; outputTokens?: unknown; usd?: unknown } | undefined;
+}
+
+/** One budget axis, described once: see {@linkcode AXES}. */
+export interface BudgetAxis {
+  /** Its name: the key of a run's caps, of a tree's totals, of `enabled_axes` and `enforce`. */
+  readonly name: string;
+  /** Its key under the `caps` setting. */
+  readonly setting: string;
+  /** The `caps` setting's text for it. */
+  readonly settingDoc: string;
+  /** Whether a cap on it is a whole number. */
+  readonly integer: boolean;
+  /** Its cap's label in a checkpoint file: `Turn cap`. */
+  readonly capLabel: string;
+  /** Its unit in a sentence, plural: `turns`. */
+  readonly unit: string;
+  /** A figure on it, as a reader sees it: `12`, `4m10s`, `$1.25`. */
+  readonly show: (n: number) => string;
+  /** A figure on it with its unit, as a sentence says it: `12 turns`, `4m10s`, `$1.25`. */
+  readonly amount: (n: number) => string;
+  /** Which tier-2 fraction applies to it: `tier2_time_fraction` or `tier2_turn_fraction`. */
+  readonly tier2: "time" | "turn";
+  /**
+   * Whether the runs of a tree share it (their use is added up against an
+   * ancestor's cap); false for time, which each run has of its own.
+   */
+  readonly shared: boolean;
+  /** Its use as a run's stored record says it; undefined when the record says none. */
+  readonly used: (report: UseReport) => number | undefined;
+}
+
+const finite = (v: unknown): number | undefined =>
+  typeof v === "number" && Number.isFinite(v) ? v : undefined;
+
+/**
+ * The budget axes: one table, as `SETTINGS` (settings.ts) is one of the settings.
+ * A run's caps, the `caps`, `enabled_axes` and `enforce` settings, a tree's
+ * totals, a budget stop's axis and the lines a checkpoint shows of them are
+ * all made from it; what is special to an axis (dollars of unknown cost, the
+ * clock of the time axis) stays with the code that needs it.
+ *
+ * @example
+ * ```ts
+ * import { AXES } from "./_record.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.deepEqual(AXES.map((a) => a.name), ["time", "turns", "tokens", "usd"]);
+ * const usd = AXES.find((a) => a.name === "usd")!;
+ * assert.equal(usd.show(1.5), "$1.50");
+ * assert.equal(usd.used({ usage: { inputTokens: 3, outputTokens: 4, usd: 0.25 } }), 0.25);
+ * ```
+ */
+export const AXES = [
+  {
+    name: "time",
+    setting: "time_seconds",
+    settingDoc: "A time cap in seconds for runs whose own cap is not found.",
+    integer: false,
+    capLabel: "Time cap",
+    unit: "seconds",
+    show: formatDuration,
+    amount: formatDuration,
+    tier2: "time",
+    shared: false,
+    used: (r) => finite(r.elapsedSeconds),
+  },
+  {
+    name: "turns",
+    setting: "turns",
+    settingDoc: "A turn cap for runs whose own cap is not found.",
+    integer: true,
+    capLabel: "Turn cap",
+    unit: "turns",
+    show: String,
+    amount: (n) => `${n} turns`,
+    tier2: "turn",
+    shared: true,
+    used: (r) => Number(r.turnsUsed) || 0,
+  },
+  {
+    name: "tokens",
+    setting: "tokens",
+    settingDoc: "A token cap (input + output) for runs whose host gives none.",
+    integer: true,
+    capLabel: "Token cap",
+    unit: "tokens",
+    show: String,
+    amount: (n) => `${n} tokens`,
+    tier2: "turn",
+    shared: true,
+    used: (r) =>
+      r.usage ? (Number(r.usage.inputTokens) || 0) + (Number(r.usage.outputTokens) || 0) : 0,
+  },
+  {
+    name: "usd",
+    setting: "usd",
+    settingDoc: "A cost cap in US dollars for runs whose host gives none.",
+    integer: false,
+    capLabel: "Cost cap",
+    unit: "dollars",
+    show: (n) => `$${formatUsd(n)}`,
+    amount: (n) => `$${formatUsd(n)}`,
+    tier2: "turn",
+    shared: true,
+    // Absent, or not a number: the cost is unknown (never $0).
+    used: (r) => {
+      const usd = finite(r.usage?.usd);
+      return usd !== undefined && usd >= 0 ? usd : undefined;
+    },
+  },
+] as const satisfies readonly BudgetAxis[];
+
+/** A budget axis's name. */
+export type Axis = (typeof AXES)[number]["name"];
+
+/** The axes the runs of a tree share (all but time). */
+export type SharedAxis = Extract<(typeof AXES)[number], { shared: true }>["name"];
+
+/** The names of the budget axes, in the table's order. */
+export const AXIS_NAMES: readonly Axis[] = AXES.map((a) => a.name);
+
+/** The axes the runs of a tree share, in the table's order. */
+export const SHARED_AXES: readonly (BudgetAxis & { name: SharedAxis })[] = AXES.filter(
+  (a): a is Extract<(typeof AXES)[number], { shared: true }> => a.shared,
+);
+
 /** A cap and where it was found. */
 export interface CapSource {
   /** Turns, or seconds. */
@@ -27,17 +161,8 @@ export interface CapSource {
   source: string;
 }
 
-/** A run's caps after discovery, per axis. */
-export interface RunCaps {
-  /** The turn cap. */
-  turns?: CapSource;
-  /** The time cap, in seconds. */
-  time?: CapSource;
-  /** The token cap (input + output tokens). */
-  tokens?: CapSource;
-  /** The cost cap, in US dollars. */
-  usd?: CapSource;
-}
+/** A run's caps after discovery, per axis (time in seconds, usd in US dollars). */
+export type RunCaps = { [A in Axis]?: CapSource };
 
 /** The model use a run reported, added up. */
 export interface UsageTotals {
@@ -45,8 +170,16 @@ export interface UsageTotals {
   inputTokens: number;
   /** Output tokens. */
   outputTokens: number;
-  /** The cost in US dollars; absent when it is not known (no cost given and no price). */
+  /**
+   * The cost in US dollars of the calls whose cost is known; absent (in
+   * records of earlier versions) when it is not known.
+   */
   usd?: number;
+  /**
+   * The models of the calls whose cost is unknown (no valid cost given and no
+   * price; `(no model named)` when none was): `usd` is then a lower bound.
+   */
+  unpriced?: string[];
 }
 
 /** A tool call that ran past its deadline. */
@@ -204,10 +337,13 @@ export interface TreeRecord {
   root: string;
   /** The run's parent, unless it is the root. */
   parent?: string;
-  /** What the whole tree used, as this run last knew it. */
-  totals?: { turns: number; tokens: number; usd?: number };
+  /**
+   * What the whole tree used, as this run last knew it; `unpriced` names the
+   * models of calls whose cost is unknown (`usd` is then a lower bound).
+   */
+  totals?: Omit<{ [A in SharedAxis]: number }, "usd"> & { usd?: number; unpriced?: string[] };
   /** What the run's model call in flight reserves of the tree's caps, and since when (ms). */
-  reserved?: { turns: number; tokens: number; usd: number; at: number };
+  reserved?: { [A in SharedAxis]: number } & { at: number };
   /** The run's last model call's tokens and dollars: what a call of the tree is expected to cost. */
   perCall?: { tokens: number; usd: number };
 }
@@ -215,7 +351,7 @@ export interface TreeRecord {
 /** The enforced cap that stopped a run. */
 export interface BudgetStop {
   /** The axis. */
-  axis: "time" | "turns" | "tokens" | "usd";
+  axis: Axis;
   /** Its cap. */
   cap: number;
   /** What was used against it (the tree's total when the cap is an ancestor's). */
@@ -227,6 +363,11 @@ export interface BudgetStop {
    * (`used` and this reach the cap): those calls spend the rest.
    */
   inFlight?: number;
+  /**
+   * A dollar cap stopped by a call of unknown cost: the model it named
+   * (`(no model named)` when none was). `used` is then what the known costs add up to.
+   */
+  unpriced?: string;
 }
 
 /**
@@ -330,6 +471,27 @@ const capLine = (label: string, cap: CapSource | undefined, unit: (n: number) =>
 
 const dollars = (n: number) => `$${formatUsd(n)}`;
 
+/** A model whose call's cost is unknown, in words: `unknown price for M`, or that none was named. */
+export const unpricedText = (model: string): string =>
+  model === NO_MODEL
+    ? "no cost was reported and no model was named"
+    : `unknown price for ${line(model)}`;
+
+/** What stands for the model of a call that named none. */
+export const NO_MODEL = "(no model named)";
+
+/** A tree's totals in words: `5 turns, 150 tokens and at least $0.75`. */
+function treeFigures(t: Record<string, unknown>): string {
+  const figures = SHARED_AXES.map((a) => {
+    const n = t[a.name];
+    if (a.name !== "usd") return `${num(n)} ${a.unit}`;
+    // Calls of unknown cost are never $0: what the known ones cost is a floor.
+    if (typeof n !== "number" || !Number.isFinite(n)) return "unknown dollars";
+    return `${Array.isArray(t.unpriced) && t.unpriced.length > 0 ? "at least " : ""}${a.show(n)}`;
+  });
+  return `${figures.slice(0, -1).join(", ")} and ${figures.at(-1)}`;
+}
+
 /** The token and cost lines: shown when the run has such a cap or reported use. */
 function usageLines(r: CheckpointRecord): string[] {
   const out: string[] = [];
@@ -340,13 +502,19 @@ function usageLines(r: CheckpointRecord): string[] {
     out.push(`- Tokens so far: ${inTokens + outTokens} (${inTokens} in, ${outTokens} out)`);
   }
   if (r.caps?.tokens) out.push(capLine("Token cap", r.caps.tokens, String));
+  const unpriced = u && Array.isArray(u.unpriced) && u.unpriced.length > 0;
   if (u && typeof u.usd === "number" && Number.isFinite(u.usd)) {
-    out.push(`- Cost so far: ${dollars(u.usd)}`);
+    // Calls of unknown cost are never $0: what the known ones cost is a floor.
+    out.push(
+      `- Cost so far: ${unpriced ? "at least " : ""}${dollars(u.usd)}${
+        unpriced ? " (some calls' cost is unknown)" : ""
+      }`,
+    );
   } else if (u && r.caps?.usd) out.push("- Cost so far: unknown (no cost reported, no price)");
   if (r.caps?.usd) out.push(capLine("Cost cap", r.caps.usd, dollars));
   if (Array.isArray(r.unknownPrices) && r.unknownPrices.length > 0) {
     out.push(
-      `- Cost unknown: ${r.unknownPrices.map((m) => `unknown price for ${line(m)}`).join("; ")}`,
+      `- Cost unknown: ${r.unknownPrices.map((m) => unpricedText(String(m))).join("; ")}`,
     );
   }
   const tree = isObject(r.tree) ? r.tree : undefined;
@@ -355,24 +523,18 @@ function usageLines(r: CheckpointRecord): string[] {
     out.push(
       `- Tree: root ${line(tree.root)}${
         isString(tree.parent) ? `, parent ${line(tree.parent)}` : ""
-      }${
-        t
-          ? `; the tree has used ${num(t.turns)} turns, ${num(t.tokens)} tokens and ${
-            typeof t.usd === "number" && Number.isFinite(t.usd) ? dollars(t.usd) : "unknown dollars"
-          }`
-          : ""
-      }`,
+      }${t ? `; the tree has used ${treeFigures(t)}` : ""}`,
     );
   }
   const b = isObject(r.budget) ? r.budget : undefined;
   if (b && isString(b.axis) && isNumber(b.cap) && isNumber(b.used)) {
-    const unit = b.axis === "usd" ? dollars : b.axis === "time" ? formatDuration : String;
+    const unit = AXES.find((a) => a.name === b.axis)?.show ?? String;
     out.push(
       `- Stopped by: the enforced ${line(b.axis)} cap ${unit(b.cap)}${
         isString(b.runId) && b.runId !== r.runId ? ` of ${line(b.runId)}` : ""
-      } (used ${unit(b.used)}${
+      } (used ${isString(b.unpriced) ? "at least " : ""}${unit(b.used)}${
         isNumber(b.inFlight) ? `, ${unit(b.inFlight)} reserved by calls in flight` : ""
-      })`,
+      }${isString(b.unpriced) ? `; a call of unknown cost: ${unpricedText(b.unpriced)}` : ""})`,
     );
   }
   return out;
@@ -661,7 +823,8 @@ export function summaryLine(r: CheckpointRecord): string {
     const tokens = num(r.usage.inputTokens) + num(r.usage.outputTokens);
     text += `, ${tokens}${r.caps?.tokens ? ` of ${r.caps.tokens.value}` : ""} tokens`;
     if (typeof r.usage.usd === "number" && Number.isFinite(r.usage.usd)) {
-      text += ` and ${dollars(r.usage.usd)}${
+      const floor = Array.isArray(r.usage.unpriced) && r.usage.unpriced.length > 0;
+      text += ` and ${floor ? "at least " : ""}${dollars(r.usage.usd)}${
         r.caps?.usd ? ` of ${dollars(r.caps.usd.value)}` : ""
       }`;
     }
@@ -731,7 +894,7 @@ class Fields {
       return {};
     }
     const caps: RunCaps = {};
-    for (const axis of ["turns", "time", "tokens", "usd"] as const) {
+    for (const axis of AXIS_NAMES) {
       const c = v[axis];
       if (c === undefined) continue;
       if (isObject(c) && isNumber(c.value) && isString(c.source)) {
@@ -866,7 +1029,12 @@ export function parseRecord(bytes: Uint8Array, dropped?: string[]): CheckpointRe
     (u) => isObject(u) && isNumber(u.inputTokens) && isNumber(u.outputTokens),
     "usage",
   );
-  if (isObject(r.usage)) f.keep(r.usage, "usd", isNumber, "usage.usd");
+  if (isObject(r.usage)) {
+    f.keep(r.usage, "usd", isNumber, "usage.usd");
+    if (r.usage.unpriced !== undefined) {
+      r.usage.unpriced = f.strings(r.usage.unpriced, "usage.unpriced");
+    }
+  }
   f.keep(
     r,
     "timedOut",

@@ -41,7 +41,7 @@ const DEADLINE_AT = 2; // when the run's deadline signal aborts, ms; 0 while nob
 const RING_F = 3; // TOOL_RING × [started at ms, duration ms]
 const IN_TOKENS = RING_F + TOOL_RING * 2; // input tokens reported so far
 const OUT_TOKENS = IN_TOKENS + 1; // output tokens reported so far
-const USD = IN_TOKENS + 2; // dollars spent so far; NaN once a call's cost was not known
+const USD = IN_TOKENS + 2; // dollars spent so far, of the calls whose cost is known (or NaN)
 const TOOL_DEADLINE = IN_TOKENS + 3; // TOOL_RING × when the call times out, ms; 0 for never
 const TIER_AT = TOOL_DEADLINE + TOOL_RING; // 2 × when tier 1, tier 2 was claimed, ms; 0 before
 const F64_PER_SLOT = TIER_AT + 2;
@@ -49,7 +49,7 @@ const F64_PER_SLOT = TIER_AT + 2;
 // Int32 fields of a slot.
 const GEN = 0; // bumped when the slot is freed, so stale handles see it
 const TURNS = 1; // preLlmCall() calls so far
-const MID_LATCH = 2; // bit 0: tier 1 persisted, bit 1: tier 2
+const MID_LATCH = 2; // bit 0: tier 1 claimed, bit 1: tier 2; bits 2, 3: its record settled
 const STALLED = 3; // 1 while a stall checkpoint stands for the current silence
 const UNCAPPED = 4; // the latest uncapped multiple persisted
 const TOOL_COUNT = 5; // tool calls recorded so far
@@ -522,14 +522,16 @@ export class RunTable {
   }
 
   /**
-   * Add one model call's use (one writer: the main thread). A cost of `NaN`
-   * (not known) makes the run's dollar figure `NaN` from then on.
+   * Add one model call's use (one writer: the main thread): a known cost (a
+   * call of unknown cost adds 0 here and is marked in the run's description,
+   * or, where no dollar cap asks, `NaN`: the dollars are unknown from then on).
+   * Dollars stop at the largest finite number, which passes every cap.
    */
   addUsage(slot: number, inputTokens: number, outputTokens: number, usd: number): void {
     const f = this.#fAt(slot);
     this.#f[f + IN_TOKENS] = this.#f[f + IN_TOKENS]! + inputTokens;
     this.#f[f + OUT_TOKENS] = this.#f[f + OUT_TOKENS]! + outputTokens;
-    this.#f[f + USD] = this.#f[f + USD]! + usd;
+    this.#f[f + USD] = Math.min(this.#f[f + USD]! + usd, Number.MAX_VALUE);
   }
 
   /** Set the dollars spent so far, as the framework counts them (one writer: the main thread). */
@@ -543,7 +545,7 @@ export class RunTable {
     return this.#f[f + IN_TOKENS]! + this.#f[f + OUT_TOKENS]!;
   }
 
-  /** Dollars spent so far; `NaN` when a call's cost was not known. */
+  /** Dollars spent so far, of the calls whose cost is known; `NaN` when unknown (see addUsage). */
   usd(slot: number): number {
     return this.#f[this.#fAt(slot) + USD]!;
   }
@@ -660,6 +662,36 @@ export class RunTable {
         this.#f[this.#fAt(slot) + TIER_AT + tier - 1] = nowMs();
         return true;
       }
+    }
+  }
+
+  /**
+   * Say that the record of a tier this thread claimed is written, or will not
+   * be: a hook that returns the tier's directive waits for it
+   * ({@linkcode RunTable.tierSettled}), so the file the directive names is there.
+   */
+  settleTier(slot: number, tier: 1 | 2): void {
+    const i = this.#iAt(slot) + MID_LATCH;
+    Atomics.or(this.#i, i, tier === 1 ? 4 : 8);
+    Atomics.notify(this.#i, i);
+  }
+
+  /**
+   * Wait at most `ms` (blocking the thread) until the record of the tier
+   * claimed on the mid-run surface is settled; true at once when it is, or
+   * when no record of it was claimed. A claim of tier 2 that skipped tier 1
+   * settles both.
+   */
+  tierSettled(slot: number, tier: 1 | 2, ms = 0): boolean {
+    const i = this.#iAt(slot) + MID_LATCH;
+    const end = performance.now() + ms;
+    for (;;) {
+      const latch = Atomics.load(this.#i, i);
+      if ((latch & tier) === 0) return true;
+      if ((latch & 2 ? latch & 8 : latch & 4) !== 0) return true;
+      const left = end - performance.now();
+      if (left <= 0) return false;
+      Atomics.wait(this.#i, i, latch, left);
     }
   }
 
@@ -926,7 +958,7 @@ export class RunTable {
     let h = Atomics.load(this.#i, i + TURNS);
     h = (h * 31 + Atomics.load(this.#i, i + TOOL_COUNT)) | 0;
     h = (h * 31 + Atomics.load(this.#i, i + INFO_SEQ)) | 0;
-    h = (h * 31 + Atomics.load(this.#i, i + MID_LATCH)) | 0;
+    h = (h * 31 + (Atomics.load(this.#i, i + MID_LATCH) & 3)) | 0;
     h = (h * 31 + Atomics.load(this.#i, i + GEN)) | 0;
     for (let k = 0; k < TOOL_RING; k++) {
       h = (h * 31 + Atomics.load(this.#i, i + RING_I + k * 2 + 1)) | 0;

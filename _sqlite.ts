@@ -143,6 +143,9 @@ function load(): SqliteDriver | null {
   try {
     type Ctor = new (file: string | Uint8Array, options: object) => RawDb;
     const Database = createRequire(import.meta.url)("better-sqlite3") as Ctor;
+    // The package can be there without its native part (an optional dependency whose build
+    // failed): it loads that only at the first open, so a failed build shows here, once.
+    new Database(":memory:", {}).close();
     return {
       name: "better-sqlite3",
       open: (file, { readOnly, immutable }) => {

@@ -8,18 +8,84 @@
  *
  * @module
  */
-import type { BudgetStop, RunCaps } from "./_record.ts";
+import {
+  type Axis,
+  type BudgetStop,
+  NO_MODEL,
+  type RunCaps,
+  SHARED_AXES,
+  type SharedAxis,
+  type UsageTotals,
+} from "./_record.ts";
 import type { TierPlan } from "./tier.ts";
 import type { RunInfo } from "./_writer.ts";
+import { nowMs } from "./_run_table.ts";
+import { clearInterval, setInterval } from "node:timers";
 
-/** Use that counts toward a tree's caps. */
-export interface TreeUse {
-  /** Model calls. */
-  turns: number;
-  /** Input and output tokens. */
-  tokens: number;
-  /** Dollars; `NaN` when some call's cost is unknown. */
-  usd: number;
+/**
+ * Use that counts toward a tree's caps: a figure per shared axis (`usd` is
+ * the dollars of the calls whose cost is known), and the models of calls
+ * whose cost is unknown (`usd` is then a lower bound).
+ */
+export type TreeUse = { [A in SharedAxis]: number } & { unpriced?: readonly string[] };
+
+/**
+ * No use on any axis: a fresh object.
+ *
+ * @example
+ * ```ts
+ * import { noUse } from "./_tree.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.deepEqual(noUse(), { turns: 0, tokens: 0, usd: 0 });
+ * ```
+ */
+export function noUse(): TreeUse {
+  const use = {} as TreeUse;
+  for (const axis of SHARED_AXES) use[axis.name] = 0;
+  return use;
+}
+
+/** The most models named as of unknown cost in one run's or one tree's use. */
+const MAX_UNPRICED = 8;
+
+/**
+ * Add `n` to a tree's `sum` on an axis: never beyond the largest finite
+ * number, so a forged huge cost passes every cap instead of turning the total
+ * into `Infinity`, which a stored record cannot hold.
+ */
+const addUse = (sum: number, n: number): number => Math.min(sum + n, Number.MAX_VALUE);
+
+/**
+ * A run's own use as its stored record says it. The dollars of records from
+ * versions that left them out when a cost was unknown are a lower bound (0),
+ * never $0 known.
+ *
+ * @example
+ * ```ts
+ * import { recordUse } from "./_tree.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const use = recordUse({ turnsUsed: 2, usage: { inputTokens: 10, outputTokens: 5, usd: 0.5, unpriced: ["m"] } });
+ * assert.deepEqual(use, { turns: 2, tokens: 15, usd: 0.5, unpriced: ["m"] });
+ * ```
+ */
+export function recordUse(
+  record: { turnsUsed?: unknown; usage?: Partial<UsageTotals> | undefined },
+): TreeUse {
+  const usage = record.usage;
+  const use = noUse();
+  for (const axis of SHARED_AXES) {
+    const used = axis.used(record);
+    if (used !== undefined) use[axis.name] = used;
+    // A usage report without a cost: the dollars are unknown, never $0.
+    else if (usage && axis.name === "usd") use.unpriced = [NO_MODEL];
+  }
+  if (!usage) return use;
+  if (Array.isArray(usage.unpriced) && usage.unpriced.length > 0) {
+    use.unpriced = usage.unpriced.slice(0, MAX_UNPRICED).map(String);
+  }
+  return use;
 }
 
 /** A run of a tree as the run store holds it (usually another process's). */
@@ -58,7 +124,25 @@ interface LocalMember {
   reserved?: TreeUse | undefined;
   /** Its last model call's use. */
   perCall?: TreeUse | undefined;
+  /** Its look at the tree's totals between its own hooks; undefined once it ended. */
+  look?: TreeLook | undefined;
 }
+
+/** A run's look at its tree's totals, made between its hooks (a relative may spend elsewhere). */
+export interface TreeLook {
+  /** Whether it wants the look now: live, not stopped, and a cap enforced. */
+  wanted(): boolean;
+  /** Judge the tree's totals as they stand (the store's rows were just read). */
+  look(): void;
+}
+
+/**
+ * How often a tree whose runs here are under an enforced cap is read from
+ * the run store, ms: every run of it learns within about this long (plus one
+ * write of the run that spent) that the tree passed the cap, though it makes
+ * no call of its own. One indexed read per tree, not per run.
+ */
+export const TREE_LOOK_MS = 250;
 
 /** A run's seat in its tree: the tree, its place, and the run store's side of it. */
 export interface TreeSeat {
@@ -115,6 +199,8 @@ export class TreeSeats {
   #failing = false;
   /** Seats whose place the store has not recorded yet, by run id. */
   readonly #unjoined = new Map<string, TreePlace>();
+  /** Each tree's look at the store, by root: while a run of it here is under an enforced cap. */
+  readonly #tickers = new Map<string, ReturnType<typeof setInterval>>();
 
   constructor(
     store: () => TreeStore | undefined,
@@ -202,6 +288,12 @@ export class TreeSeats {
     };
     this.#seats.set(runId, seat);
     this.#unjoined.set(runId, place);
+    if (!this.#tickers.has(place.root)) {
+      const ticker = setInterval(() => this.#look(tree, seat), TREE_LOOK_MS);
+      // A look never keeps the process alive: the runs' own hooks and ends do.
+      (ticker as { unref?: () => void }).unref?.();
+      this.#tickers.set(place.root, ticker);
+    }
     const store = this.#store();
     if (store) this.#join(store);
     return seat;
@@ -217,13 +309,39 @@ export class TreeSeats {
     this.#seats.delete(runId);
     for (const other of this.#seats.values()) if (other.tree === seat.tree) return;
     this.#trees.delete(seat.tree.root);
+    clearInterval(this.#tickers.get(seat.tree.root));
+    this.#tickers.delete(seat.tree.root);
+  }
+
+  /** Stop every tree's look (the keeper closes). */
+  close(): void {
+    for (const ticker of this.#tickers.values()) clearInterval(ticker);
+    this.#tickers.clear();
+  }
+
+  /**
+   * A tree's look between its runs' hooks: the store's rows read once, then
+   * each run here under an enforced cap judges the totals. The spend of a
+   * relative in another process reaches them so, not at their next call.
+   */
+  #look(tree: RunTree, seat: TreeSeat): void {
+    // A timer's callback: whatever fails here is logged, never thrown into the host's process.
+    try {
+      if (tree.looks().length === 0) return; // nothing enforced here: no read
+      const rows = seat.read?.(tree.root);
+      if (!rows) return;
+      tree.refresh(rows, nowMs());
+      for (const look of tree.looks()) look.look();
+    } catch (error) {
+      this.#failed(`looking at the tree ${tree.root}`, error);
+    }
   }
 }
 
 /**
  * The enforced cap that `use` has passed under `plan`, if any: an axis of
- * `axes` whose counted cap is reached (time only when `elapsed` is given;
- * dollars never when unknown).
+ * `axes` whose counted cap is reached (time only when `elapsed` is given),
+ * or a dollar cap under which a call's cost is unknown.
  *
  * @example
  * ```ts
@@ -239,36 +357,36 @@ export class TreeSeats {
  *   cap: 1,
  *   used: 1.2,
  * });
- * assert.equal(passedCap(plan, ["usd"], { turns: 4, tokens: 0, usd: NaN }), undefined);
+ * // A call of unknown cost stops an enforced dollar cap: never counted as $0.
+ * assert.deepEqual(passedCap(plan, ["usd"], { turns: 4, tokens: 0, usd: 0.2, unpriced: ["m"] }), {
+ *   axis: "usd",
+ *   cap: 1,
+ *   used: 0.2,
+ *   unpriced: "m",
+ * });
  * ```
  */
 export function passedCap(
   plan: TierPlan,
-  axes: readonly ("time" | "turns" | "tokens" | "usd")[],
+  axes: readonly Axis[],
   use: TreeUse,
   elapsed?: number,
 ): Omit<BudgetStop, "runId"> | undefined {
   for (const axis of axes) {
-    const cap = axis === "turns"
-      ? plan.turnCap
-      : axis === "tokens"
-      ? plan.tokenCap
-      : axis === "usd"
-      ? plan.usdCap
-      : elapsed === undefined
-      ? undefined
-      : plan.timeCap;
+    const cap = axis === "time" && elapsed === undefined ? undefined : plan.byAxis[axis];
     if (cap === undefined) continue;
     const used = axis === "time" ? elapsed! : use[axis];
     if (used >= cap) return { axis, cap, used: axis === "time" ? Math.floor(used) : used };
+    // A call of unknown cost may have spent anything: an enforced dollar cap stops there.
+    if (axis === "usd" && use.unpriced?.length) {
+      return { axis, cap, used, unpriced: use.unpriced[0]! };
+    }
   }
   return undefined;
 }
 
 /** The deepest chain of parents followed; deeper ones (or a cycle) stop there. */
 const MAX_DEPTH = 64;
-
-const ZERO: TreeUse = Object.freeze({ turns: 0, tokens: 0, usd: 0 });
 
 /**
  * One tree of runs: its members in this process, and what the run store says
@@ -312,8 +430,16 @@ export class RunTree {
     caps: RunCaps,
     use: () => TreeUse,
     stop?: (stop: BudgetStop) => void,
+    look?: TreeLook,
   ): void {
-    this.#local.set(runId, { parentId, caps, use, stop });
+    this.#local.set(runId, { parentId, caps, use, stop, look });
+  }
+
+  /** The looks of this process's runs that want one now. */
+  looks(): TreeLook[] {
+    const out: TreeLook[] = [];
+    for (const member of this.#local.values()) if (member.look?.wanted()) out.push(member.look);
+    return out;
   }
 
   /** Keep a run's last figures once it has ended (its slot goes to another run). */
@@ -322,6 +448,7 @@ export class RunTree {
     if (member) {
       member.use = () => last;
       member.stop = undefined;
+      member.look = undefined;
     }
   }
 
@@ -347,16 +474,17 @@ export class RunTree {
   expected(runId: string): TreeUse {
     const own = this.#local.get(runId)?.perCall;
     if (own) return own;
-    let tokens = 0;
-    let usd = 0;
+    // Dearest on each axis but turns: the next call is one turn, counted when it is made.
+    const dearest = noUse();
     const seen = (u: TreeUse | undefined) => {
       if (!u) return;
-      if (u.tokens > tokens) tokens = u.tokens;
-      if (u.usd > usd) usd = u.usd;
+      for (const { name } of SHARED_AXES) {
+        if (name !== "turns" && u[name] > dearest[name]) dearest[name] = u[name];
+      }
     };
     for (const member of this.#local.values()) seen(member.perCall);
     for (const row of this.#remote) seen(row.perCall);
-    return { turns: 0, tokens, usd };
+    return dearest;
   }
 
   /** A run of this process's last model call's use. */
@@ -415,10 +543,12 @@ export class RunTree {
     const sums = new Map<string, TreeUse>();
     const add = (runId: string, use: TreeUse) => {
       for (const { runId: id } of this.chain(runId)) {
-        const sum = sums.get(id) ?? { ...ZERO };
-        sum.turns += use.turns;
-        sum.tokens += use.tokens;
-        sum.usd += use.usd;
+        const sum = sums.get(id) ?? noUse();
+        for (const { name } of SHARED_AXES) sum[name] = addUse(sum[name], use[name]);
+        if (use.unpriced?.length) {
+          const models = new Set([...sum.unpriced ?? [], ...use.unpriced]);
+          sum.unpriced = [...models].slice(0, MAX_UNPRICED);
+        }
         sums.set(id, sum);
       }
     };
@@ -437,6 +567,6 @@ export class RunTree {
 
   /** The tree's own members' use, added up: what the whole tree spent. */
   total(): TreeUse {
-    return this.totals().get(this.root) ?? { ...ZERO };
+    return this.totals().get(this.root) ?? noUse();
   }
 }

@@ -13,11 +13,14 @@
  * @module
  */
 import process from "node:process";
-import { type MessagePort, Worker } from "node:worker_threads";
+import { clearTimeout, setTimeout } from "node:timers";
+import type { MessagePort, Worker } from "node:worker_threads";
 import type { Env } from "./config.ts";
-import { deniedRead, errorText, failOpen, failOpenAsync, type Log } from "./log.ts";
+import { deniedRead, errorText, failOpen, failOpenAsync, type Log, say } from "./log.ts";
 import type { RunTable } from "./_run_table.ts";
 import type { CheckpointEvent } from "./_writer.ts";
+import type { RunRecord } from "./_ledger.ts";
+import { builtin } from "./_write_steps.ts";
 // Types only: the main thread loads the worker's code only for Deno's graph (below).
 import type { FromWorker, ToWorker, WatchdogData, WatchdogStats } from "./watchdog.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the
@@ -82,8 +85,11 @@ function workerUrl(module: URL): URL {
  * applies it; Deno's workers ignore it.
  */
 const WATCHDOG_YOUNG_MB = 3;
-/** How long the keeper's close waits for the worker to close its run ledger's store, ms. */
-const STORE_CLOSE_WAIT_MS = 1000;
+/**
+ * How long the keeper's close waits for the worker to write what waits for its run ledger
+ * (for at most 2 s) and close the store, ms.
+ */
+const STORE_CLOSE_WAIT_MS = 3000;
 
 /**
  * The overrides as the worker can take them: each key that survives a
@@ -166,6 +172,16 @@ export interface WatchdogParts {
  * assert.equal(watchdog.running, false);
  * ```
  */
+/**
+ * Watchdogs running in this process (this module's instance), and whether the
+ * host was told it has many: each keeper runs its own thread, so a host that
+ * makes a keeper per task pays a thread and its start for each.
+ */
+const running = { count: 0, told: false };
+
+/** From this many watchdogs at once in a process, the host is told (once) to share one keeper. */
+export const MANY_WATCHDOGS = 4;
+
 export class WatchdogHost {
   readonly #parts: WatchdogParts;
   #worker: Worker | undefined;
@@ -174,6 +190,8 @@ export class WatchdogHost {
   /** Told when the worker has closed its run ledger's store, at stop. */
   #closedStore: (() => void) | undefined;
   #stats: WatchdogStats | undefined;
+  /** The start queued by {@linkcode WatchdogHost.startSoon}, until it runs. */
+  #soon: ReturnType<typeof setTimeout> | undefined;
 
   /** @param parts What it starts with and hands its messages to. */
   constructor(parts: WatchdogParts) {
@@ -190,9 +208,45 @@ export class WatchdogHost {
     return this.#failed;
   }
 
+  /**
+   * Hand ledger records to the worker, whose next commit writes them (the
+   * host's thread found the store busy); false when no worker runs.
+   */
+  handOn(records: RunRecord[]): boolean {
+    const worker = this.#worker;
+    if (!worker || this.#stopped) return false;
+    worker.postMessage({ type: "records", records } satisfies ToWorker);
+    return true;
+  }
+
   /** The worker's last heap report, when asked for (benchmarks). */
   get stats(): WatchdogStats | undefined {
     return this.#stats;
+  }
+
+  /** Whether a start is queued ({@linkcode WatchdogHost.startSoon}) and has not run yet. */
+  get queued(): boolean {
+    return this.#soon !== undefined;
+  }
+
+  /**
+   * Start the worker once the host's event loop next turns (a macrotask),
+   * never on the caller's path: creating a thread blocks its caller for tens
+   * of milliseconds (Deno creates it synchronously), and the caller is a run's
+   * start or hook. Records made before it runs are written by the host's
+   * thread. Queued once; `then` is called after the start was tried. The
+   * timer does not keep the process alive.
+   */
+  startSoon(then: () => void): void {
+    if (this.#soon !== undefined || this.#worker !== undefined || this.#stopped || this.#failed) {
+      return;
+    }
+    this.#soon = setTimeout(() => {
+      this.#soon = undefined;
+      this.start();
+      then();
+    }, 0);
+    this.#soon.unref?.();
   }
 
   /** Start the worker, unless it runs, failed, or was stopped; a failure costs a log line. */
@@ -227,7 +281,9 @@ export class WatchdogHost {
       // The fleet store: the watchdog's batches go through the store's own thread.
       const storePort = this.#parts.storePort();
       if (storePort) data.storePort = storePort;
-      const worker = new Worker(workerUrl(module), {
+      // node:worker_threads is loaded here, not at import (in Node it brings the streams).
+      const threads = builtin<typeof import("node:worker_threads")>("node:worker_threads");
+      const worker = new threads.Worker(workerUrl(module), {
         workerData: data,
         resourceLimits: { maxYoungGenerationSizeMb: WATCHDOG_YOUNG_MB },
         transferList: storePort ? [storePort] : [],
@@ -241,12 +297,21 @@ export class WatchdogHost {
       });
       worker.on("error", (error) => {
         this.#failed = true;
+        if (this.#worker !== undefined) running.count--;
         this.#worker = undefined;
         log("error", `the watchdog stopped: ${errorText(error)}`);
       });
       // After the listeners: in Node, adding a message listener re-refs the worker.
       worker.unref();
       this.#worker = worker;
+      if (++running.count >= MANY_WATCHDOGS && !running.told) {
+        running.told = true;
+        const message =
+          `${running.count} keepers (createAgentCheckpoint) in this process each run a watchdog thread of their own, and each costs the host a thread and its start: make one keeper per process and start every run from it (said once)`;
+        log("warn", message);
+        // On stderr too, even with a host logger: the host's author, not its log, has to act.
+        say(`agent-checkpoint: ${message}`);
+      }
     }, (error) => {
       this.#failed = true;
       log("error", `the watchdog could not start: ${errorText(error)}`);
@@ -259,9 +324,12 @@ export class WatchdogHost {
    */
   async stop(waitMs: number): Promise<void> {
     this.#stopped = true;
+    if (this.#soon !== undefined) clearTimeout(this.#soon);
+    this.#soon = undefined;
     const worker = this.#worker;
     this.#worker = undefined;
     if (!worker) return;
+    running.count--;
     const { log, shared } = this.#parts;
     await failOpenAsync(async () => {
       if (!await shared.writesDone(waitMs)) {

@@ -18,7 +18,6 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
-import { isMainThread } from "node:worker_threads";
 import { Buffer } from "node:buffer";
 import { createRequire } from "node:module";
 import { mergeBlock } from "./_record.ts";
@@ -39,6 +38,14 @@ let cryptoModule: typeof import("node:crypto") | undefined;
 /** `node:crypto`, loaded on first use: a host pays for it at its first write, not its import. */
 export const nodeCrypto = (): typeof import("node:crypto") =>
   cryptoModule ??= builtin<typeof import("node:crypto")>("node:crypto");
+
+let mainThread: boolean | undefined;
+/**
+ * Whether this is the process's main thread. `node:worker_threads` is loaded on the first
+ * question, not at import: in Node it brings the stream modules with it.
+ */
+export const isMainThread = (): boolean =>
+  mainThread ??= builtin<typeof import("node:worker_threads")>("node:worker_threads").isMainThread;
 
 /** One file-system step. Errors come back into the algorithm as thrown errors. */
 export type Op =
@@ -193,7 +200,7 @@ export function sweepStaleTemps(dir: string): void {
   swept.add(dir);
   try {
     if (fs.statSync(dir).size > SYNC_SWEEP_DIR_BYTES) {
-      if (!isMainThread) setTimeout(() => void sweepInBackground(dir), 0);
+      if (!isMainThread()) setTimeout(() => void sweepInBackground(dir), 0);
       return;
     }
     sweepNow(dir);
@@ -375,13 +382,29 @@ export function runSync<T>(steps: Steps<T>, trace?: StepTrace): T {
   return next.value;
 }
 
-/** Run steps on the event loop. */
-export async function runAsync<T>(steps: Steps<T>, trace?: StepTrace): Promise<T> {
+/**
+ * The steps that wait on the disk (a flush): with `waitsOnly`, only these go
+ * through the event loop, so that the lanes of a burst overlap their waits.
+ */
+const WAITS: ReadonlySet<Op["op"]> = new Set<Op["op"]>(["fsync", "syncDir"]);
+
+/**
+ * Run steps on the event loop. `waitsOnly`: the steps that do not wait on the
+ * disk (open, write, link, unlink, …: microseconds each) run at once on this
+ * thread, each sparing a round trip through the runtime's I/O threads; for a
+ * thread of its own (the watchdog's burst), never the host's.
+ */
+export async function runAsync<T>(
+  steps: Steps<T>,
+  trace?: StepTrace,
+  waitsOnly = false,
+): Promise<T> {
   let next = steps.next();
   while (!next.done) {
     let value: unknown;
     try {
-      value = await doAsync(next.value);
+      const op = next.value;
+      value = waitsOnly && !WAITS.has(op.op) ? doSync(op) : await doAsync(op);
     } catch (error) {
       next = steps.throw(error);
       continue;
@@ -677,7 +700,7 @@ function* lateBytes(fd: number, offset: number): Steps<Uint8Array> {
 }
 
 function* hold(file: string, replaced: Replaced[]): Steps<void> {
-  if (!isMainThread) {
+  if (!isMainThread()) {
     // A worker thread can be terminated at any moment, and its descriptors would leak.
     for (const r of replaced) yield* closeQuietly(r.fd);
     return;
@@ -753,7 +776,7 @@ function* copyLate(file: string, fd: number, base: Uint8Array): Steps<number> {
     } catch {
       // On the main thread the held inode keeps them for the next persist; a worker thread
       // holds no inode (it may be terminated at any moment), so it keeps the bytes instead.
-      if (!isMainThread) keepStuck(file, late);
+      if (!isMainThread()) keepStuck(file, late);
       break;
     }
     copied += late.length;
@@ -1130,7 +1153,9 @@ export const SKIPPED: unique symbol = Symbol("skipped");
  * `make(i)` makes when a lane comes to it (so the first files land while
  * later records are still to be made; undefined leaves it out, a throw is its
  * error). Writes to one file are made in order, each directory is made once
- * (not once per write) and flushed once, after its renames. @internal
+ * (not once per write) and flushed once, after its renames. `waitsOnly`: on
+ * a thread of its own, only the flushes go through the event loop (see
+ * {@linkcode runAsync}). @internal
  *
  * @returns Per write: undefined when written, {@linkcode SKIPPED}, or its error.
  */
@@ -1139,6 +1164,7 @@ export async function writeBurst(
   make: (i: number) => { block: string; lock?: FileLock; fresh?: boolean } | undefined,
   concurrency: number,
   trace?: StepTrace,
+  waitsOnly = false,
 ): Promise<Array<Error | undefined | typeof SKIPPED>> {
   const results: Array<Error | undefined | typeof SKIPPED> = files.map(() => undefined);
   const byFile = new Map<string | undefined, number[]>();
@@ -1170,7 +1196,7 @@ export async function writeBurst(
             ensureDir(dir);
             dirs.add(dir);
           }
-          await runAsync(persistSteps(file, made.block, false, made.fresh), trace);
+          await runAsync(persistSteps(file, made.block, false, made.fresh), trace, waitsOnly);
         } catch (error) {
           results[i] = error instanceof Error ? error : new Error(String(error));
         } finally {

@@ -21,10 +21,10 @@
  * @module
  */
 import * as path from "node:path";
-import { isMainThread } from "node:worker_threads";
 import { clearTimeout, setTimeout } from "node:timers";
 import { errorText, failOpen, isThenable, type Log } from "./log.ts";
 import {
+  AXES,
   type BudgetStop,
   type CheckpointRecord,
   commentBody,
@@ -36,15 +36,18 @@ import {
   type RunCaps,
   type TimedOutCall,
   type TreeRecord,
+  unpricedText,
   type UsageTotals,
 } from "./_record.ts";
 import type { Settings } from "./settings.ts";
 import { INFO_BYTES, nowMs, type RunTable } from "./_run_table.ts";
-import { formatDuration, formatUsd, renderTemplate, type TemplateValues } from "./template.ts";
+import { cutBytes } from "./persist.ts";
+import { formatDuration, renderTemplate, type TemplateValues } from "./template.ts";
 import {
   ensureDir,
   FILE_LOCK_WAIT_MS,
   type FileLock,
+  isMainThread,
   persistBlock,
   persistSteps,
   RefusedError,
@@ -68,6 +71,8 @@ export interface RunInfo {
   notes: readonly string[];
   /** 1 for a fresh run, else the earlier attempt's number + 1. */
   attempt?: number;
+  /** The attempt that began the run afresh after a done end of its id (absent: 1). */
+  generation?: number;
   /** One-line summaries of the earlier attempts, oldest first. */
   attempts?: string[];
   /** The errors of failed tool calls, by their sequence number. */
@@ -82,14 +87,11 @@ export interface RunInfo {
   goalSession?: string;
   /** The run's place in a tree of runs sharing a budget, and the tree's totals as last known. */
   tree?: TreeRecord;
-  /** Models whose calls had no cost and no price. */
+  /** Models whose calls had no valid cost and no price: the run's dollars are a lower bound. */
   unknownPrices?: string[];
   /** The attempt's OpenTelemetry span, for the run ledger. */
   trace?: { traceId: string; spanId: string };
 }
-
-/** Characters of a run id kept in the watchdog's records when the id is too long for its slot. */
-const LONG_ID = 256;
 
 /** Notes kept per run. */
 export const MAX_NOTES = 10;
@@ -99,15 +101,46 @@ const encoder = new TextEncoder();
 /** The notes of a run that has none: one frozen array that every such run shares. @internal */
 export const NO_NOTES: readonly string[] = Object.freeze([]);
 
+/** Bytes of a task id, model name or goal session kept in a description too large with them whole. */
+const LONG_FIELD_BYTES = 128;
+
+/** The head of a long text, marked as cut. */
+const head = (text: string | undefined) => {
+  if (text === undefined) return undefined;
+  const cut = cutBytes(text, LONG_FIELD_BYTES);
+  return cut === text ? text : `${cut}…`;
+};
+
+/**
+ * The last ways to make a description fit, taken once each and in order: every
+ * field that a host or an environment can make long, cut by bytes. The run id
+ * is not among them (it keys the run's records, and is bounded where it is made).
+ */
+const SHORTER: ((info: RunInfo) => RunInfo)[] = [
+  (info) => info.taskId === undefined ? info : { ...info, taskId: head(info.taskId)! },
+  (info) => {
+    const { unknownPrices: _, ...rest } = info;
+    if (rest.model !== undefined) rest.model = head(rest.model)!;
+    if (rest.goalSession !== undefined) rest.goalSession = head(rest.goalSession)!;
+    return rest;
+  },
+  (info) => {
+    const { workspace: _, ...rest } = info;
+    return rest;
+  },
+];
+
 /**
  * A run's description as the worker reads it from shared memory. When it does
  * not fit, the oldest notes go first, then the last one is shortened, then the
- * earlier attempts' summaries and the tool errors, then a very long run id;
- * undefined when even that leaves it too large.
+ * earlier attempts' summaries and the tool errors, then the long fields are
+ * cut; undefined when even that leaves it too large. Every step shortens it or
+ * is taken once, so it ends, whatever the run's ids hold.
  */
 export function encodeRunInfo(info: RunInfo): Uint8Array | undefined {
   let notes = info.notes;
   let trimmed: RunInfo = info;
+  let shortened = 0;
   for (;;) {
     const bytes = encoder.encode(JSON.stringify({ ...trimmed, notes }));
     if (bytes.length <= INFO_BYTES) return bytes;
@@ -121,10 +154,8 @@ export function encodeRunInfo(info: RunInfo): Uint8Array | undefined {
     } else if (trimmed.toolErrors) {
       const { toolErrors: _, ...rest } = trimmed;
       trimmed = rest;
-    } else if (trimmed.runId.length > LONG_ID) {
-      // The file name is settled already; the watchdog's records show the id's head.
-      trimmed = { ...trimmed, runId: Array.from(trimmed.runId).slice(0, LONG_ID).join("") + "…" };
-    } else return undefined;
+    } else if (shortened < SHORTER.length) trimmed = SHORTER[shortened++]!(trimmed);
+    else return undefined;
   }
 }
 
@@ -149,6 +180,11 @@ export function templateValues(
   if (info.caps.usd) {
     values.usdCap = info.caps.usd.value;
     values.usdUsed = usage?.usd ?? 0;
+    if (info.unknownPrices?.length) {
+      // Calls of unknown cost: the known dollars are a floor, and with none known, no figure.
+      if (values.usdUsed === 0) values.usdUsed = NaN;
+      else values.usdAtLeast = true;
+    }
   }
   return values;
 }
@@ -157,11 +193,19 @@ export function templateValues(
  * The run's use as a record shows it (its tokens, and its cost when known),
  * or undefined when none was reported.
  */
-export function usageTotals(shared: RunTable, slot: number): UsageTotals | undefined {
+export function usageTotals(
+  shared: RunTable,
+  slot: number,
+  unpriced?: readonly string[],
+): UsageTotals | undefined {
   const u = shared.usage(slot);
-  if (u.inputTokens === 0 && u.outputTokens === 0 && u.usd === 0) return undefined;
+  const unknown = unpriced !== undefined && unpriced.length > 0;
+  if (u.inputTokens === 0 && u.outputTokens === 0 && u.usd === 0 && !unknown) return undefined;
   const out: UsageTotals = { inputTokens: u.inputTokens, outputTokens: u.outputTokens };
-  if (Number.isFinite(u.usd)) out.usd = u.usd;
+  // The known costs always count; calls of unknown cost make them a lower bound, never $0 (with
+  // nothing known, the dollars are left out: unknown, as earlier versions' readers take it).
+  if (Number.isFinite(u.usd) && !(unknown && u.usd === 0)) out.usd = u.usd;
+  if (unknown) out.unpriced = [...unpriced];
   return out;
 }
 
@@ -249,11 +293,16 @@ function messageOf(
       return event.summary ?? `The run ended: ${event.status}.`;
     case "budget": {
       const b = event.stop;
-      const unit = b.axis === "usd"
-        ? (n: number) => `$${formatUsd(n)}`
-        : b.axis === "time"
-        ? formatDuration
-        : (n: number) => `${n} ${b.axis}`;
+      const unit = AXES.find((a) => a.name === b.axis)?.amount ?? String;
+      if (b.unpriced !== undefined) {
+        return `The enforced ${b.axis} cap${b.runId === info.runId ? "" : ` of ${b.runId}`} (${
+          unit(b.cap)
+        }) cannot be kept: a model call${
+          b.runId === info.runId ? "" : " of its tree"
+        } is of unknown cost (${unpricedText(b.unpriced)}), never counted as $0; at least ${
+          unit(b.used)
+        } used. The run's budget signal aborts it now; this record is where it got to.`;
+      }
       return `The enforced ${b.axis} cap${b.runId === info.runId ? "" : ` of ${b.runId}`} (${
         unit(b.cap)
       }) is ${b.inFlight === undefined ? "passed" : "taken"}: ${unit(b.used)} used${
@@ -306,7 +355,7 @@ export function buildRecord(
   if (info.attempt !== undefined) record.attempt = info.attempt;
   if (info.attempts?.length) record.attempts = info.attempts;
   if (info.workspace) record.workspace = info.workspace;
-  const usage = usageTotals(shared, slot);
+  const usage = usageTotals(shared, slot, info.unknownPrices);
   if (usage) record.usage = usage;
   if (event.kind === "tool_timeout") record.timedOut = event.call;
   if (event.kind === "budget") record.budget = event.stop;
@@ -498,7 +547,8 @@ export class CheckpointWriter {
   /**
    * Persist a burst of records concurrently (a bounded number in flight, one
    * directory flush per batch), each as {@linkcode CheckpointWriter.write}
-   * would, its run's file lock held. Never rejects.
+   * would, its run's file lock held. For the watchdog's thread: only the
+   * flushes wait on its event loop, the other steps run at once. Never rejects.
    */
   async writeMany(items: PendingWrite[]): Promise<void> {
     if (items.length === 0) return;
@@ -530,6 +580,9 @@ export class CheckpointWriter {
           return { block: p.block, lock: this.#lock(p), fresh };
         },
         BATCH_CONCURRENCY,
+        undefined,
+        // The watchdog's thread: only the flushes wait on the event loop.
+        true,
       );
     } catch (error) {
       results = items.map(() => error instanceof Error ? error : new Error(String(error)));
@@ -734,14 +787,14 @@ export class CheckpointWriter {
     const info = prepared.item.info;
     const file = info.checkpointFile;
     const held = this.#holds(info);
-    if (!held && !isMainThread) {
+    if (!held && !isMainThread()) {
       // The run ended: its end record (the main thread's) carries what this one would have.
       this.#owed.delete(file);
       return;
     }
     const lock = held ? this.#lock(prepared) : undefined;
     let locked = false;
-    if (isMainThread) {
+    if (isMainThread()) {
       // On the host's thread a try is one synchronous write, as a hook's is: a lock held across
       // an await there would make the next hook's write of the file wait out the lock.
       this.#retrySync(owed, lock);
@@ -755,12 +808,12 @@ export class CheckpointWriter {
         return;
       }
       // Counted as the watchdog's write in flight: a run's end waits for it, a close stops it.
-      if (!isMainThread && !this.#shared.writing(true)) return;
+      if (!isMainThread() && !this.#shared.writing(true)) return;
       try {
         ensureDir(path.dirname(file));
         await runAsync(persistSteps(file, prepared.block, true));
       } finally {
-        if (!isMainThread) this.#shared.writing(false);
+        if (!isMainThread()) this.#shared.writing(false);
       }
     } catch (error) {
       this.#failed(prepared, error);
@@ -827,7 +880,7 @@ export interface HostCallbacks {
 export interface WriteListeners {
   /** The run ledger's main-thread feed: its store, while open. */
   readonly ledger: {
-    readonly store: { fileWritten?(event: CheckpointEvent): void } | undefined;
+    readonly store: { readonly relay?: { fileWritten(event: CheckpointEvent): void } } | undefined;
     /** A file landed after a failed write: an ended run's row says so again. */
     written?(file: string): void;
   };
@@ -871,7 +924,9 @@ function callOut(call: () => unknown, failed: (error: unknown, threw: boolean) =
  *
  * const lines: string[] = [];
  * const files: string[] = [];
- * const ledger = { store: { fileWritten: (event: { file: string }) => files.push(event.file) } };
+ * const ledger = {
+ *   store: { relay: { fileWritten: (event: { file: string }) => void files.push(event.file) } },
+ * };
  * const sinks = hostSinks((_level, message) => lines.push(message), {
  *   onCheckpoint: () => {
  *     throw new Error("boom");
@@ -892,9 +947,9 @@ export function hostSinks(
     comment: (comment) => postComment(log, host, comment),
     writtenLate: (event) => listeners.ledger.written?.(event.file),
     written: (event) => {
-      const store = listeners.ledger.store;
-      if (store?.fileWritten) {
-        callOut(() => store.fileWritten!(event), (error) =>
+      const relay = listeners.ledger.store?.relay;
+      if (relay) {
+        callOut(() => relay.fileWritten(event), (error) =>
           log(
             "warn",
             `the run ledger's store could not take the file: ${errorText(error)}`,

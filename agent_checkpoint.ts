@@ -12,7 +12,7 @@ import { capValues, hasCap, PAST_CAP_SECONDS, tierPlan } from "./tier.ts";
 import { coreContext, type Env, envOf, resolveHome, type SettingsSource } from "./config.ts";
 import { discoverCapsSync, type RunInit } from "./discover.ts";
 import { errorText, failOpen, type HostLogger, type Log } from "./log.ts";
-import { checkpointFileName } from "./persist.ts";
+import { boundRunId, checkpointFileName } from "./persist.ts";
 import {
   type EarlierTrace,
   Run,
@@ -21,8 +21,8 @@ import {
   type RunTrace,
   type TraceStart,
   type Tracing,
-  type WorkspaceHooks,
 } from "./run.ts";
+import type { WorkspaceHooks } from "./run/_host.ts";
 import process from "node:process";
 import type { Settings } from "./settings.ts";
 import { nowMs, RunTable } from "./_run_table.ts";
@@ -46,6 +46,20 @@ import { type TreePlace, TreeSeats } from "./_tree.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
 import { moveIn } from "./_home.ts";
+import { SQLITE_FIX, sqliteDriver } from "./_sqlite.ts";
+
+/**
+ * Whether the settings want the embedded run ledger and this runtime has no SQLite driver to
+ * keep it (Node before 22.5 without a working better-sqlite3).
+ */
+const noLedgerDriver = (settings: Settings): boolean =>
+  settings.enabled && settings.ledger && !/^postgres(ql)?:\/\//i.test(settings.store.trim()) &&
+  sqliteDriver() === undefined;
+
+/** The stderr line that says the ledger is off, once per process (the log file alone is missed). */
+let toldNoDriver = false;
+const NO_DRIVER_LINE =
+  `agent-checkpoint: the run ledger is off (no SQLite driver): a killed run leaves only its checkpoint file, a retry does not resume where it died, and replay / effect_tools cannot keep a side effect from running twice. To have it, ${SQLITE_FIX}.\n`;
 
 /** A kanban task comment (S8). */
 export interface TaskComment {
@@ -150,6 +164,327 @@ function workspaceOf(dir: unknown): string {
   );
 }
 
+/** The working-tree snapshots, made on first use (none without the subsystem). */
+class LazyWorkspaces {
+  #hooks: WorkspaceHooks | undefined;
+  readonly #make: () => WorkspaceHooks | undefined;
+
+  constructor(make: () => WorkspaceHooks | undefined) {
+    this.#make = make;
+  }
+
+  get(): WorkspaceHooks | undefined {
+    return this.#hooks ??= this.#make();
+  }
+}
+
+/**
+ * When the watchdog starts: at a run's hook whose settings want it (the watchdog, or the run
+ * ledger the worker keeps), never once the keeper closed; then the runs' contact is a field read.
+ */
+class WatchdogContact {
+  /** The keeper closed: no start from now on. */
+  closed = false;
+  /** The shared table's run context, whose runs' contact this switches off. */
+  context: RunContext | undefined;
+  readonly #watchdog: WatchdogHost;
+  readonly #ledger: LedgerFeed;
+  readonly #source: SettingsSource;
+
+  constructor(watchdog: WatchdogHost, ledger: LedgerFeed, source: SettingsSource) {
+    this.#watchdog = watchdog;
+    this.#ledger = ledger;
+    this.#source = source;
+  }
+
+  /** Whether these settings want the watchdog: for its checkpoints, or the run ledger's records. */
+  #wants(settings: Settings): boolean {
+    return settings.watchdog || (settings.ledger && this.#ledger.wanted);
+  }
+
+  /**
+   * The keeper is made: the watchdog's thread starts now when its settings want it (after the
+   * store, whose port it may take). Starting a thread blocks its caller for tens of
+   * milliseconds, which a run's first hook must not pay.
+   */
+  start(settings: Settings): void {
+    if (settings.enabled && this.#wants(settings)) this.#watchdog.start();
+    this.#settle();
+  }
+
+  /**
+   * A run's start or hook saw these settings: when they want the watchdog and it does not run,
+   * its start is queued for when the host's event loop next turns, never made on this path.
+   */
+  contact(settings: Settings): void {
+    const watchdog = this.#watchdog;
+    if (!this.closed && !watchdog.running && !watchdog.queued && this.#wants(settings)) {
+      watchdog.startSoon(() => this.contact(this.#source.at(nowMs())));
+    }
+    this.#settle();
+  }
+
+  /** Running, or never to run: the runs' contact is a field read from now on. */
+  #settle(): void {
+    const watchdog = this.#watchdog;
+    if ((watchdog.running || watchdog.failed || this.closed) && this.context) {
+      this.context.watchdogDue = false;
+    }
+  }
+
+  /** Running, or started for a run (the ledger wants it) once its startRun returns. */
+  watched(): boolean {
+    return this.#watchdog.running || (!this.#watchdog.failed && !this.closed);
+  }
+}
+
+/** What every run context of a keeper works with. */
+interface RunContextParts {
+  source: SettingsSource;
+  log: Log;
+  workspaces: LazyWorkspaces;
+  contact: WatchdogContact;
+  trees: TreeSeats;
+  effects: EffectLog;
+  ledger: LedgerFeed;
+  host: () => HostId;
+}
+
+/** Makes the run context of a table (the keeper's shared one, or a run's own when it is full). */
+class RunContexts {
+  readonly #parts: RunContextParts;
+  /** The turns and tokens of each run as its record was last written ahead of an intent. */
+  readonly #progressed = new WeakMap<RunInfo, string>();
+
+  constructor(parts: RunContextParts) {
+    this.#parts = parts;
+  }
+
+  /** The context of the runs of one table; `release` lets a run's slot go when it ends. */
+  of(table: RunTable, writer: CheckpointWriter, release: (info: RunInfo) => void): RunContext {
+    const { source, log, workspaces, contact, trees, effects, ledger, host } = this.#parts;
+    const progressed = this.#progressed;
+    return new RunContext({
+      source,
+      shared: table,
+      log,
+      writer,
+      workspaces: () => workspaces.get(),
+      watchdog: (settings) => contact.contact(settings),
+      trees,
+      effects: {
+        intent: (intent) => effects.intent(intent),
+        receipt: (receipt) => effects.receipt(receipt),
+        read: (runId) => effects.read(runId),
+        progress: (info) => {
+          const settings = source.at(nowMs());
+          if (!settings.enabled || !settings.ledger || !ledger.wanted) return;
+          // Once per turn and spend: the intents of one turn need the record written only once.
+          const use = `${table.turns(info.slot)}:${table.tokens(info.slot)}`;
+          if (progressed.get(info) === use) return;
+          progressed.set(info, use);
+          const record = recordOf(info, table, host(), nowMs());
+          ledger.write([record], "the run's progress");
+        },
+      },
+      journal: {
+        write: (entry) => effects.journal(entry),
+        read: (runId) => effects.readJournal(runId),
+      },
+      ended: (info, end) => {
+        if (end) ledger.end(table, info, end);
+        release(info);
+      },
+    });
+  }
+}
+
+/** Who besides the host hears of each write (the writer's sinks read it at each write). */
+interface WriteListeners {
+  ledger: { readonly store: LedgerStore | undefined; written?(file: string): void };
+  tracing: Tracing | undefined;
+  spans: boolean;
+}
+
+/** A keeper's parts, wired to each other and never to the keeper. */
+interface KeeperParts {
+  home: string;
+  env: Env;
+  log: Log;
+  source: SettingsSource;
+  shared: RunTable;
+  writer: CheckpointWriter;
+  sinks: WriterSinks;
+  listeners: WriteListeners;
+  slots: RunSlots;
+  tracing: Tracing | undefined;
+  ledger: LedgerFeed;
+  effects: EffectLog;
+  resumeParts: ResumeParts;
+  watchdog: WatchdogHost;
+  trees: TreeSeats;
+  contact: WatchdogContact;
+  contexts: RunContexts;
+  context: RunContext;
+  /** This process, as run records name it: asked only once the run store is open. */
+  host: () => HostId;
+}
+
+/**
+ * Wire a keeper's parts: the core context (settings, run table, writer and its sinks), the run
+ * slots, tracing, the run ledger's main-thread writes, side effects, a start's ledger reads, the
+ * watchdog's host and its contact, the trees, and the run context of the shared table. Each part
+ * gets the parts it uses; none points back at the keeper, which holds them.
+ */
+function keeperParts(options: AgentCheckpointOptions, subsystems?: Subsystems): KeeperParts {
+  const env = envOf(options.env);
+  const home = resolveHome(options.home, env);
+  const listeners: WriteListeners = {
+    ledger: { store: undefined },
+    tracing: undefined,
+    spans: false,
+  };
+  // The same core context as the watchdog's thread builds, over a new run table.
+  const core = coreContext({
+    home,
+    env,
+    overrides: options.settings,
+    ...(options.maxRuns !== undefined ? { maxRuns: options.maxRuns } : {}),
+    ...(options.logger !== undefined ? { logger: options.logger } : {}),
+    // State an earlier version left in Hermes's folder is moved into the library's own, once.
+    beforeSettings: (log) => moveIn(home, log),
+    onLoad: (loaded, log) => {
+      for (const warning of loaded.warnings) log("warn", warning);
+    },
+    // Every write, the watchdog's included, is told to the run ledger's store and, once a
+    // run has a span, the tracer, read from the listeners at each write.
+    sinks: (log) => hostSinks(log, options, listeners),
+  });
+  const { log, shared, source, writer, sinks } = core;
+  const settingsAt = (now: number) => source.at(now);
+  const host = (): HostId => subsystems!.thisHost();
+  const slots = new RunSlots(shared, log, settingsAt);
+  const tracing = failOpen(
+    () => subsystems?.tracing?.({ log, enabled: () => source.at(nowMs()).otel }),
+    (error) => {
+      log("warn", `OpenTelemetry is off: ${errorText(error)}`);
+      return undefined;
+    },
+  );
+  listeners.tracing = tracing;
+  const ledger: LedgerFeed = new LedgerFeed({
+    // Undefined: not now, tried again; null: never (no store subsystem, no driver).
+    open: (settings, feedLog, closing) => {
+      if (!subsystems) return null;
+      let never = false;
+      const store = subsystems.openStore({
+        home,
+        settings,
+        mode: "quick",
+        busyMs: 0,
+        ...(closing ? { setAside: true } : {}),
+        log: (level, message) => {
+          if (level === "info") never = true; // the one line that says there is no driver
+          feedLog(level, message);
+        },
+      });
+      if (never && !toldNoDriver && noLedgerDriver(settings)) {
+        toldNoDriver = true;
+        failOpen(() => void process.stderr.write(NO_DRIVER_LINE), () => {});
+      }
+      return store ?? (never ? null : undefined);
+    },
+    host,
+    log,
+    settingsAt,
+    shared,
+    runs: () => slots.runs,
+    handOn: (records) => watchdog.handOn(records),
+  });
+  // Built before any write can come: the sinks read its store at each write.
+  listeners.ledger = ledger;
+  const effects = new EffectLog({
+    store: () => {
+      const settings = source.at(nowMs());
+      if (!settings.enabled || !settings.ledger || !ledger.wanted) return null;
+      return ledger.open(settings);
+    },
+    log,
+  });
+  const watchdog = new WatchdogHost({
+    shared,
+    home,
+    env,
+    options,
+    log,
+    comment: (comment) => sinks.comment(comment, ""),
+    written: (event) => sinks.written(event),
+    storePort: () => ledger.store?.relay?.watchdogPort(),
+    ...(subsystems?.storeModule !== undefined ? { storeModule: subsystems.storeModule } : {}),
+  });
+  const contact = new WatchdogContact(watchdog, ledger, source);
+  const resumeParts: ResumeParts = {
+    log,
+    store: (settings) => ledger.open(settings),
+    ...(subsystems?.peekLatest
+      ? { peek: (settings, runId) => subsystems.peekLatest!({ home, settings, runId }) }
+      : {}),
+    host,
+    write: (records, what) => ledger.write(records, what),
+    watched: () => contact.watched(),
+  };
+  const trees = new TreeSeats(() => {
+    const group = ledger.store?.trees;
+    if (!group) return undefined;
+    return {
+      read: (root) => group.readSync(root),
+      join: (runId, place) => group.joinSync(runId, place.root, place.parent),
+      push: (info) => group.writeSync(recordOf(info, shared, host(), nowMs())),
+      admit: (root, info, decide) =>
+        group.admitSync(
+          root,
+          (rows) => decide(rows) ? recordOf(info, shared, host(), nowMs()) : undefined,
+        ),
+    };
+  }, (what, error) => log("warn", `${what} failed: ${errorText(error)}`));
+  const workspaces = new LazyWorkspaces(() =>
+    subsystems?.workspaces({ home, log, settings: () => source.at(nowMs()), env })
+  );
+  const contexts = new RunContexts({
+    source,
+    log,
+    workspaces,
+    contact,
+    trees,
+    effects,
+    ledger,
+    host,
+  });
+  const context = contexts.of(shared, writer, (info) => slots.free(info.slot, "ended"));
+  contact.context = context;
+  return {
+    home,
+    env,
+    log,
+    source,
+    shared,
+    writer,
+    sinks,
+    listeners,
+    slots,
+    tracing,
+    ledger,
+    effects,
+    resumeParts,
+    watchdog,
+    trees,
+    contact,
+    contexts,
+    context,
+    host,
+  };
+}
+
 /**
  * Durable checkpoints for the runs of one host process. Create it with
  * {@linkcode createAgentCheckpoint}.
@@ -157,29 +492,23 @@ function workspaceOf(dir: unknown): string {
 export class AgentCheckpoint {
   readonly #home: string;
   readonly #env: Env;
-  /** The run store and the working-tree snapshots; without them, neither ledger nor snapshots. */
-  readonly #subsystems: Subsystems | undefined;
   readonly #log: Log;
   readonly #source: SettingsSource;
   readonly #shared: RunTable;
   readonly #slots: RunSlots;
-  #workspaces: WorkspaceHooks | undefined;
   readonly #writer: CheckpointWriter;
   readonly #sinks: WriterSinks;
-  /** Who besides the host hears of each write (the writer's sinks read it at each write). */
-  readonly #listeners: {
-    ledger: { readonly store: LedgerStore | undefined; written?(file: string): void };
-    tracing: Tracing | undefined;
-    spans: boolean;
-  } = { ledger: { store: undefined }, tracing: undefined, spans: false };
+  /** Who besides the host hears of each write. */
+  readonly #listeners: WriteListeners;
   readonly #watchdog: WatchdogHost;
-  #closed = false;
+  /** When the watchdog starts, and whether the keeper closed. */
+  readonly #contact: WatchdogContact;
   /** What the runs of the shared table work with. */
   readonly #context: RunContext;
+  /** Makes the context of a table's runs. */
+  readonly #contexts: RunContexts;
   /** The run ledger's main-thread writes. */
   readonly #ledger: LedgerFeed;
-  /** A contact is queued to start the watchdog: runs started before it runs need no other. */
-  #contactQueued = false;
   /** What a run's start reads and writes of the run ledger. */
   readonly #resumeParts: ResumeParts;
   /** The trees of runs that share a budget. */
@@ -188,151 +517,37 @@ export class AgentCheckpoint {
   readonly #tracing: Tracing | undefined;
   /** Side effects' intents and receipts on their way to the run ledger. */
   readonly #effects: EffectLog;
+  /** This process, as run records name it. */
+  readonly #host: () => HostId;
 
   /** @internal Use {@linkcode createAgentCheckpoint}. */
   constructor(options: AgentCheckpointOptions, subsystems?: Subsystems) {
-    this.#subsystems = subsystems;
-    this.#env = envOf(options.env);
-    this.#home = resolveHome(options.home, this.#env);
-    // The same core context as the watchdog's thread builds, over a new run table.
-    const core = coreContext({
-      home: this.#home,
-      env: this.#env,
-      overrides: options.settings,
-      ...(options.maxRuns !== undefined ? { maxRuns: options.maxRuns } : {}),
-      ...(options.logger !== undefined ? { logger: options.logger } : {}),
-      // State an earlier version left in Hermes's folder is moved into the library's own, once.
-      beforeSettings: (log) => moveIn(this.#home, log),
-      onLoad: (loaded, log) => {
-        for (const warning of loaded.warnings) log("warn", warning);
-      },
-      // Every write, the watchdog's included, is told to the run ledger's store and, once a
-      // run has a span, the tracer, read from the keeper's listeners at each write.
-      sinks: (log) => hostSinks(log, options, this.#listeners),
-    });
-    this.#log = core.log;
-    this.#shared = core.shared;
-    this.#source = core.source;
-    this.#writer = core.writer;
-    const shared = this.#shared;
-    const source = this.#source;
-    const log = this.#log;
-    const settingsAt = (now: number) => source.at(now);
-    this.#slots = new RunSlots(shared, log, settingsAt);
-    const tracing = failOpen(
-      () => subsystems?.tracing?.({ log, enabled: () => source.at(nowMs()).otel }),
-      (error) => {
-        log("warn", `OpenTelemetry is off: ${errorText(error)}`);
-        return undefined;
-      },
-    );
-    this.#tracing = tracing;
-    this.#listeners.tracing = tracing;
-    this.#sinks = core.sinks;
-    this.#ledger = new LedgerFeed({
-      // Undefined: not now, tried again; null: never (no store subsystem, no driver).
-      open: (settings, feedLog, closing) => {
-        if (!subsystems) return null;
-        let never = false;
-        const store = subsystems.openStore({
-          home: this.#home,
-          settings,
-          mode: "quick",
-          busyMs: 0,
-          ...(closing ? { setAside: true } : {}),
-          log: (level, message) => {
-            if (level === "info") never = true; // the one line that says there is no driver
-            feedLog(level, message);
-          },
-        });
-        return store ?? (never ? null : undefined);
-      },
-      host: () => this.#thisHost(),
-      log,
-      settingsAt,
-      shared,
-      runs: () => this.#slots.runs,
-    });
-    // Built with the keeper, before any write can come: the sinks read its store at each write.
-    this.#listeners.ledger = this.#ledger;
-    this.#effects = new EffectLog({
-      store: () => {
-        const settings = source.at(nowMs());
-        if (!settings.enabled || !settings.ledger || !this.#ledger.wanted) return null;
-        return this.#ledger.open(settings);
-      },
-      log,
-    });
-    this.#resumeParts = {
-      log,
-      store: (settings) => this.#ledger.open(settings),
-      ...(subsystems?.peekLatest
-        ? {
-          peek: (settings, runId) => subsystems.peekLatest!({ home: this.#home, settings, runId }),
-        }
-        : {}),
-      host: () => this.#thisHost(),
-      write: (records, what) => this.#ledger.write(records, what),
-    };
-    this.#watchdog = new WatchdogHost({
-      shared,
-      home: this.#home,
-      env: this.#env,
-      options,
-      log,
-      comment: (comment) => this.#sinks.comment(comment, ""),
-      written: (event) => this.#sinks.written(event),
-      storePort: () => this.#ledger.store?.watchdogPort?.(),
-      ...(subsystems?.storeModule !== undefined ? { storeModule: subsystems.storeModule } : {}),
-    });
-    this.#trees = new TreeSeats(() => {
-      const store = this.#ledger.store;
-      if (!store?.treeSync || !store.joinTreeSync || !store.admitSync) return undefined;
-      return {
-        read: (root) => store.treeSync!(root),
-        join: (runId, place) => store.joinTreeSync!(runId, place.root, place.parent),
-        push: (info) => {
-          const record = recordOf(info, shared, this.#thisHost(), nowMs());
-          if (store.writeTreeSync) store.writeTreeSync(record);
-          else this.#ledger.write([record], "a tree's use");
-        },
-        admit: (root, info, decide) =>
-          store.admitSync!(
-            root,
-            (rows) => decide(rows) ? recordOf(info, shared, this.#thisHost(), nowMs()) : undefined,
-          ),
-      };
-    }, (what, error) => log("warn", `${what} failed: ${errorText(error)}`));
-    this.#context = this.#contextOf(
-      shared,
-      this.#writer,
-      (info) => this.#slots.free(info.slot, "ended"),
-    );
+    const parts = keeperParts(options, subsystems);
+    this.#home = parts.home;
+    this.#env = parts.env;
+    this.#log = parts.log;
+    this.#source = parts.source;
+    this.#shared = parts.shared;
+    this.#slots = parts.slots;
+    this.#writer = parts.writer;
+    this.#sinks = parts.sinks;
+    this.#listeners = parts.listeners;
+    this.#watchdog = parts.watchdog;
+    this.#contact = parts.contact;
+    this.#context = parts.context;
+    this.#contexts = parts.contexts;
+    this.#ledger = parts.ledger;
+    this.#resumeParts = parts.resumeParts;
+    this.#trees = parts.trees;
+    this.#tracing = parts.tracing;
+    this.#effects = parts.effects;
+    this.#host = parts.host;
     // Opened now, not in the first startRun: creating a store costs a few disk flushes.
-    const settings = source.at(nowMs());
+    const settings = this.#source.at(nowMs());
     if (settings.enabled && settings.ledger) this.#ledger.open(settings);
-  }
-
-  /** The context of the runs of one table; `release` lets a run's slot go when it ends. */
-  #contextOf(
-    table: RunTable,
-    writer: CheckpointWriter,
-    release: (info: RunInfo) => void,
-  ): RunContext {
-    return new RunContext({
-      source: this.#source,
-      shared: table,
-      log: this.#log,
-      writer,
-      workspaces: () => this.#workspaceHooks(),
-      watchdog: (settings) => this.#contact(settings),
-      trees: this.#trees,
-      effects: this.#effects,
-      ended: (info, end) => {
-        if (end) this.#ledger.end(table, info, end);
-        release(info);
-      },
-    });
+    // The watchdog's thread too, off every hook's path. A keeper whose settings want no
+    // watchdog yet starts it once a hook sees settings that do.
+    this.#contact.start(settings);
   }
 
   /** The settings in force now. */
@@ -347,7 +562,7 @@ export class AgentCheckpoint {
 
   /** @internal The run ledger's statements so far, when its store counts them (benchmarks). */
   get ledgerStatements(): number | undefined {
-    return this.#ledger.store?.statements;
+    return this.#ledger.store?.relay?.statements;
   }
 
   /** @internal The commits of side effects' intents and receipts so far (tests, benchmarks). */
@@ -360,6 +575,19 @@ export class AgentCheckpoint {
     return this.#tracing?.ready ?? Promise.resolve();
   }
 
+  /**
+   * @internal Throw when `what` (a setting, an adapter's option) needs the run ledger and this
+   * runtime has no SQLite driver to keep it: exactly-once effects and enforced budgets must not
+   * quietly do nothing.
+   */
+  needLedger(what: string): void {
+    if (!failOpen(() => noLedgerDriver(this.#source.at(nowMs())), () => false)) return;
+    const message =
+      `agent-checkpoint: ${what} needs the run ledger, which is off: this runtime has no SQLite driver (Node ${process.versions.node} has no node:sqlite, and the better-sqlite3 package is not installed or did not build); ${SQLITE_FIX}`;
+    this.#log("error", message);
+    throw new Error(message);
+  }
+
   /** @internal The shared run table, for tests that move a run's clock. */
   get sharedRuns(): RunTable {
     return this.#shared;
@@ -368,8 +596,13 @@ export class AgentCheckpoint {
   /**
    * Start a run: discover its dialect and caps (S4), pick its checkpoint file
    * (S8), resume from an earlier attempt's checkpoint (S16), and return its
-   * hooks. Never throws: on an internal error the run's hooks are no-ops and
-   * a log line says why.
+   * hooks. On an internal error the run's hooks are no-ops and a log line
+   * says why. Without a run ledger (no SQLite driver), the checkpoint file is
+   * written at the start, so a killed run always leaves one.
+   *
+   * @throws {Error} Only when the settings `effect_tools` or `enforce` need
+   * the run ledger and this runtime has no SQLite driver to keep it (the
+   * message names the package to install).
    *
    * @param init The session, and the task, dialect, caps and goal when known.
    * @returns The run.
@@ -399,10 +632,18 @@ export class AgentCheckpoint {
       return undefined;
     });
     if (sessionId === undefined) return inertRun("");
-    if (this.#closed) {
+    if (this.#contact.closed) {
       this.#log("info", "startRun() after close(): this run gets no checkpoints", sessionId);
       return inertRun(sessionId);
     }
+    const wants = failOpen(() => {
+      const settings = this.#source.at(nowMs());
+      return [
+        settings.effect_tools.length !== 0 ? "the setting effect_tools" : "",
+        settings.enforce.length !== 0 ? "the setting enforce" : "",
+      ].filter((what) => what !== "").join(" and ");
+    }, () => "");
+    if (wants !== "") this.needLedger(wants);
     let claimed: { slot: number; gen: number } | undefined;
     let taken = false;
     return failOpen(() => {
@@ -421,7 +662,7 @@ export class AgentCheckpoint {
         runId,
         now,
         (table, release) =>
-          this.#contextOf(table, new CheckpointWriter(table, this.#sinks), release),
+          this.#contexts.of(table, new CheckpointWriter(table, this.#sinks), release),
       );
       const info: RunInfo = {
         slot: claimed?.slot ?? 0,
@@ -464,18 +705,9 @@ export class AgentCheckpoint {
         this.#context.publish(info);
         this.#shared.wake();
       }
-      // The worker keeps the run's ledger record up to date from now on. Started once startRun
-      // has returned: starting a thread takes tens of milliseconds, the host's, not the run's.
-      if (
-        claimed && settings.enabled && settings.ledger && this.#ledger.wanted &&
-        this.#context.watchdogDue && !this.#contactQueued
-      ) {
-        this.#contactQueued = true;
-        queueMicrotask(() => {
-          this.#contactQueued = false;
-          this.#context.contact(this.#source.at(nowMs()));
-        });
-      }
+      // The worker keeps the run's ledger record up to date from now on. Started with the keeper;
+      // when it was not (the settings wanted none then), once the host's event loop turns.
+      if (claimed && settings.enabled && this.#context.watchdogDue) this.#contact.contact(settings);
       const start: RunStart = {
         info,
         attempt: info.attempt ?? 1,
@@ -487,7 +719,12 @@ export class AgentCheckpoint {
       if (trace) start.trace = trace;
       if (resumed?.noFile) start.noFile = true;
       if (resumed?.effects) start.effects = resumed.effects;
-      return new Run(own?.context ?? this.#context, start);
+      const run = new Run(own?.context ?? this.#context, start);
+      // No ledger to say where a killed run was: its file says it was started.
+      if (noLedgerDriver(settings)) {
+        void run.checkpoint("Run started (written at the start: the run ledger is off).");
+      }
+      return run;
     }, (error) => {
       if (claimed && !taken) this.#slots.unclaim(claimed.slot);
       this.#log("error", `startRun failed; this run gets no checkpoints: ${errorText(error)}`);
@@ -505,10 +742,10 @@ export class AgentCheckpoint {
     const given = (init as { parent?: unknown }).parent;
     if (given instanceof Run) {
       if (given.runId === runId || given.runId === "") return undefined;
-      let seat = given.treeSeat;
+      let seat = given.budget.seat;
       if (!seat) {
         seat = this.#trees.seat(given.runId, { root: given.runId });
-        given.joinTree(seat);
+        given.budget.join(seat);
       }
       return { root: seat.place.root, parent: given.runId };
     }
@@ -518,12 +755,15 @@ export class AgentCheckpoint {
       this.#log("warn", "startRun: parent must be a run or a run id; this run has none", runId);
       return undefined;
     } else parent = this.#env.AGENT_CHECKPOINT_PARENT?.trim() || undefined;
+    // A long id names its run as the run keeps it (its head and a hash), as that run's own start did.
+    if (parent !== undefined) parent = boundRunId(parent);
     if (parent === undefined || parent === runId) return undefined;
     const local = this.#trees.of(parent);
     if (local) return { root: local.place.root, parent };
-    const root = (given === undefined ? this.#env.AGENT_CHECKPOINT_TREE?.trim() : undefined) ||
+    const treeEnv = given === undefined ? this.#env.AGENT_CHECKPOINT_TREE?.trim() : undefined;
+    const root = (treeEnv ? boundRunId(treeEnv) : undefined) ||
       failOpen(
-        () => this.#ledger.store?.latestSync?.(parent)?.record.tree?.root,
+        () => this.#ledger.store?.sync?.latest(parent)?.record.tree?.root,
         () => undefined,
       ) ||
       parent;
@@ -556,32 +796,21 @@ export class AgentCheckpoint {
     if (typeof agent === "string" && agent !== "") start.agentName = agent.slice(0, 200);
     if (info.model !== undefined) start.model = info.model;
     if (earlier) start.earlier = earlier;
-    const trace = tracing.start(start);
+    let later = false;
+    const trace = tracing.start(start, (ref) => {
+      info.trace = ref;
+      // A span started once the API was loaded: the run's next record carries its ids (a record
+      // written now could land over the run's end).
+      if (later) return;
+      if (settings.ledger && this.#ledger.store) {
+        this.#ledger.write([recordOf(info, table, this.#host(), now)], "the run's span");
+      }
+    });
+    later = true;
     if (!trace) return undefined;
-    info.trace = trace.ref;
     // Every write of a checkpoint file, the watchdog's included, is an event on its run's span.
     this.#listeners.spans = true;
-    if (settings.ledger && this.#ledger.store) {
-      this.#ledger.write([recordOf(info, table, this.#thisHost(), now)], "the run's span");
-    }
     return trace;
-  }
-
-  /** The working-tree snapshots, made on first use. */
-  #workspaceHooks(): WorkspaceHooks | undefined {
-    if (this.#workspaces) return this.#workspaces;
-    this.#workspaces = this.#subsystems?.workspaces({
-      home: this.#home,
-      log: this.#log,
-      settings: () => this.#source.at(nowMs()),
-      env: this.#env,
-    });
-    return this.#workspaces;
-  }
-
-  /** This process, as run records name it: asked only once the run store is open. */
-  #thisHost(): HostId {
-    return this.#subsystems!.thisHost();
   }
 
   /**
@@ -601,11 +830,12 @@ export class AgentCheckpoint {
    * ```
    */
   async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
+    if (this.#contact.closed) return;
+    this.#contact.closed = true;
     // Intents and receipts on their way land first (bounded), while the store is open.
     if (this.#effects.busy) await this.#effects.close().catch(() => {});
     this.#shared.beginClose();
+    this.#trees.close();
     // A checkpoint write that failed (a full disk) is tried once more, before the runs' records.
     this.#writer.settle();
     const ledgerClosed = this.#ledger.close();
@@ -616,18 +846,6 @@ export class AgentCheckpoint {
     failOpen(() => this.#tracing?.close(), () => {});
     await this.#watchdog.stop(CLOSE_WAIT_MS);
     await ledgerClosed;
-  }
-
-  /** A run's hook saw these settings: start the watchdog when they want it and it does not run. */
-  #contact(settings: Settings): void {
-    if (
-      !this.#closed && !this.#watchdog.running &&
-      (settings.watchdog || (settings.ledger && this.#ledger.wanted))
-    ) this.#watchdog.start();
-    // Running, or never to run: the runs' contact is a field read from now on.
-    if (this.#watchdog.running || this.#watchdog.failed || this.#closed) {
-      this.#context.watchdogDue = false;
-    }
   }
 }
 

@@ -7,10 +7,11 @@
  * @module
  */
 import * as fs from "node:fs";
+import { Buffer } from "node:buffer";
 import * as path from "node:path";
 import { budgetValue, type Settings } from "./settings.ts";
-import { countedCaps } from "./tier.ts";
-import type { RunCaps } from "./_record.ts";
+import { type Caps, capValues, countedCaps } from "./tier.ts";
+import { AXES, type RunCaps } from "./_record.ts";
 import {
   readWith,
   selectOne,
@@ -33,6 +34,7 @@ import {
 } from "./config.ts";
 import { errorText, nonEmptyText as text, show } from "./log.ts";
 import { nothingAt } from "./_file_ops.ts";
+import { boundRunId, MAX_RUN_ID_BYTES } from "./persist.ts";
 
 /** The host's description of a run. */
 export interface RunInit {
@@ -46,8 +48,8 @@ export interface RunInit {
    * Caps the host knows; they win over every other source. `tokens` counts
    * input and output tokens, `usd` is the cost in US dollars.
    */
-  caps?: { turns?: number; timeSeconds?: number; tokens?: number; usd?: number };
-  /** The model the run calls, for the `prices` setting; `run.usage()` can name it too. */
+  caps?: Caps;
+  /** The model the run calls, for the `prices` setting; `run.postLlmCall()` can name it too. */
   model?: string;
   /** The goal the run pursues. */
   goal?: { maxTurns?: number };
@@ -614,18 +616,16 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
   }
   if (t) found.time = t;
   if (n) found.turns = n;
-  // Tokens and dollars: the host's caps, then the plugin's, in every dialect.
-  const tokens = budgetFrom(field(init.caps, "tokens"), "host") ??
-    budgetFrom(settings.caps.tokens, "caps.tokens");
-  const usd = budgetFrom(field(init.caps, "usd"), "host") ??
-    budgetFrom(settings.caps.usd, "caps.usd");
-  if (tokens) found.tokens = tokens;
-  if (usd) found.usd = usd;
+  // The other axes: the host's caps, then the plugin's, in every dialect.
+  const plugin: Record<string, unknown> = settings.caps;
+  for (const { name, setting } of AXES) {
+    if (name === "time" || name === "turns") continue;
+    const cap = budgetFrom(field(init.caps, name), "host") ??
+      budgetFrom(plugin[setting], `caps.${setting}`);
+    if (cap) found[name] = cap;
+  }
 
-  const counted = countedCaps(
-    { turns: n?.value, timeSeconds: t?.value, tokens: tokens?.value, usd: usd?.value },
-    settings,
-  );
+  const counted = countedCaps(capValues(found), settings);
   const caps: RunCaps = {};
   const dropped: string[] = [];
   if (n && counted.turns !== undefined) caps.turns = n;
@@ -646,15 +646,23 @@ function discover(init: RunInit, ctx: DiscoveryContext): DiscoveredCaps {
         : `time cap ${t.value}s not counted: below min_budget_floor_seconds ${settings.min_budget_floor_seconds}`,
     );
   }
-  if (tokens && counted.tokens !== undefined) caps.tokens = tokens;
-  else if (tokens) {
-    dropped.push(`tokens cap ${tokens.value} not counted: tokens is not in enabled_axes`);
+  for (const { name, show } of AXES) {
+    const cap = found[name];
+    if (name === "time" || name === "turns" || !cap) continue;
+    if (counted[name] !== undefined) caps[name] = cap;
+    else dropped.push(`${name} cap ${show(cap.value)} not counted: ${name} is not in enabled_axes`);
   }
-  if (usd && counted.usd !== undefined) caps.usd = usd;
-  else if (usd) dropped.push(`usd cap ${usd.value} USD not counted: usd is not in enabled_axes`);
+  const given = taskId ?? supervisorRunId ?? sessionId;
+  const runId = boundRunId(given);
+  if (runId !== given) {
+    const why = given.includes("\u0000")
+      ? "holds a NUL character"
+      : `is ${Buffer.byteLength(given)} bytes long, more than ${MAX_RUN_ID_BYTES}`;
+    problems.push(`the run id ${why}; the run is kept as ${runId}`);
+  }
   const out: DiscoveredCaps = {
     dialect,
-    runId: taskId ?? supervisorRunId ?? sessionId,
+    runId,
     caps,
     found,
     dropped,
@@ -704,7 +712,7 @@ export function discoverCapsSync(init: RunInit, ctx: DiscoveryContext): Discover
     const sessionId = typeof init?.sessionId === "string" ? init.sessionId : "";
     return {
       dialect: "chat",
-      runId: sessionId,
+      runId: boundRunId(sessionId),
       caps: {},
       found: {},
       dropped: [],

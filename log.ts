@@ -22,6 +22,7 @@
  * @module
  */
 import * as fs from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
@@ -201,16 +202,18 @@ function libraryDir(): string | undefined {
 /**
  * The flags that grant what checkpoints need under Deno: read and write for
  * the home, read for the library's files (its watchdog), and the environment
- * when it cannot be read.
+ * and the host name when they cannot be read.
  */
 function denoFlags(home: string): string {
   const reads = [home];
   const lib = libraryDir();
   if (lib !== undefined && deniedBy(() => fs.statSync(lib))) reads.push(lib);
   const env = deniedBy(() => process.env.HOME) ? " --allow-env" : "";
+  // The machine's name, which the run ledger records (else its runs' liveness waits on heartbeats).
+  const sys = deniedBy(() => os.hostname()) ? " --allow-sys=hostname" : "";
   return `${shellWord(`--allow-read=${reads.join(",")}`)} ${
     shellWord(`--allow-write=${home}`)
-  }${env}`;
+  }${env}${sys}`;
 }
 
 /** A word as a POSIX shell reads it back: quoted when it holds anything but safe characters. */
@@ -228,6 +231,32 @@ function tellDenied(home: string, denied: { access: string; target?: string }): 
   say(
     `agent-checkpoint: Deno denies ${what}, so no checkpoint file can be written. ` +
       `Fix: run with ${denoFlags(home)}.`,
+  );
+}
+
+let toldNoHostName = false;
+
+/**
+ * Say on stderr, once, that the machine's name cannot be read, so the run
+ * ledger records runs without it; not when the line that Deno denies what
+ * checkpoints need was said (its flags grant the name too). @internal
+ *
+ * @param denied Whether Deno denied it (the line then names the flag).
+ *
+ * @example
+ * ```ts
+ * import { tellNoHostName } from "./log.ts";
+ *
+ * tellNoHostName(true); // one line on stderr, the first time only
+ * ```
+ */
+export function tellNoHostName(denied: boolean): void {
+  if (toldStderr || toldNoHostName) return;
+  toldNoHostName = true;
+  say(
+    `agent-checkpoint: ${
+      denied ? "Deno denies the host name (grant --allow-sys=hostname)" : "no host name"
+    }, so runs are recorded without their machine, and one whose process died reads cut off only after host_timeout_seconds; or set AGENT_CHECKPOINT_MACHINE`,
   );
 }
 

@@ -37,6 +37,7 @@ import {
   type Subsystems,
 } from "./agent_checkpoint.ts";
 import { openRunStore, thisHost } from "./store/mod.ts";
+import type { SqliteRunStore, StoreBridge } from "./store/mod.ts";
 import { Workspaces } from "./workspace/mod.ts";
 import { openTelemetry } from "./otel/mod.ts";
 
@@ -50,7 +51,8 @@ export {
 // the tracer plug into the keeper through the small interface it defines, so the core never
 // imports them.
 const SUBSYSTEMS: Subsystems = {
-  openStore: (options) => openRunStore(options),
+  // Opened `quick`, on the host's thread: the embedded store, or the bridge to a backend's.
+  openStore: (options) => openRunStore(options) as SqliteRunStore | StoreBridge | undefined,
   peekLatest: ({ home, settings, runId }) => {
     // Only the embedded ledger is read so: a fleet store's start waits for its answer.
     if (/^postgres(ql)?:\/\//i.test(String(settings.store ?? "").trim())) return undefined;
@@ -101,10 +103,18 @@ export function createAgentCheckpoint(options: AgentCheckpointOptions = {}): Age
 
 export {
   type AttemptHost,
+  BudgetExceededError,
+  type BudgetTotals,
   type EffectState,
   type PreviousAttempt,
   type RefusedStart,
   Run,
+  RunBudget,
+  RunEffects,
+  RunJournal,
+  RunRefusedError,
+  RunTime,
+  type StopReason,
   type UsageReport,
 } from "./run.ts";
 export type { CheckpointEvent } from "./_writer.ts";
@@ -125,7 +135,7 @@ export {
   settingsSchema,
   type Verdict,
 } from "./settings.ts";
-export { END_STATUSES } from "./_record.ts";
+export { AXES, type BudgetAxis, END_STATUSES, type UseReport } from "./_record.ts";
 export type {
   CapSource,
   EndStatus,

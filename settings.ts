@@ -7,6 +7,9 @@
  * @module
  */
 import { isMapping, show } from "./log.ts";
+import { AXES, type Axis, AXIS_NAMES, type BudgetAxis } from "./_record.ts";
+
+export type { Axis };
 
 /** A JSON Schema fragment: the keywords the settings' schema uses. */
 export interface JsonSchema {
@@ -236,33 +239,45 @@ export const DEFAULT_RESUME_TEMPLATE =
 const fraction = (doc: string, defaultValue: number): SettingSpec<number> =>
   number({ exclusiveMinimum: 0, maximum: 1 }, doc, defaultValue);
 
-const timeSeconds = budget(false, "A time cap in seconds for runs whose own cap is not found.");
-const turns = budget(true, "A turn cap for runs whose own cap is not found.");
-const tokens = budget(true, "A token cap (input + output) for runs whose host gives none.");
-const usd = budget(false, "A cost cap in US dollars for runs whose host gives none.");
-const caps: SettingSpec<{ time_seconds?: number; turns?: number; tokens?: number; usd?: number }> =
-  {
+/** The `caps` setting made from a table of axes: one cap setting per axis. */
+export function capsSetting(
+  axes: readonly BudgetAxis[],
+): SettingSpec<Record<string, number | undefined>> {
+  const fields = Object.fromEntries(
+    axes.map((a) => [a.setting, budget(a.integer, a.settingDoc) as SettingSpec<unknown>]),
+  );
+  return {
     doc: "Caps the plugin supplies for runs whose own cap is not discoverable.",
     default: {},
     schemaDefault: true,
     schema: {
       type: "object",
       additionalProperties: false,
-      properties: {
-        time_seconds: timeSeconds.schema,
-        turns: turns.schema,
-        tokens: tokens.schema,
-        usd: usd.schema,
-      },
+      properties: Object.fromEntries(axes.map((a) => [a.setting, fields[a.setting]!.schema])),
     },
     check: () => reject("must be a mapping"), // resolved key by key, from `fields`
-    fields: {
-      time_seconds: timeSeconds as SettingSpec<unknown>,
-      turns: turns as SettingSpec<unknown>,
-      tokens: tokens as SettingSpec<unknown>,
-      usd: usd as SettingSpec<unknown>,
-    },
+    fields,
   };
+}
+
+/** The rule an axis list breaks: `must be a list of time, turns, tokens and/or usd`. */
+const axesRule = `must be a list of ${AXIS_NAMES.slice(0, -1).join(", ")} and/or ${
+  AXIS_NAMES.at(-1)
+}`;
+
+/** A setting that is a list of axes. */
+const axisList = (doc: string, example: Axis, defaultValue: Axis[]) =>
+  list(
+    choice(AXIS_NAMES, "A budget axis.", example),
+    { uniqueItems: true, rule: axesRule },
+    doc,
+    defaultValue,
+  );
+
+/** The `caps` setting's value: a cap per axis, by its setting's key. */
+export type CapsSetting = { [A in (typeof AXES)[number] as A["setting"]]?: number };
+
+const caps = capsSetting(AXES) as SettingSpec<CapsSetting>;
 
 /** A model's price, in US dollars per million tokens. */
 export interface ModelPrice {
@@ -423,11 +438,10 @@ export const SETTINGS = {
     "A time cap below this many seconds is ignored.",
     0,
   ),
-  enabled_axes: list(
-    choice(["time", "turns", "tokens", "usd"], "A budget axis.", "time"),
-    { uniqueItems: true, rule: "must be a list of time, turns, tokens and/or usd" },
+  enabled_axes: axisList(
     "Axes that count; an empty list makes every run capless.",
-    ["time", "turns", "tokens", "usd"],
+    "time",
+    [...AXIS_NAMES],
   ),
   checkpoint_dir: {
     ...text(
@@ -470,7 +484,7 @@ export const SETTINGS = {
   ),
   deadline_grace_seconds: number(
     { minimum: 0 },
-    "Seconds past the time cap before run.deadline aborts.",
+    "Seconds past the time cap before the deadline aborts run.signal.",
     0,
   ),
   workspace_snapshots: boolean("Snapshot the working tree before the agent writes.", false),
@@ -558,7 +572,7 @@ export const SETTINGS = {
   on_duplicate: choice(
     ["warn", "refuse", "take-over"],
     "A start of a run id that another live attempt holds: warn (it runs, with a warning), refuse (run.refused; its hooks do nothing) or take-over (the new attempt takes the run; the old one's later records are refused).",
-    "warn",
+    "refuse",
   ),
   machine: spec(
     "The machine name runs are recorded under: empty for the host name (the environment's AGENT_CHECKPOINT_MACHINE wins over the file).",
@@ -579,11 +593,10 @@ export const SETTINGS = {
     false,
     "Seconds a tool call may run before a tool_timeout checkpoint and its signal's abort; unset: no limit.",
   ),
-  enforce: list(
-    choice(["time", "turns", "tokens", "usd"], "A budget axis.", "usd"),
-    { uniqueItems: true, rule: "must be a list of time, turns, tokens and/or usd" },
-    "Axes whose cap stops the run: past it, a budget record is written and run.budgetSignal aborts.",
-    [] as ("time" | "turns" | "tokens" | "usd")[],
+  enforce: axisList(
+    "Axes whose cap stops the run: past it, a budget record is written and run.signal aborts.",
+    "usd",
+    [],
   ),
   effect_tools: list(
     text("A tool's name.", "send_email"),
@@ -595,6 +608,15 @@ export const SETTINGS = {
     { integer: true, minimum: 0 },
     "The most bytes of a tool's result an effect's receipt keeps (longer ones are cut, and say so).",
     4096,
+  ),
+  journal: boolean(
+    "Journal every model and tool call of a run in the ledger, so a retry replays them instead of paying for them again.",
+    true,
+  ),
+  journal_max_bytes: number(
+    { integer: true, minimum: 0 },
+    "The most bytes of responses and results a run's attempt journals; past it, the run goes on unjournaled (one log line).",
+    64 * 1024 * 1024,
   ),
 } as const;
 
@@ -609,9 +631,6 @@ export type Settings = {
 
 /** What the prologue and mid-run surfaces do when a tier is due. */
 export type Mode = Settings["mode"];
-
-/** A budget axis. */
-export type Axis = Settings["enabled_axes"][number];
 
 /** Where one setting's value came from. */
 export type SettingSource =

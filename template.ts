@@ -20,6 +20,8 @@ export interface TemplateValues {
   tokensCap?: number;
   /** Dollars spent so far; `NaN` when the cost is not known, which leaves the dollar axis out. */
   usdUsed?: number;
+  /** `usdUsed` is a lower bound (some calls' cost is unknown): shown as `at least $X`. */
+  usdAtLeast?: boolean;
   /** The cost cap in US dollars; absent means no dollar axis. */
   usdCap?: number;
   /** The path of the checkpoint file. */
@@ -137,7 +139,9 @@ function placeholders(values: TemplateValues) {
     map.set("usd_used", formatUsd(spent));
     map.set("usd_cap", formatUsd(values.usdCap));
     parts.push(
-      `$${formatUsd(spent)} of $${formatUsd(values.usdCap)} ($${
+      `${values.usdAtLeast ? "at least " : ""}$${formatUsd(spent)} of $${
+        formatUsd(values.usdCap)
+      } (${values.usdAtLeast ? "at most " : ""}$${
         formatUsd(Math.max(0, values.usdCap - spent))
       } left)`,
     );

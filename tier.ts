@@ -4,20 +4,17 @@
  *
  * @module
  */
-import type { RunCaps } from "./_record.ts";
+import { AXES, type Axis, AXIS_NAMES, type RunCaps } from "./_record.ts";
 import { defaultSettings, resolveSettings, type Settings } from "./settings.ts";
 
-/** Caps on the four axes; an absent axis has no cap. */
-export interface Caps {
-  /** Turn cap (model calls). */
-  turns?: number | undefined;
-  /** Time cap in seconds. */
-  timeSeconds?: number | undefined;
-  /** Token cap (input + output tokens). */
-  tokens?: number | undefined;
-  /** Cost cap in US dollars. */
-  usd?: number | undefined;
-}
+/**
+ * Caps on the budget axes (see `AXES`); an absent axis has no cap. The time
+ * cap is `timeSeconds`, in seconds; `turns` counts model calls, `tokens`
+ * input and output tokens, `usd` US dollars.
+ */
+export type Caps =
+  & { timeSeconds?: number | undefined }
+  & { [A in Exclude<Axis, "time">]?: number | undefined };
 
 /** A tier: 0 none, 1 the half-way checkpoint, 2 the final one. */
 export type Tier = 0 | 1 | 2;
@@ -25,8 +22,8 @@ export type Tier = 0 | 1 | 2;
 const EPSILON = 1e-9;
 /**
  * Caps this small are tiny: tier 1 would land within a few turns of tier 2.
- * S5's rule reads "a turn cap < 10" but its example calls a cap of 10 tiny;
- * the example is what users were shown, so 10 counts as tiny.
+ * A turn cap is tiny below 10 (the seed's rule): a 10-turn run gets tier 1 at
+ * turn 5, three turns before tier 2 at 8.
  */
 const TINY_TURNS = 10;
 const TINY_SECONDS = 300;
@@ -41,15 +38,19 @@ export interface TierPlan {
   tier1Allowed: boolean;
   tokenCap: number | undefined;
   usdCap: number | undefined;
+  /** The counted caps again, by axis name: for code that goes through every axis. */
+  byAxis: { readonly [A in Axis]?: number };
 }
 
 /** The cap values of a run's caps, without their sources. */
-export const capValues = (caps: RunCaps): Caps => ({
-  turns: caps.turns?.value,
-  timeSeconds: caps.time?.value,
-  tokens: caps.tokens?.value,
-  usd: caps.usd?.value,
-});
+export function capValues(caps: RunCaps): Caps {
+  const out: Caps = {};
+  for (const { name } of AXES) {
+    if (name === "time") out.timeSeconds = caps.time?.value;
+    else out[name] = caps[name]?.value;
+  }
+  return out;
+}
 
 const usable = (n: number | undefined): n is number =>
   n !== undefined && Number.isFinite(n) && n > 0;
@@ -68,8 +69,12 @@ export function countedCaps(caps: Caps, settings: Settings): Caps {
     time !== undefined && Number.isFinite(time) && time > 0 &&
     time >= settings.min_budget_floor_seconds && axes.includes("time")
   ) out.timeSeconds = time;
-  if (usable(caps.tokens) && axes.includes("tokens")) out.tokens = caps.tokens;
-  if (usable(caps.usd) && axes.includes("usd")) out.usd = caps.usd;
+  // The other axes: any cap above 0 counts.
+  for (const { name } of AXES) {
+    if (name === "time" || name === "turns") continue;
+    const cap = caps[name];
+    if (usable(cap) && axes.includes(name)) out[name] = cap;
+  }
   return out;
 }
 
@@ -79,11 +84,21 @@ export function countedCaps(caps: Caps, settings: Settings): Caps {
  */
 export const PAST_CAP_SECONDS = 180;
 
+/** Caps by axis name (a run's caps say `time` where {@linkcode Caps} says `timeSeconds`). */
+function capsByAxis(caps: Caps): { [A in Axis]?: number } {
+  const out: { [A in Axis]?: number } = {};
+  for (const axis of AXIS_NAMES) {
+    const cap = axis === "time" ? caps.timeSeconds : caps[axis];
+    if (cap !== undefined) out[axis] = cap;
+  }
+  return out;
+}
+
 /** Settle the tier thresholds for counted caps. */
 export function tierPlan(caps: Caps, settings: Settings): TierPlan {
   const counted = countedCaps(caps, settings);
   const [tier1 = 0.5, tier2] = settings.tier_fractions;
-  const tiny = (counted.turns !== undefined && counted.turns <= TINY_TURNS) ||
+  const tiny = (counted.turns !== undefined && counted.turns < TINY_TURNS) ||
     (counted.timeSeconds !== undefined && counted.timeSeconds < TINY_SECONDS);
   return {
     turnCap: counted.turns,
@@ -94,6 +109,7 @@ export function tierPlan(caps: Caps, settings: Settings): TierPlan {
     tier1Allowed: !tiny || settings.allow_tiny_tier1,
     tokenCap: counted.tokens,
     usdCap: counted.usd,
+    byAxis: capsByAxis(counted),
   };
 }
 
@@ -137,7 +153,8 @@ export class TierPlans {
       this.#byCaps.clear();
       this.#version = version;
     }
-    const key = `${caps.turns?.value}|${caps.time?.value}|${caps.tokens?.value}|${caps.usd?.value}`;
+    let key = "";
+    for (const axis of AXIS_NAMES) key += `${caps[axis]?.value}|`;
     let plan = this.#byCaps.get(key);
     if (plan === undefined) {
       if (this.#byCaps.size >= PLANS_KEPT) this.#byCaps.clear();
@@ -149,9 +166,10 @@ export class TierPlans {
 }
 
 /** Whether a plan has a cap on any axis. */
-export const hasCap = (plan: TierPlan): boolean =>
-  plan.turnCap !== undefined || plan.timeCap !== undefined || plan.tokenCap !== undefined ||
-  plan.usdCap !== undefined;
+export const hasCap = (plan: TierPlan): boolean => {
+  for (const axis of AXIS_NAMES) if (plan.byAxis[axis] !== undefined) return true;
+  return false;
+};
 
 /**
  * The tier due under a plan; the hot path of every hook. Tokens and dollars
@@ -231,9 +249,11 @@ export function timeCrossing(plan: TierPlan, tier: 1 | 2): number | undefined {
  * assert.equal(dueTier({ caps: { turns: 100 }, turnsUsed: 49, elapsedSeconds: 0 }), 0);
  * assert.equal(dueTier({ caps: { turns: 100 }, turnsUsed: 50, elapsedSeconds: 0 }), 1);
  * assert.equal(dueTier({ caps: { turns: 100 }, turnsUsed: 90, elapsedSeconds: 0 }), 2);
- * // Turn cap 10 is tiny: no tier 1, tier 2 on the penultimate turn.
- * assert.equal(dueTier({ caps: { turns: 10 }, turnsUsed: 7, elapsedSeconds: 0 }), 0);
+ * // Turn cap 10: tier 1 at 5, tier 2 at 8. Turn cap 9 is tiny: no tier 1, tier 2 at 7.
+ * assert.equal(dueTier({ caps: { turns: 10 }, turnsUsed: 5, elapsedSeconds: 0 }), 1);
  * assert.equal(dueTier({ caps: { turns: 10 }, turnsUsed: 8, elapsedSeconds: 0 }), 2);
+ * assert.equal(dueTier({ caps: { turns: 9 }, turnsUsed: 6, elapsedSeconds: 0 }), 0);
+ * assert.equal(dueTier({ caps: { turns: 9 }, turnsUsed: 7, elapsedSeconds: 0 }), 2);
  * // Time cap one hour: tier 1 at 30 minutes.
  * assert.equal(dueTier({ caps: { timeSeconds: 3600 }, turnsUsed: 0, elapsedSeconds: 1800 }), 1);
  * // Tokens and dollars take the turn fractions: tier 1 at half, tier 2 at 90 %.

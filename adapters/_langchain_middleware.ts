@@ -1,6 +1,6 @@
 // deno-lint-ignore-file no-import-prefix -- full npm: specifiers let Deno import this by URL
 /**
- * The LangChain adapter's `createAgent` middleware ({@linkcode checkpointMiddleware}),
+ * The LangChain adapter's `createAgent` middleware ({@linkcode agentCheckpointMiddleware}),
  * and what the LangGraph agent (`_langgraph_agent.ts`) takes from it: the init
  * and its check, the session id, the prologue's place among the messages, and
  * the reports of tool calls and model use. The public entry is `langchain.ts`.
@@ -80,7 +80,7 @@ export function reportUsage(run: Run, message: unknown): void {
     const u = m?.usage_metadata;
     if (u === null || typeof u !== "object") return;
     const model = m?.response_metadata?.model_name ?? m?.response_metadata?.model;
-    run.usage({
+    run.postLlmCall({
       inputTokens: Number(u.input_tokens ?? 0),
       outputTokens: Number(u.output_tokens ?? 0),
       ...(typeof model === "string" ? { model } : {}),
@@ -96,7 +96,7 @@ export interface LangChainInit extends AdapterInit {
 
 /**
  * LangGraph's `recursionLimit` when the caller gives none (LangChain fills it
- * into every config): enough for 10 turns through {@linkcode checkpointMiddleware}.
+ * into every config): enough for 10 turns through {@linkcode agentCheckpointMiddleware}.
  *
  * @example
  * ```ts
@@ -188,7 +188,7 @@ export type EndOutcome = {
 
 /**
  * A tool for one call whose `invoke` also aborts at the call's deadline
- * (`run.toolSignal`), joined to the graph's own signal in `config.signal`.
+ * (`run.time.toolSignal`), joined to the graph's own signal in `config.signal`.
  */
 function withToolSignal<T>(tool: T, run: Run, callId: string | undefined, effectKey: string): T {
   if (tool === null || typeof tool !== "object") return tool;
@@ -280,7 +280,7 @@ export const stepsForCreateAgent = (maxTurns: number): number => 2 * maxTurns + 
  * @example The prologue reaches the model, never the state
  * ```ts
  * import { createAgentCheckpoint } from "../mod.ts";
- * import { checkpointMiddleware } from "./langchain.ts";
+ * import { agentCheckpointMiddleware } from "./langchain.ts";
  * import { createAgent, createMiddleware } from "npm:langchain@1";
  * import { FakeListChatModel } from "npm:@langchain/core@1/utils/testing";
  * import assert from "node:assert/strict";
@@ -299,19 +299,19 @@ export const stepsForCreateAgent = (maxTurns: number): number => 2 * maxTurns + 
  * });
  * const agent = createAgent({
  *   model: new FakeListChatModel({ responses: ["ok"] }),
- *   middleware: [checkpointMiddleware(ac, { maxTurns: 2 }), spy],
+ *   middleware: [agentCheckpointMiddleware(ac, { maxTurns: 2 }), spy],
  * });
  * const state = await agent.invoke({ messages: [{ role: "user", content: "Go" }] });
  * assert.match(sent[0]!, /INCOMPLETE/); // two turns: the last checkpoint is due at the first call
  * assert.doesNotMatch(JSON.stringify(state.messages), /INCOMPLETE/);
- * assert.throws(() => checkpointMiddleware(ac, { maxTurns: Number.NaN }), TypeError);
+ * assert.throws(() => agentCheckpointMiddleware(ac, { maxTurns: Number.NaN }), TypeError);
  * await ac.close();
  * ```
  */
-export function checkpointMiddleware(
+export function agentCheckpointMiddleware(
   ac: AgentCheckpoint,
   init: LangChainInit,
-): CheckpointMiddleware {
+): AgentCheckpointMiddleware {
   checkInit(init);
   const placement = init.placement ?? "user";
   const runs = new Map<string, Live>();
@@ -376,7 +376,7 @@ export function checkpointMiddleware(
               limit === DEFAULT_RECURSION_LIMIT
                 ? `LangGraph's default recursionLimit of ${limit}`
                 : `recursionLimit ${limit}`
-            } lets createAgent make only ${reachable} of the ${init.maxTurns} model calls of maxTurns: each such run is capped at ${reachable} turns. Fix: invoke the agent with checkpoint.withRecursionLimit(config), checkpoint being what checkpointMiddleware() returned, or pass recursionLimit: ${needed}. Said once per process; every such run logs it.`,
+            } lets createAgent make only ${reachable} of the ${init.maxTurns} model calls of maxTurns: each such run is capped at ${reachable} turns. Fix: invoke the agent with checkpoint.withRecursionLimit(config), checkpoint being what agentCheckpointMiddleware() returned, or pass recursionLimit: ${needed}. Said once per process; every such run logs it.`,
           );
         }
       } catch { /* no config: nothing to check */ }
@@ -403,6 +403,12 @@ export function checkpointMiddleware(
       const found = liveOf(request.state);
       if (!found) return handler(request);
       const [key, live] = found;
+      const stopped = live.run.budget.error();
+      if (stopped) {
+        // Stopped during a tool call: no further model call.
+        await finish(key, live, { status: "capped", summary: errorLine(stopped) });
+        throw stopped;
+      }
       if (live.calls >= live.cap) {
         live.capped = true;
         return new AIMessage(
@@ -410,6 +416,8 @@ export function checkpointMiddleware(
         );
       }
       live.calls++;
+      // The tool results this call carries are in the ledger before the model sees them.
+      await live.run.effects.durable();
       const text = live.run.preLlmCall();
       const placed = text !== undefined || live.pending.waiting
         ? guarded(
@@ -425,7 +433,7 @@ export function checkpointMiddleware(
         return out;
       } catch (error) {
         await finish(key, live, failed(live, error, request.runtime?.signal));
-        throw error;
+        throw live.run.budget.error(error) ?? error;
       }
     },
 
@@ -472,7 +480,7 @@ export function checkpointMiddleware(
         const aborted = request.runtime?.signal?.aborted || live.signal?.aborted;
         if (aborted) await finish(key, live, failed(live, error, request.runtime?.signal));
         if (aborted || isGraphBubbleUp(error) || (error as Error)?.name === "ToolInvocationError") {
-          throw error;
+          throw live.run.budget.error(error) ?? error;
         }
         // What createAgent's tool node answers for a throwing tool when no middleware wraps it.
         return new ToolMessage({
@@ -495,7 +503,7 @@ export function checkpointMiddleware(
 
     withRecursionLimit: <C extends object>(config?: C) => withRecursionLimit(init.maxTurns, config),
   };
-  return middleware as unknown as CheckpointMiddleware;
+  return middleware as unknown as AgentCheckpointMiddleware;
 }
 
 /**
@@ -514,27 +522,27 @@ function withRecursionLimit<C extends object>(
 }
 
 /**
- * What {@linkcode checkpointMiddleware} returns: the middleware, and the config
+ * What {@linkcode agentCheckpointMiddleware} returns: the middleware, and the config
  * its invocations need.
  *
  * @example Invoke with enough graph steps for the cap
  * ```ts
  * import { createAgentCheckpoint } from "../mod.ts";
- * import { checkpointMiddleware } from "./langchain.ts";
+ * import { agentCheckpointMiddleware } from "./langchain.ts";
  * import assert from "node:assert/strict";
  * import { mkdtempSync } from "node:fs";
  * import { tmpdir } from "node:os";
  * import { join } from "node:path";
  *
  * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
- * const checkpoint = checkpointMiddleware(ac, { maxTurns: 12 });
+ * const checkpoint = agentCheckpointMiddleware(ac, { maxTurns: 12 });
  * const config = checkpoint.withRecursionLimit({ configurable: { thread_id: "job-7" } });
  * assert.deepEqual(config, { configurable: { thread_id: "job-7" }, recursionLimit: 28 });
  * // then: await agent.invoke(input, config)
  * await ac.close();
  * ```
  */
-export type CheckpointMiddleware = AgentMiddleware & {
+export type AgentCheckpointMiddleware = AgentMiddleware & {
   /**
    * The invocation config (`configurable`, `signal`… kept) with a
    * `recursionLimit` high enough for `maxTurns` model calls (`2 × maxTurns +

@@ -97,7 +97,8 @@ interface Invocation {
   activity(chunk?: unknown): void;
   /** The run ended well; `out` is the graph's output, when it gives one. */
   done(out?: unknown): Promise<void>;
-  failed(error: unknown): Promise<void>;
+  /** The run failed with `error`: resolves to what the host is thrown (`BudgetExceededError` at an enforced cap). */
+  failed(error: unknown): Promise<unknown>;
   abandoned(): Promise<void>;
 }
 
@@ -175,8 +176,13 @@ export function checkpointedReactAgent(
     const messages = await promptMessages(userPrompt, state, config);
     const live = liveOf(config);
     if (!live) return messages;
+    // Stopped by an enforced cap during a tool call: no further model call.
+    const stopped = live.run.budget.error();
+    if (stopped) throw stopped;
     // The previous model call's usage is in its AIMessage, now in the state.
     reportNewUsage(live, state.messages);
+    // The tool results this call carries are in the ledger before the model sees them.
+    await live.run.effects.durable();
     const text = live.run.preLlmCall();
     if (text === undefined && !live.pending.waiting) return messages;
     return guarded(
@@ -251,13 +257,15 @@ export function checkpointedReactAgent(
         reportNewUsage(live, (out as { messages?: unknown } | undefined)?.messages);
         return end({ status: "done" });
       },
-      failed: (error) =>
-        end({
+      failed: async (error) => {
+        await end({
           status: (error as Error)?.name === "GraphRecursionError"
             ? "capped"
             : thrownStatus(run, init.deadline, userSignal),
           summary: errorLine(error),
-        }),
+        });
+        return run.budget.error(error) ?? error;
+      },
       abandoned: () =>
         end({ status: "aborted", summary: "the host stopped reading the stream before its end" }),
     };
@@ -272,8 +280,7 @@ export function checkpointedReactAgent(
         await call.done(out);
         return out;
       } catch (error) {
-        await call.failed(error);
-        throw error;
+        throw await call.failed(error);
       }
     };
 
@@ -283,8 +290,7 @@ export function checkpointedReactAgent(
       try {
         source = await graph.stream(input as never, call.config as never);
       } catch (error) {
-        await call.failed(error);
-        throw error;
+        throw await call.failed(error);
       }
       return new ObservedStream(source, call);
     };
@@ -305,8 +311,7 @@ export function checkpointedReactAgent(
       }
       if (out instanceof Promise) {
         return out.then((value) => observeEvents(value, call), async (error) => {
-          await call.failed(error);
-          throw error;
+          throw await call.failed(error);
         });
       }
       return observeEvents(out, call);
@@ -356,8 +361,7 @@ class ObservedStream<T> extends IterableReadableStream<T> {
         try {
           step = await reader.read();
         } catch (error) {
-          await call.failed(error);
-          controller.error(error);
+          controller.error(await call.failed(error));
           return;
         }
         if (step.done) {

@@ -6,7 +6,10 @@
  * @module
  */
 import type { AgentCheckpoint, Run, RunInit } from "../mod.ts";
+import { RunRefusedError } from "../run.ts";
 import { failOpen, say } from "../log.ts";
+import { AXES } from "../_record.ts";
+import type { Caps } from "../tier.ts";
 
 /** Where the prologue goes in the model call it is due for. */
 export type Placement = "user" | "system" | "tool-result";
@@ -52,11 +55,8 @@ export function checkCap(
   const ok = typeof value === "number" && Number.isFinite(value) && value > 0 &&
     (kind === "seconds" || Number.isInteger(value));
   if (!ok) {
-    const what = kind === "turns"
-      ? "a whole number of at least 1"
-      : name === "usd"
-      ? "a number of dollars above 0"
-      : "a number of seconds above 0";
+    const unit = AXES.find((a) => a.name === name)?.unit ?? "seconds";
+    const what = kind === "turns" ? "a whole number of at least 1" : `a number of ${unit} above 0`;
     throw new TypeError(`${name} must be ${what}, got ${describe(value)}`);
   }
 }
@@ -73,6 +73,7 @@ const describe = (value: unknown): string => {
  * Check an adapter's init and start its run with the turn cap it was given.
  *
  * @throws {TypeError} When a cap, the placement or the session id is unusable.
+ * @throws {Error} When `replay` names tools and there is no SQLite driver to keep the run ledger.
  */
 export function startAdapterRun(
   ac: AgentCheckpoint,
@@ -82,9 +83,14 @@ export function startAdapterRun(
   sessionId: string | undefined = init.sessionId,
 ): Run {
   checkCap(capName, turns, "turns");
-  checkCap("timeSeconds", init.timeSeconds, "seconds", true);
-  checkCap("tokens", init.tokens, "turns", true);
-  checkCap("usd", init.usd, "seconds", true);
+  // The other axes' caps are options of their own: `timeSeconds` (the time axis), `tokens`, `usd`.
+  const capKeys = AXES.filter((a) => a.name !== "turns").map((a) => ({
+    key: (a.name === "time" ? "timeSeconds" : a.name) as Exclude<keyof Caps, "turns">,
+    integer: a.integer,
+  }));
+  for (const { key, integer } of capKeys) {
+    checkCap(key, init[key], integer ? "turns" : "seconds", true);
+  }
   if (init.placement !== undefined && !PLACEMENTS.includes(init.placement)) {
     throw new TypeError(
       `placement must be "user", "system" or "tool-result", got ${describe(init.placement)}`,
@@ -99,12 +105,41 @@ export function startAdapterRun(
   ) {
     throw new TypeError(`replay must be a list of tool names, got ${describe(init.replay)}`);
   }
-  const { timeSeconds, tokens, usd, placement: _p, deadline: _d, replay: _r, ...rest } = init;
-  const caps: NonNullable<RunInit["caps"]> = { turns: turns as number };
-  if (timeSeconds !== undefined) caps.timeSeconds = timeSeconds;
-  if (tokens !== undefined) caps.tokens = tokens;
-  if (usd !== undefined) caps.usd = usd;
-  return ac.startRun({ ...rest, sessionId, caps });
+  // A tool to run at most once is run again on a retry when no ledger keeps its receipt.
+  if (init.replay !== undefined && init.replay.length !== 0) ac.needLedger("replay");
+  const { placement: _p, deadline: _d, replay: _r, ...rest } = init;
+  const caps: Caps = { turns: turns as number };
+  for (const { key } of capKeys) {
+    const cap = rest[key];
+    delete rest[key];
+    if (cap !== undefined) caps[key] = cap;
+  }
+  return refuseHeld(ac.startRun({ ...rest, sessionId, caps }));
+}
+
+/**
+ * The guard every adapter's start goes through: a run whose start was refused
+ * (another live attempt holds its id) must not reach the framework, or a task
+ * picked up twice would make its model calls twice.
+ *
+ * @throws {RunRefusedError} When `run.refused` is set.
+ *
+ * @example
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { refuseHeld } from "./_shared.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const ac = createAgentCheckpoint({ settings: { enabled: false } });
+ * const run = ac.startRun({ sessionId: "free" });
+ * assert.equal(refuseHeld(run), run);
+ * await run.end();
+ * await ac.close();
+ * ```
+ */
+export function refuseHeld(run: Run): Run {
+  if (run.refused) throw new RunRefusedError(run.refused);
+  return run;
 }
 
 /**
@@ -137,18 +172,17 @@ export class PendingPrologue {
 
 /**
  * How a run whose framework threw ended: `capped` when an enforced cap
- * stopped it through its budget signal, `deadline` when the adapter handed
- * the run's deadline to the framework and it fired, `aborted` when the
- * host's own signal did, else `failed`. Reads the deadline only when it was
- * asked for, since reading it arms it.
+ * stopped it (`run.signal`), `deadline` when the adapter handed the run's
+ * deadline to the framework and it fired, `aborted` when the host's own
+ * signal did, else `failed`.
  */
 export function thrownStatus(
   run: Run,
   deadline: boolean | undefined,
   userSignal?: AbortSignal | null,
 ): "capped" | "deadline" | "aborted" | "failed" {
-  if (run.budgetStopped) return "capped";
-  if (deadline && run.deadline.aborted) return "deadline";
+  if (run.budget.stopped) return "capped";
+  if (deadline && run.stopReason?.kind === "deadline") return "deadline";
   if (userSignal?.aborted) return "aborted";
   return "failed";
 }
@@ -251,19 +285,19 @@ export function guarded<T>(run: Run, hook: string, body: () => T, fallback: () =
 }
 
 /**
- * The host's signal, the run's deadline when it is asked for, and the run's
- * budget signal when the settings enforce a cap, as one.
+ * The host's signal and the run's own (`run.signal`), as one: the run's
+ * signal when the adapter hands its deadline on (`deadline`, which arms it)
+ * or the settings enforce a cap.
  */
 export function runSignal(
   run: Run,
   deadline: boolean | undefined,
   userSignal?: AbortSignal | null,
-  budget = true,
 ): AbortSignal | undefined {
+  if (deadline) run.time.stopAtDeadline();
   const signals = [
     userSignal ?? undefined,
-    deadline ? run.deadline : undefined,
-    budget && run.budgetEnforced ? run.budgetSignal : undefined,
+    deadline || run.budget.enforced ? run.signal : undefined,
   ].filter(
     (s): s is AbortSignal => s !== undefined,
   );
@@ -289,7 +323,7 @@ export function tellOnce(key: string, line: string): boolean {
 }
 
 /**
- * A tool call's signal: the call's deadline signal (`run.toolSignal`) joined
+ * A tool call's signal: the call's deadline signal (`run.time.toolSignal`) joined
  * to the framework's own signal for the call, when it has one.
  */
 export function toolCallSignal(
@@ -297,7 +331,7 @@ export function toolCallSignal(
   callId: string,
   theirs?: AbortSignal | null,
 ): AbortSignal {
-  const own = run.toolSignal(callId);
+  const own = run.time.toolSignal(callId);
   return theirs instanceof AbortSignal ? AbortSignal.any([theirs, own]) : own;
 }
 
@@ -336,12 +370,12 @@ export async function effectful<T>(
   const options = callId === undefined ? undefined : { callId };
   if (init.replay?.includes(name)) {
     let ran = false;
-    const value = await run.once(name, input, (key) => {
+    const value = await run.effects.once(name, input, (key) => {
       ran = true;
       return call(key);
     }, options);
     return { value, replayed: !ran };
   }
-  if (run.isEffectTool(name)) await run.intent(name, input, options);
-  return { value: await call(run.effectKey(name, input)), replayed: false };
+  if (run.effects.isEffectTool(name)) await run.effects.intent(name, input, options);
+  return { value: await call(run.effects.key(name, input)), replayed: false };
 }

@@ -22,10 +22,10 @@
  * - `abortSignal`: with `deadline: true`, the run's deadline joins yours.
  *
  * Each model call's usage (`inputTokens`, `outputTokens`, from the result or
- * the stream's `finish` part) is reported with `run.usage()`, with the
+ * the stream's `finish` part) is reported with `run.postLlmCall()`, with the
  * model's id for the `prices` setting (the SDK gives no cost). Each tool's
  * `abortSignal` also aborts when the call runs past its deadline
- * (`tool_timeout_seconds`), through `run.toolSignal()`.
+ * (`tool_timeout_seconds`), through `run.time.toolSignal()`.
  *
  * @module
  */
@@ -46,6 +46,33 @@ import {
 import { failOpen, failOpenAsync, isThenable } from "../log.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
+export { BudgetExceededError, RunRefusedError } from "../run.ts";
+
+/**
+ * What a tool's `execute` options (its second argument) carry besides the
+ * SDK's own when the adapter runs it: the call's effect key, the same in every
+ * attempt of the run for the same tool and input.
+ *
+ * @example Reading the key in a tool, type-checked
+ * ```ts
+ * import type { EffectKeyOptions } from "./ai_sdk.ts";
+ * import { jsonSchema, tool } from "npm:ai@^7.0.0";
+ * import assert from "node:assert/strict";
+ *
+ * const pay = tool({
+ *   inputSchema: jsonSchema<{ cents: number }>({ type: "object" }),
+ *   execute: (input, options) => {
+ *     const { effectKey } = options as typeof options & EffectKeyOptions;
+ *     return `paid ${input.cents} with idempotency key ${effectKey}`;
+ *   },
+ * });
+ * assert.equal(typeof pay.execute, "function");
+ * ```
+ */
+export interface EffectKeyOptions {
+  /** The call's effect key (`run.effects.key(tool, input)`): pass it to an API as its idempotency key. */
+  effectKey: string;
+}
 
 /**
  * What the adapter needs of an `ai` module: its `generateText` and
@@ -266,6 +293,8 @@ class Wiring {
   readonly #unsent = new Set<string>();
   readonly #models = new WeakMap<object, unknown>();
   #calls = 0;
+  /** The steps finished so far, for the error of a run an enforced cap stopped. */
+  readonly #steps: unknown[] = [];
   #capped = false;
   #used = false;
   #ended = false;
@@ -304,7 +333,7 @@ class Wiring {
       result = await this.#sdk.generateText(merged);
     } catch (error) {
       await this.#end(this.#thrownStatus(error));
-      throw error;
+      throw this.#run.budget.error(error, [...this.#steps]) ?? error;
     }
     await this.#end(this.#capped ? "capped" : "done");
     return result;
@@ -356,12 +385,17 @@ class Wiring {
       const merged: Any = { ...params };
       merged.model = this.#wrapModel(params.model);
       merged.stopWhen = [this.#stopCondition, ...asArray(params.stopWhen)];
+      const onStepFinish = params.onStepFinish;
+      merged.onStepFinish = (step: unknown) => {
+        this.#steps.push(step);
+        return typeof onStepFinish === "function" ? onStepFinish(step) : undefined;
+      };
       if (typeof params.prepareStep === "function") {
         merged.prepareStep = this.#prepareStep(params.prepareStep);
       }
       if (isObject(params.tools)) merged.tools = this.#wrapTools(params.tools);
       if (params.abortSignal instanceof AbortSignal) this.#userSignal = params.abortSignal;
-      if (this.#deadline || this.#run.budgetEnforced) {
+      if (this.#deadline || this.#run.budget.enforced) {
         merged.abortSignal = runSignal(this.#run, this.#deadline, this.#userSignal);
       }
       if (streaming) {
@@ -448,6 +482,8 @@ class Wiring {
       return options;
     });
     try {
+      // The tool results this call carries are in the ledger before the model sees them.
+      await this.#run.effects.durable();
       const result = await model[method](sent);
       this.#markSent(options?.prompt);
       return method === "doGenerate"
@@ -464,7 +500,7 @@ class Wiring {
   #reportUsage(model: Record<string, Any>, result: Any): unknown {
     this.#guard("reporting usage", () => {
       const usage = usageOf(result?.usage);
-      if (usage) this.#run.usage({ ...usage, ...modelId(model) });
+      if (usage) this.#run.postLlmCall({ ...usage, ...modelId(model) });
     }, () => {});
     return result;
   }
@@ -572,7 +608,7 @@ class Wiring {
       run.preToolCall(name, call);
       const given = withToolSignal(run, callId, options);
       const withKey = (key: string) => ({ ...given, effectKey: key });
-      if (replay || run.isEffectTool(name)) {
+      if (replay || run.effects.isEffectTool(name)) {
         return effectful(
           run,
           { replay: this.#replay },
@@ -595,7 +631,7 @@ class Wiring {
       const context = {
         ...given,
         get effectKey() {
-          return run.effectKey(name, input);
+          return run.effects.key(name, input);
         },
       };
       let result;
@@ -655,6 +691,15 @@ class Wiring {
     const pass = new TransformStream<Part, Part>({
       transform: (part, controller) => {
         this.#run.activity();
+        // A run an enforced cap stopped ends its stream as generateText does: with the error.
+        const stopped = part?.type === "abort" || part?.type === "error"
+          ? this.#run.budget.error(part.reason ?? part.error, [...this.#steps])
+          : undefined;
+        if (stopped) {
+          void this.#end("capped");
+          controller.error(stopped);
+          return;
+        }
         if (part?.type === "abort") aborted = true;
         else if (part?.type === "error") failed = true;
         controller.enqueue(part);

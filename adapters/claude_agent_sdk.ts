@@ -55,12 +55,48 @@ import {
   guarded,
   logFault,
   PendingPrologue,
-  runSignal,
   startAdapterRun,
   thrownStatus,
 } from "./_shared.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
+export { BudgetExceededError, RunRefusedError } from "../run.ts";
+
+/**
+ * The effect key of a call of a tool in an SDK MCP server, from inside the
+ * tool: the same key the adapter records the call under and the host's hooks
+ * get as `effect_key` (the CLI names the tool `mcp__<server>__<tool>`). Two
+ * calls with different input get different keys, so parallel calls of one
+ * tool are told apart; pass it to an API as its idempotency key.
+ *
+ * @param run The query's run (`q.run`).
+ * @param server The MCP server's name, as given to `createSdkMcpServer`.
+ * @param tool The tool's own name.
+ * @param input The arguments the tool was called with.
+ * @returns The call's effect key.
+ *
+ * @example Inside a tool's handler
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { mcpEffectKey } from "./claude_agent_sdk.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const run = ac.startRun({ sessionId: "mail-1" });
+ * const args = { to: "boss@example.com" };
+ * // In `tool("send_email", …, (args) => …)` of the server "mail", with `q.run` as the run:
+ * const key = mcpEffectKey(run, "mail", "send_email", args);
+ * assert.equal(key, run.effects.key("mcp__mail__send_email", args));
+ * assert.notEqual(key, mcpEffectKey(run, "mail", "send_email", { to: "team@example.com" }));
+ * await ac.close();
+ * ```
+ */
+export function mcpEffectKey(run: Run, server: string, tool: string, input: unknown): string {
+  return run.effects.key(`mcp__${server}__${tool}`, input);
+}
 
 /**
  * The run's init for {@linkcode checkpointedQuery}: the session and its caps, stated once.
@@ -150,7 +186,8 @@ const str = (value: unknown): string | undefined =>
  *   `Edit`, `MultiEdit`, `NotebookEdit` and `Bash`) and its duration. The
  *   host's own hooks of those events get the call's effect key in their
  *   input, as `effect_key`. A tool in the `effect_tools` setting or in
- *   `replay` has its intent durable before the CLI runs it (our
+ *   `replay` (by its own name or its `mcp__<server>__<tool>` name) has its
+ *   intent durable before the CLI runs it (our
  *   `PreToolUse` waits for it), and its receipt from `PostToolUse`; a
  *   retried run's call of a tool in `replay` whose receipt says it was done
  *   is not run again: `PreToolUse` denies it, the reason saying it was done
@@ -158,7 +195,7 @@ const str = (value: unknown): string | undefined =>
  * - Every message the iterator yields counts as activity. Each model
  *   request's usage (from the assistant messages: input tokens with the
  *   cache's, and the output tokens counted when the response began, which
- *   is all the SDK tells before the result) is reported with `run.usage()`
+ *   is all the SDK tells before the result) is reported with `run.postLlmCall()`
  *   as it comes; the result's `usage` and `total_cost_usd` complete it, the
  *   SDK's cost becoming the run's. The SDK gives no cost per request: a dollar cap
  *   counts per request through the `prices` setting. Tool deadlines are
@@ -282,6 +319,11 @@ export function checkpointedQuery(
 
   // --- side effects: the tools in replay, and those in effect_tools ---
   const replay = init.replay ?? [];
+  // `replay` and `effect_tools` name a tool of an SDK MCP server by its own name or by the
+  // `mcp__<server>__<tool>` name the CLI gives it.
+  const inReplay = (tool: string) => replay.includes(tool) || replay.includes(shortName(tool));
+  const isEffect = (tool: string) =>
+    run.effects.isEffectTool(tool) || run.effects.isEffectTool(shortName(tool));
   /**
    * A tool call that acts on the world, before the CLI runs it: denied when a
    * receipt says an earlier attempt did it (a tool in replay), else once its
@@ -292,9 +334,9 @@ export function checkpointedQuery(
     input: unknown,
     callId: string | undefined,
   ): Promise<HookJSONOutput> => {
-    if (replay.includes(tool)) {
-      const key = run.effectKey(tool, input);
-      const known = await run.effect(key);
+    if (inReplay(tool)) {
+      const key = run.effects.key(tool, input);
+      const known = await run.effects.state(key);
       if (known?.state === "done" && known.ok) {
         if (callId !== undefined) open.delete(callId);
         run.postToolCall(tool, { ok: true, ...(callId === undefined ? {} : { callId }) });
@@ -315,7 +357,7 @@ export function checkpointedQuery(
         };
       }
     }
-    await run.intent(tool, input, callId === undefined ? undefined : { callId });
+    await run.effects.intent(tool, input, callId === undefined ? undefined : { callId });
     return {};
   };
 
@@ -357,24 +399,28 @@ export function checkpointedQuery(
       const tool = str(i.tool_name) ?? "unknown";
       const callId = str(i.tool_use_id);
       if (callId !== undefined) open.set(callId, { tool, at: Date.now() });
-      const replayed = replay.includes(tool);
+      const replayed = inReplay(tool);
       run.preToolCall(tool, {
         ...(callId === undefined ? {} : { callId }),
         input: i.tool_input,
         // A tool in replay: its intent is made once it is known not to be done (effectGate).
         ...(replayed ? { effect: false } : {}),
       });
-      if (!replayed && !run.isEffectTool(tool)) return {};
+      if (!replayed && !isEffect(tool)) return {};
       return effectGate(tool, i.tool_input, callId);
     },
-    PostToolUse: (input) => {
+    // The CLI waits for these hooks' answers: the receipt is in the ledger before the model
+    // sees the tool's result.
+    PostToolUse: async (input) => {
       const i = input as { duration_ms?: unknown; tool_response?: unknown };
       ended(input as never, true, { durationMs: i.duration_ms, result: i.tool_response });
+      await run.effects.durable();
       return {};
     },
-    PostToolUseFailure: (input) => {
+    PostToolUseFailure: async (input) => {
       const i = input as { duration_ms?: unknown; error?: unknown };
       ended(input as never, false, { durationMs: i.duration_ms, error: i.error });
+      await run.effects.durable();
       return {};
     },
     PermissionDenied: (input) => {
@@ -408,7 +454,8 @@ export function checkpointedQuery(
           Promise.resolve(handle(input)).then(
             // Past an enforced cap the CLI stops at its next hook, its own way, before another
             // request: the abort controller reaches a CLI that runs ahead of the messages too late.
-            (out) => run.budgetStopped ? { ...out, continue: false, stopReason: BUDGET_STOP } : out,
+            (out) =>
+              run.budget.stopped ? { ...out, continue: false, stopReason: BUDGET_STOP } : out,
             (error) => {
               logFault(run, `claude-agent-sdk ${event} hook`, error);
               return {};
@@ -423,23 +470,25 @@ export function checkpointedQuery(
 
   // --- the host's abort, and the run's deadline when asked for ---
   const userController = options.abortController;
-  const merged = runSignal(run, init.deadline, userController?.signal, false);
-  const budget = run.budgetEnforced ? run.budgetSignal : undefined;
-  if (budget || merged !== undefined && merged !== userController?.signal) {
+  // One signal for the run's stops: its deadline when asked for, an enforced cap.
+  if (init.deadline) run.time.stopAtDeadline();
+  const stops = init.deadline || run.budget.enforced ? run.signal : undefined;
+  if (stops) {
     const controller = new AbortController();
-    const follow = (signal: AbortSignal, afterMs: number) => {
+    const follow = (signal: AbortSignal, afterMs: () => number) => {
       const abort = () => {
-        if (afterMs === 0) controller.abort(signal.reason);
-        else setTimeout(() => controller.abort(signal.reason), afterMs).unref?.();
+        const wait = afterMs();
+        if (wait === 0) controller.abort(signal.reason);
+        else setTimeout(() => controller.abort(signal.reason), wait).unref?.();
       };
       if (signal.aborted) abort();
       else signal.addEventListener("abort", abort, { once: true });
     };
-    if (merged) follow(merged, 0);
+    if (userController) follow(userController.signal, () => 0);
     // Past an enforced cap the CLI is stopped at its next hook (`continue: false`), which lets it
     // end its turn as it does; an abort now would leave its hooks unanswered while it runs on.
-    // The abort follows for a CLI that reaches no hook.
-    if (budget) follow(budget, BUDGET_ABORT_MS);
+    // The abort follows for a CLI that reaches no hook. The deadline aborts at once.
+    follow(stops, () => run.stopReason?.kind === "budget" ? BUDGET_ABORT_MS : 0);
     options.abortController = controller;
   }
 
@@ -456,7 +505,7 @@ export function checkpointedQuery(
   let resultSummary: string | undefined;
   let ending: Promise<void> | undefined;
   const end = (status: EndStatus, summary?: string): Promise<void> => {
-    if (run.budgetStopped) status = "capped";
+    if (run.budget.stopped) status = "capped";
     if (ending === undefined) {
       ending = run.end(summary === undefined ? { status } : { status, summary }).catch(
         (error: unknown) => logFault(run, "claude-agent-sdk end", error),
@@ -465,10 +514,20 @@ export function checkpointedQuery(
     return ending;
   };
   const reportUsage = usageReporter(run);
+  // The SDK shows each message to a frame observer as it reads it, ahead of the host's loop
+  // (which may lag the CLI by several requests): usage counted there passes an enforced cap
+  // before the CLI's next hook, which answers with the stop. (An abort at once was tried: the
+  // CLI, its hooks unanswered, ran on for 9 more requests.)
+  const frames = q as unknown as { setFrameObserver?: (observer: (m: SDKMessage) => void) => void };
+  const early = guarded(run, "claude-agent-sdk frame observer", () => {
+    if (typeof frames.setFrameObserver !== "function") return false;
+    frames.setFrameObserver((message) => reportUsage(message));
+    return true;
+  }, () => false);
   const seen = (message: SDKMessage | undefined): void =>
     guarded(run, "claude-agent-sdk message", () => {
       run.activity();
-      reportUsage(message);
+      if (!early) reportUsage(message);
       if (message?.type === "result") {
         const result = message as { subtype?: unknown; is_error?: unknown; errors?: unknown };
         const subtype = String(result.subtype);
@@ -500,10 +559,14 @@ export function checkpointedQuery(
       // The SDK throws after an error result; the result says why.
       const status = thrown === "failed" ? resultStatus ?? "failed" : thrown;
       await end(status, status === resultStatus ? resultSummary : errorLine(error, "message"));
-      throw error;
+      throw run.budget.error(error) ?? error;
     }
-    if (result.done) await end(resultStatus ?? "done", resultSummary);
-    else seen(result.value);
+    if (result.done) {
+      await end(resultStatus ?? "done", resultSummary);
+      // A query an enforced cap stopped ends as in every adapter: with the error.
+      const stopped = run.budget.error();
+      if (stopped) throw stopped;
+    } else seen(result.value);
     return result;
   };
   /** An early `return()` (a `break` out of the loop): the host stopped it, unless a result came. */
@@ -548,6 +611,12 @@ export function checkpointedQuery(
   return q as CheckpointedQuery;
 }
 
+/** An MCP tool's own name: `send_email` of `mcp__mail__send_email`; any other name as it is. */
+const shortName = (tool: string): string => {
+  const parts = tool.split("__");
+  return parts.length >= 3 && parts[0] === "mcp" ? parts.slice(2).join("__") : tool;
+};
+
 /** Anthropic's token counts: input includes the cache's writes and reads, which are billed too. */
 interface ApiUsage {
   input_tokens?: unknown;
@@ -574,7 +643,7 @@ function usageReporter(run: Run): (message: SDKMessage | undefined) => void {
     sum.input += input;
     sum.output += output;
     if (input > 0 || output > 0 || extra.totalUsd !== undefined) {
-      run.usage({ inputTokens: input, outputTokens: output, ...extra });
+      run.postLlmCall({ inputTokens: input, outputTokens: output, ...extra });
     }
   };
   return (message) =>
@@ -617,7 +686,7 @@ function withEffectKey(run: Run, matcher: HookCallbackMatcher): HookCallbackMatc
           ? guarded(
             run,
             "claude-agent-sdk: the effect key",
-            () => ({ ...input, effect_key: run.effectKey(i.tool_name as string, i.tool_input) }),
+            () => ({ ...input, effect_key: run.effects.key(i.tool_name as string, i.tool_input) }),
             () => input,
           )
           : input;

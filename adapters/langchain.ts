@@ -9,14 +9,14 @@
  * (`recursionLimit`), where one turn is two steps (the model, then its tools).
  *
  * Each model call's `AIMessage.usage_metadata` is reported with
- * `run.usage()` (for `createReactAgent`, when the next model call, a
+ * `run.postLlmCall()` (for `createReactAgent`, when the next model call, a
  * streamed chunk or the end of `invoke()` shows it), and each tool call's `config.signal` also aborts
  * at the call's deadline (`tool_timeout_seconds`).
  *
  * @example One line in createAgent's middleware
  * ```ts
  * import { createAgentCheckpoint } from "../mod.ts";
- * import { checkpointMiddleware } from "./langchain.ts";
+ * import { agentCheckpointMiddleware } from "./langchain.ts";
  * import { createAgent } from "npm:langchain@1";
  * import { FakeListChatModel } from "npm:@langchain/core@1/utils/testing";
  * import assert from "node:assert/strict";
@@ -27,7 +27,7 @@
  * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
  * const agent = createAgent({
  *   model: new FakeListChatModel({ responses: ["done"] }),
- *   middleware: [checkpointMiddleware(ac, { maxTurns: 8 })],
+ *   middleware: [agentCheckpointMiddleware(ac, { maxTurns: 8 })],
  * });
  * const state = await agent.invoke(
  *   { messages: [{ role: "user", content: "Hi" }] },
@@ -40,9 +40,10 @@
  * @module
  */
 export type { AdapterInit, Placement } from "./_shared.ts";
+export { BudgetExceededError, RunRefusedError } from "../run.ts";
 export {
-  type CheckpointMiddleware,
-  checkpointMiddleware,
+  type AgentCheckpointMiddleware,
+  agentCheckpointMiddleware,
   DEFAULT_RECURSION_LIMIT,
   type LangChainInit,
   stepsForCreateAgent,

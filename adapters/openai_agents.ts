@@ -57,6 +57,46 @@ import {
 } from "./_shared.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
+export { BudgetExceededError, RunRefusedError } from "../run.ts";
+
+/**
+ * What a function tool's `details` (its third argument) carries besides the
+ * SDK's own, when the adapter runs it: the call's effect key, the same in
+ * every attempt of the run for the same input (present for the tools the
+ * adapter wraps: with `replay`, `effect_tools` or `tool_timeout_seconds`).
+ *
+ * @example Reading the key in a tool, type-checked
+ * ```ts
+ * import type { EffectKeyDetails } from "./openai_agents.ts";
+ * import { tool } from "npm:@openai/agents@0.x";
+ * import assert from "node:assert/strict";
+ *
+ * const pay = tool({
+ *   name: "pay",
+ *   description: "Pay an invoice.",
+ *   parameters: { type: "object", properties: {}, required: [], additionalProperties: false },
+ *   strict: true,
+ *   execute: (_input, _context, details) => {
+ *     const key = (details as EffectKeyDetails | undefined)?.effectKey;
+ *     return `paid with idempotency key ${key}`;
+ *   },
+ * });
+ * assert.equal(pay.name, "pay");
+ * ```
+ */
+export interface EffectKeyDetails {
+  /** The call's effect key (`run.effects.key(tool, input)`): pass it to an API as its idempotency key. */
+  effectKey?: string;
+}
+
+/**
+ * The SDK's result with the run it reported to as `run` (its id, attempt,
+ * checkpoint file and signals), as the other adapters give it.
+ */
+export type WithRun<T> = T & {
+  /** The run this call reported to. */
+  readonly run: Run;
+};
 
 /** Any agent, whatever its context and output types. */
 // deno-lint-ignore no-explicit-any
@@ -106,7 +146,7 @@ type Status = EndStatus;
  * `XxxError: …`); the SDK reports no other outcome.
  *
  * Usage: what each model response adds to the run context's `usage` is
- * reported with `run.usage()` before the next model call (and the last at the
+ * reported with `run.postLlmCall()` before the next model call (and the last at the
  * end), with the agent's model name for the `prices` setting. Tool deadlines:
  * with `tool_timeout_seconds` set, the SDK runs a copy of the agent
  * (`agent.clone()`) whose function tools find the call's deadline signal in
@@ -149,7 +189,7 @@ export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
   agent: TAgent,
   input: RunInput<TContext, TAgent>,
   options?: NonStreamRunOptions<TContext, TAgent> & { runner?: Runner },
-): Promise<RunResult<TContext, TAgent>>;
+): Promise<WithRun<RunResult<TContext, TAgent>>>;
 /**
  * Run an agent as a checkpointed run with `stream: true`: the streamed result
  * comes back at once, and the run ends when its stream completes.
@@ -184,14 +224,14 @@ export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
   agent: TAgent,
   input: RunInput<TContext, TAgent>,
   options: StreamRunOptions<TContext, TAgent> & { runner?: Runner },
-): Promise<StreamedRunResult<TContext, TAgent>>;
+): Promise<WithRun<StreamedRunResult<TContext, TAgent>>>;
 export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
   ac: AgentCheckpoint,
   init: OpenAIAgentsInit,
   agent: TAgent,
   input: RunInput<TContext, TAgent>,
   options: CheckpointedRunOptions<TContext, TAgent> = {},
-): Promise<RunResult<TContext, TAgent> | StreamedRunResult<TContext, TAgent>> {
+): Promise<WithRun<RunResult<TContext, TAgent> | StreamedRunResult<TContext, TAgent>>> {
   if (init === null || typeof init !== "object") {
     throw new TypeError(`init must be an object, got ${init === null ? "null" : typeof init}`);
   }
@@ -213,7 +253,7 @@ export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
 /**
  * A copy of the agent (`agent.clone()`) whose function tools get, in their
  * `details.signal`, the SDK's signal joined to the call's deadline signal
- * (`run.toolSignal`); the agent itself when it has no function tool.
+ * (`run.time.toolSignal`); the agent itself when it has no function tool.
  */
 function withToolDeadlines<TAgent extends AnyAgent>(
   agent: TAgent,
@@ -242,7 +282,7 @@ function withToolDeadlines<TAgent extends AnyAgent>(
             if (!d || callId === undefined) return await invoke.call(tool, ctx, input, details);
             // The details object is the SDK's own for this one call; its signal is put back after.
             const theirs = d.signal;
-            const own = run.toolSignal(callId);
+            const own = run.time.toolSignal(callId);
             const started = performance.now();
             d.signal = toolCallSignal(run, callId, theirs);
             try {
@@ -264,7 +304,15 @@ function withToolDeadlines<TAgent extends AnyAgent>(
         },
       };
     });
-    return wrapped ? a.clone({ tools }) as TAgent : agent;
+    if (!wrapped) return agent;
+    const copy = a.clone({ tools }) as TAgent;
+    // The host's own agent.on(...) listeners, before and after this, hear the copy's events.
+    type Emits = { emit?: (type: string, ...args: unknown[]) => unknown };
+    const own = agent as unknown as Emits;
+    if (typeof own.emit === "function") {
+      (copy as unknown as Emits).emit = (type, ...args) => own.emit!(type, ...args);
+    }
+    return copy;
   }, () => agent);
 }
 
@@ -289,7 +337,7 @@ function usageReporter(
       if (!(i > 0 || o > 0)) return;
       input += i;
       output += o;
-      run.usage({
+      run.postLlmCall({
         inputTokens: i,
         outputTokens: o,
         ...(typeof model === "string" ? { model } : {}),
@@ -303,7 +351,7 @@ async function drive<TAgent extends AnyAgent, TContext>(
   agent: TAgent,
   input: RunInput<TContext, TAgent>,
   options: CheckpointedRunOptions<TContext, TAgent>,
-): Promise<RunResult<TContext, TAgent> | StreamedRunResult<TContext, TAgent>> {
+): Promise<WithRun<RunResult<TContext, TAgent> | StreamedRunResult<TContext, TAgent>>> {
   const { runner: given, ...rest } = options;
   let capped = false;
   let detach = () => {};
@@ -342,7 +390,7 @@ async function drive<TAgent extends AnyAgent, TContext>(
       detach();
       reportUsage();
       await run.end({ status: capped ? "capped" : "done" });
-      return result;
+      return withRun(result, run);
     }
     const streamed = await runner.run(
       agent,
@@ -350,23 +398,40 @@ async function drive<TAgent extends AnyAgent, TContext>(
       sdkOptions as StreamRunOptions<TContext, TAgent>,
     );
     countStreamActivity(run, streamed);
-    streamed.completed.then(
-      () => {
+    const completed = streamed.completed.then(
+      async () => {
         detach();
         reportUsage();
-        return run.end({ status: capped ? "capped" : "done" });
+        // The SDK ends a stream its signal aborted quietly: a run an enforced cap stopped
+        // rejects as the non-streamed one throws.
+        const stopped = run.budget.error();
+        await run.end({ status: capped || stopped ? "capped" : "done" });
+        if (stopped) throw stopped;
       },
-      (error: unknown) => {
+      async (error: unknown) => {
         detach();
-        return run.end(ended(run, init, rest.signal, error));
+        await run.end(ended(run, init, rest.signal, error));
+        throw run.budget.error(error) ?? error;
       },
-    ).catch(() => {/* run.end() never throws; this only keeps the chain quiet */});
-    return streamed;
+    );
+    completed.catch(() => {/* the host's to see, through `completed` */});
+    guarded(run, "openai-agents: the stream's end", () => {
+      Object.defineProperty(streamed, "completed", { value: completed, configurable: true });
+    }, () => {});
+    return withRun(streamed, run);
   } catch (error) {
     detach();
     await run.end(ended(run, init, rest.signal, error));
-    throw error;
+    throw run.budget.error(error) ?? error;
   }
+}
+
+/** The SDK's result with the run as `run`. */
+function withRun<T extends object>(result: T, run: Run): WithRun<T> {
+  if (!("run" in result)) {
+    Object.defineProperty(result, "run", { value: run, enumerable: false, configurable: true });
+  }
+  return result as WithRun<T>;
 }
 
 /**
@@ -401,8 +466,8 @@ function ended(
   error: unknown,
 ): { status: Status; summary?: string } {
   const summary = errorLine(error);
-  if (isMaxTurns(error) || run.budgetStopped) return { status: "capped", summary };
-  if (init.deadline && run.deadline.aborted) return { status: "deadline", summary };
+  if (isMaxTurns(error) || run.budget.stopped) return { status: "capped", summary };
+  if (init.deadline && run.stopReason?.kind === "deadline") return { status: "deadline", summary };
   if (userSignal?.aborted) return { status: "aborted", summary };
   return { status: "failed", summary };
 }
@@ -437,6 +502,8 @@ function prologueFilter(
   const pending = new PendingPrologue();
   const filter: CallModelInputFilter = async (args) => {
     const data = userFilter ? await userFilter(args) : args.modelData;
+    // The tool results this call carries are in the ledger before the model sees them.
+    await run.effects.durable();
     beforeCall(); // the previous call's usage, so a tier it crossed reaches this call
     const text = run.preLlmCall();
     if (text === undefined && !pending.waiting) return data;

@@ -16,10 +16,10 @@ export type { CheckpointFile };
 import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../persist.ts";
 import { errorText } from "../log.ts";
 import { formatUsd } from "../template.ts";
-import { PgRunStore } from "../store/postgres.ts";
 import type { EffectRow, RunView } from "../store/types.ts";
 import { treeSummaries, type TreeSummary } from "../store/trees.ts";
 import {
+  attemptCounts,
   homeSettings,
   ledgerAuditText,
   ledgerLsText,
@@ -210,8 +210,10 @@ const LS_HELP =
 
 Lists every run the run ledger holds, the most recently started first: live,
 ended (and how) or cut off (its process is gone and it never recorded an
-end), with or without a checkpoint file: its attempt, turns, tier, the tool
-calls in flight, when it was last heard of, and its host (machine:pid). A run
+end), with or without a checkpoint file: its attempt (with how many retries
+led to it, for a run --retries started again: "4 (3 retries)"), turns, tier,
+the tool calls in flight, when it was last heard of, and its host
+(machine:pid). A run
 of a tree of runs sharing one budget shows its parent, and each tree shown gets
 a line of its totals against its root's caps. It reads the ledger's index, not
 the checkpoint files.
@@ -241,7 +243,8 @@ resumed run adds ", attempt N".
                ledger, paged like the table: runs holds the newest --limit runs
                (100 by default; limit is null with --limit 0), shown how many,
                and counts every run (each run with state: "live" | "ended" |
-               "cut-off"), and trees (each with root, members, totals and
+               "cut-off", attemptCount: its attempts since it last started
+               afresh, and retries: how many of them were retried), and trees (each with root, members, totals and
                caps) when any run shown is in one; { dir, files } for the files (each file with run:
                "ended" | "cut off" | null, ended: its end status, and attempt)`;
 
@@ -295,6 +298,12 @@ export const lsCommand: Command = {
         if (query.machine !== undefined) filter.machine = query.machine;
         const counts = await ledger.summary(filter);
         const trees = await treesOf(ledger, runs);
+        const attempts = await attemptCounts(ledger, runs);
+        // Each run's attempts since it last started afresh, and how many of them were retries.
+        const counted = (v: RunView) => ({
+          attemptCount: attempts.get(v.record.runId)?.attempts ?? 1,
+          retries: attempts.get(v.record.runId)?.retries ?? 0,
+        });
         if (parsed.switches.has("--json")) {
           writeJson(io, {
             store: ledger.location,
@@ -302,10 +311,12 @@ export const lsCommand: Command = {
             // Paged like the table: the newest `limit` runs (null: every run), `shown` of them.
             shown: runs.length,
             limit: limit === 0 ? null : limit,
-            runs: runs.map(runJson),
+            runs: runs.map((v) => ({ ...runJson(v), ...counted(v) })),
             ...(trees.length > 0 ? { trees } : {}),
           });
-        } else io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io), trees));
+        } else {
+          io.stdout(ledgerLsText(runs, counts, ledger.location, io, paint(io), trees, attempts));
+        }
       } finally {
         await ledger.close();
       }
@@ -409,6 +420,18 @@ function notRegularText(f: CheckpointFile): string {
 }
 
 /**
+ * What `show` says under a ledger record that has no checkpoint file: the
+ * record above is what there is, and when a file would come.
+ */
+function noFileNote(view: { state: string }): string {
+  return view.state === "ended"
+    ? "(no checkpoint file: the run ended before a tier, a stall or a deadline called for one; the ledger's record above is its record)"
+    : view.state === "live"
+    ? "(no checkpoint file yet: the ledger's record above is kept at every step; a file is written at a tier, a stall, a deadline or the end)"
+    : "(no checkpoint file yet: the run was cut off before a tier, a stall or a deadline wrote one; the ledger's record above is its last state)";
+}
+
+/**
  * `agent-checkpoint show RUN`.
  *
  * @example
@@ -450,17 +473,25 @@ export const showCommand: Command = {
     let tree: TreeSummary | undefined;
     let stored: string | undefined;
     let effects: EffectRow[] = [];
+    let earlier: RunView[] = [];
     if (ledger) {
       try {
         view = machine === undefined
           ? await ledger.latest(runId)
           : (await ledger.list({ runId, machine, limit: 1 }))[0];
         if (view?.record.tree) [tree] = await treesOf(ledger, [view]);
+        // Every attempt kept, the ones before a done end and a fresh start included.
+        if (view) {
+          earlier = (await ledger.list({ earlierOf: [view.record.runId] }))
+            .filter((e) => e.record.attempt !== view!.record.attempt);
+        }
         // What the run did to the world, by effect key: a store of an older version has none.
-        if (view) effects = await ledger.effects?.(view.record.runId).catch(() => []) ?? [];
+        if (view) {
+          effects = await ledger.effects?.read(view.record.runId).catch(() => []) ?? [];
+        }
         // The fleet store keeps the file of a run that ran on another machine.
-        if (view && ledger instanceof PgRunStore) {
-          stored = await ledger.fileContent(view.record.runId, view.record.attempt);
+        if (view && ledger.files) {
+          stored = await ledger.files.read(view.record.runId, view.record.attempt);
         }
       } finally {
         await ledger.close();
@@ -479,13 +510,14 @@ export const showCommand: Command = {
         writeJson(io, {
           runId,
           ledger: runJson(view),
+          ...(earlier.length > 0 ? { attempts: earlier.map(runJson) } : {}),
           ...(tree ? { tree } : {}),
           ...(effects.length > 0 ? { effects } : {}),
           ...(stored !== undefined ? { fileContent: stored } : {}),
         });
       } else if (stored !== undefined) {
         io.stdout(
-          `${ledgerShowText(view, io, tree, effects)}\n${
+          `${ledgerShowText(view, io, tree, effects, earlier)}\n${
             paint(io).dim(
               `(its checkpoint file, as the fleet store keeps it; written on ${
                 whose ? ranOn(view) : terminalSafe(view.record.host.machine)
@@ -495,8 +527,8 @@ export const showCommand: Command = {
         );
       } else {
         io.stdout(
-          `${ledgerShowText(view, io, tree, effects)}\n${
-            paint(io).dim("(no checkpoint file yet)")
+          `${ledgerShowText(view, io, tree, effects, earlier)}\n${
+            paint(io).dim(noFileNote(view))
           }\n`,
         );
       }
@@ -504,9 +536,9 @@ export const showCommand: Command = {
     }
     if (!found) {
       io.stderr(
-        `${NAME}: no checkpoint file for run "${terminalSafe(runId)}" in ${
-          terminalSafe(dir)
-        } (see ${NAME} ls)\n`,
+        `${NAME}: no such run "${terminalSafe(runId)}": ${
+          ledger ? "not in the run ledger, and" : "no run ledger, and"
+        } no checkpoint file in ${terminalSafe(dir)} (see ${NAME} ls)\n`,
       );
       return 1;
     }
@@ -517,6 +549,7 @@ export const showCommand: Command = {
           ? {
             ...described(found),
             ledger: runJson(view),
+            ...(earlier.length > 0 ? { attempts: earlier.map(runJson) } : {}),
             ...(tree ? { tree } : {}),
             ...(effects.length > 0 ? { effects } : {}),
           }
@@ -527,7 +560,7 @@ export const showCommand: Command = {
     const p = paint(io);
     // The ledger knows whether a run without an end is live or cut off; the file alone cannot.
     const state = view ? undefined : stateLine(found);
-    const head = `${view ? `${ledgerShowText(view, io, tree, effects)}\n` : ""}${
+    const head = `${view ? `${ledgerShowText(view, io, tree, effects, earlier)}\n` : ""}${
       state ? `${p.bold(state)}\n` : ""
     }${
       whose
@@ -651,7 +684,9 @@ function usageTotals(records: CheckpointFile[]): Pick<AuditSummary, "tokens" | "
     tokens.runs++;
     tokens.input += n(u.inputTokens);
     tokens.output += n(u.outputTokens);
-    if (typeof u.usd === "number" && Number.isFinite(u.usd)) {
+    // A run with calls of unknown cost has only a floor: it counts as unknown, never as known.
+    const unpriced = Array.isArray(u.unpriced) && u.unpriced.length > 0;
+    if (typeof u.usd === "number" && Number.isFinite(u.usd) && !unpriced) {
       usd.runs++;
       usd.total += u.usd;
     } else usd.unknown++;
@@ -763,7 +798,7 @@ export const auditCommand: Command = {
         if (parsed.values["--host"] !== undefined) filter.machine = parsed.values["--host"];
         const s = await ledger.summary(filter);
         const trees = ledger.trees
-          ? treeSummaries(await ledger.trees({ limit: AUDIT_TREE_RUNS }))
+          ? treeSummaries(await ledger.trees.list({ limit: AUDIT_TREE_RUNS }))
           : [];
         if (parsed.switches.has("--json")) {
           writeJson(io, {

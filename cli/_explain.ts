@@ -25,9 +25,9 @@ and whether its directory can be written, the SQLite driver, and the watchdog,
 uncapped and stall settings.
 
 Exits 1 when something would silently not work: an unwritable directory, a
-kanban board that cannot be found or read, settings that fell back to
-defaults, or Hermes's plugins.enabled / plugins.disabled lists leaving the
-plugin off.
+kanban board that cannot be found or read, or settings that fell back to
+defaults. Notes (exit 0) say when Hermes's plugins.enabled / plugins.disabled
+lists leave Hermes's own Python plugin off, which this library does not need.
 
   --home DIR     the profile directory (default $HERMES_HOME, else ~/.hermes)
   --session ID   the session id to explain (default "explain")
@@ -54,7 +54,7 @@ function whenText(t: TierSchedule, base: number): { prologue: string; midRun: st
     t.atTokens === undefined ? undefined : `${t.atTokens} tokens`,
     t.atUsd === undefined ? undefined : `$${formatUsd(t.atUsd)}`,
   ].filter((x) => x !== undefined).join(" or ");
-  const usage = spent === "" ? undefined : `the run.usage() that reaches ${spent}`;
+  const usage = spent === "" ? undefined : `the run.postLlmCall() that reaches ${spent}`;
   const or = (...parts: Array<string | undefined>) =>
     parts.filter((x) => x !== undefined).join(", or ");
   return {

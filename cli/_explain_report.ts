@@ -13,6 +13,7 @@ import { errorText, show } from "../log.ts";
 import { checkpointFileName, ensureDir } from "../persist.ts";
 import type { Settings, SettingSource } from "../settings.ts";
 import { type SqliteDriver, sqliteDriver } from "../_sqlite.ts";
+import { oldStoreForHermes } from "../_home.ts";
 
 export type { DiscoveredCaps, Env, SettingSource };
 import { capValues, tierFor, type TierPlan, tierPlan, timeCrossing } from "../tier.ts";
@@ -200,9 +201,10 @@ export interface SupervisorDeadline {
 const PLUGIN_ID = "agent-checkpoint";
 
 /**
- * Why Hermes's plugin lists in `config.yaml` leave this plugin off, or
- * undefined when they do not (or the file has no plugin lists for it).
- * Plugins are opt-in: `plugins.enabled` must name it, and `plugins.disabled` wins.
+ * Why Hermes's plugin lists in `config.yaml` leave Hermes's own Python plugin
+ * off, or undefined when they do not (or the file has no plugin lists for
+ * it). Plugins are opt-in: `plugins.enabled` must name it, and
+ * `plugins.disabled` wins. This is about Hermes, not this library: a note.
  */
 function pluginOff(doc: unknown): string | undefined {
   const list = (value: unknown): string[] | undefined =>
@@ -214,16 +216,16 @@ function pluginOff(doc: unknown): string | undefined {
   const enabled = list(dig(doc, "plugins", "enabled"));
   const disabled = list(dig(doc, "plugins", "disabled"));
   if (disabled?.includes(PLUGIN_ID)) {
-    return `config.yaml plugins.disabled names ${PLUGIN_ID}: Hermes does not load the plugin (disabled wins over enabled)`;
+    return `config.yaml plugins.disabled names ${PLUGIN_ID}: Hermes does not load its own Python plugin (disabled wins over enabled); this library works without it`;
   }
   if (enabled === undefined) {
     return dig(doc, "plugins", "entries", PLUGIN_ID) === undefined
       ? undefined
-      : `config.yaml has plugins.entries.${PLUGIN_ID} but no plugins.enabled list naming it: Hermes plugins are opt-in, so Hermes does not load it`;
+      : `config.yaml has plugins.entries.${PLUGIN_ID} but no plugins.enabled list naming it: Hermes plugins are opt-in, so Hermes does not load its own Python plugin; this library works without it`;
   }
   return enabled.includes(PLUGIN_ID)
     ? undefined
-    : `config.yaml plugins.enabled does not name ${PLUGIN_ID}: Hermes plugins are opt-in, so Hermes does not load it`;
+    : `config.yaml plugins.enabled does not name ${PLUGIN_ID}: Hermes plugins are opt-in, so Hermes does not load its own Python plugin; this library works without it`;
 }
 
 function deadlineShown(env: Env, now: number): SupervisorDeadline | undefined {
@@ -302,7 +304,9 @@ export function explain(options: ExplainOptions = {}): Explanation {
     notes.push("the supervisor's deadline (AGENT_CHECKPOINT_DEADLINE) has already passed");
   }
   const off = pluginOff(config.doc);
-  if (off !== undefined) problems.push(off);
+  if (off !== undefined) notes.push(off);
+  const oldStore = oldStoreForHermes(home);
+  if (oldStore !== undefined) problems.push(oldStore.fix);
   const ratio = dig(config.doc, "agent", "budget_warning_ratio");
   if (ratio !== undefined && ratio !== null && ratio !== false) {
     notes.push(

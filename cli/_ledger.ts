@@ -9,7 +9,7 @@ import * as fs from "node:fs";
 import { loadSettings } from "../config.ts";
 import type { Settings } from "../settings.ts";
 import { formatDuration, formatUsd } from "../template.ts";
-import type { RunCaps, UsageTotals } from "../_record.ts";
+import type { RunCaps, TreeRecord, UsageTotals } from "../_record.ts";
 import { errorText } from "../log.ts";
 import {
   corruptHint,
@@ -63,7 +63,9 @@ export function usageCell(
   let cell = `${tokens}${caps?.tokens ? `/${caps.tokens.value}` : ""} tok`;
   const usd = u?.usd;
   if (typeof usd === "number" || caps?.usd) {
-    cell += `, ${typeof usd === "number" ? `$${formatUsd(usd)}` : u ? "$?" : "$0.00"}${
+    // Calls of unknown cost make the known dollars a floor: never shown as the whole.
+    const floor = (u?.unpriced?.length ?? 0) > 0 ? "≥" : "";
+    cell += `, ${typeof usd === "number" ? `${floor}$${formatUsd(usd)}` : u ? "$?" : "$0.00"}${
       caps?.usd ? `/$${formatUsd(caps.usd.value)}` : ""
     }`;
   }
@@ -208,6 +210,7 @@ export function ledgerLsText(
   io: CliIo,
   p: Paint,
   trees: TreeSummary[] = [],
+  attempts: ReadonlyMap<string, AttemptCount> = new Map(),
 ): string {
   if (counts.total === 0) return `No runs in the run ledger ${terminalSafe(file)}.\n`;
   const now = io.now();
@@ -219,7 +222,7 @@ export function ledgerLsText(
   const rows = views.map((v, i) => [
     terminalSafe(v.record.runId),
     stateText(v),
-    String(v.record.attempt),
+    attemptCell(v.record.attempt, attempts.get(v.record.runId)),
     turnsText(v),
     v.record.tier === 0 ? "-" : `tier ${v.record.tier}`,
     terminalSafe(inFlightText(v, now)),
@@ -353,6 +356,7 @@ export function ledgerShowText(
   io: CliIo,
   tree?: TreeSummary,
   effects: EffectRow[] = [],
+  earlier: RunView[] = [],
 ): string {
   const r = view.record;
   const now = io.now();
@@ -389,7 +393,19 @@ export function ledgerShowText(
     ["checkpoint file", terminalSafe(r.checkpointFile ?? "-")],
   ];
   for (const note of r.notes.slice(-3)) rows.push(["note", terminalSafe(note)]);
-  for (const line of r.attempts ?? []) rows.push(["earlier attempt", terminalSafe(line)]);
+  if (earlier.length === 0) {
+    for (const line of r.attempts ?? []) rows.push(["earlier attempt", terminalSafe(line)]);
+  }
+  if (r.generation !== undefined && r.generation > 1) {
+    rows.push([
+      "started afresh",
+      `at attempt ${r.generation}: the attempts before it ended done, a run of their own`,
+    ]);
+  }
+  // Every attempt the ledger keeps, oldest first: a run id started again after done included.
+  for (const e of [...earlier].sort((a, b) => a.record.attempt - b.record.attempt)) {
+    rows.push([`attempt ${e.record.attempt}`, terminalSafe(attemptLine(e))]);
+  }
   if (r.tree) rows.push(...treeShowRows(r.runId, r.tree, tree));
   // Side effects, those of unknown outcome first.
   const sorted = [...effects.filter((e) => !e.receipt), ...effects.filter((e) => e.receipt)];
@@ -400,17 +416,27 @@ export function ledgerShowText(
   return `${head}\n${table(rows)}\n`;
 }
 
+/** An earlier attempt of a run as `show` lists it: how it ended, where, when. */
+function attemptLine(view: RunView): string {
+  const r = view.record;
+  const how = view.state === "ended"
+    ? `ended ${r.status}${r.end?.summary ? `: ${r.end.summary}` : ""}`
+    : view.state === "live"
+    ? "live"
+    : "cut off";
+  const end = r.end ? `, ended ${new Date(r.end.at).toISOString()}` : "";
+  return `${how}; ${r.turnsUsed} turns on ${r.host.machine} (pid ${r.host.pid}), started ${
+    new Date(r.startedAt).toISOString()
+  }${end}`;
+}
+
 /** The most children `show` names; the rest are counted. */
 const SHOWN_CHILDREN = 20;
 
 /** A run's place in its tree, as `show` gives it: its parent, its children, the tree's totals. */
 function treeShowRows(
   runId: string,
-  place: {
-    root: string;
-    parent?: string;
-    totals?: { turns: number; tokens: number; usd?: number };
-  },
+  place: Pick<TreeRecord, "root" | "parent" | "totals">,
   tree: TreeSummary | undefined,
 ): string[][] {
   const rows: string[][] = [];
@@ -437,12 +463,69 @@ function treeShowRows(
     rows.push([
       "tree totals",
       `${t.turns} turns, ${t.tokens} tokens${
-        t.usd === undefined ? "" : `, $${formatUsd(t.usd)}`
+        t.usd === undefined ? "" : `, ${t.unpriced?.length ? "at least " : ""}$${formatUsd(t.usd)}`
       } (as this run last knew them)`,
     ]);
   }
   return rows;
 }
+
+/** What a retried attempt's end summary says, after how it ended (`agent-checkpoint run --retries`). */
+const RETRIED = /(^|; )retried \(retry \d+ of \d+\) because /;
+
+/** A run's attempts as `ls` counts them: those of its newest start, and how many were retries. */
+export interface AttemptCount {
+  /** Its attempts since it last started afresh, the newest included. */
+  attempts: number;
+  /** The earlier ones that ended to be started again (`run --retries`). */
+  retries: number;
+}
+
+/**
+ * Per run of `views` on a later attempt, its attempts and retries: its earlier
+ * attempts read from the store in one query (a run on attempt 1 has none).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { attemptCounts } from "./_ledger.ts";
+ *
+ * const counts = await attemptCounts({ list: async () => [] } as never, []);
+ * assert.equal(counts.size, 0);
+ * ```
+ */
+export async function attemptCounts(
+  store: RunStore,
+  views: readonly RunView[],
+): Promise<Map<string, AttemptCount>> {
+  const out = new Map<string, AttemptCount>();
+  const later = views.filter((v) => v.record.attempt > 1);
+  if (later.length === 0) return out;
+  const newest = new Map(later.map((v) => [v.record.runId, v.record]));
+  const earlier = await store.list({
+    earlierOf: [...newest.keys()],
+    limit: Number.MAX_SAFE_INTEGER,
+  });
+  for (const [runId, r] of newest) {
+    // A run id started afresh after done: the attempts before it are a run of their own.
+    const first = r.generation ?? 1;
+    out.set(runId, { attempts: r.attempt - first + 1, retries: 0 });
+  }
+  for (const e of earlier) {
+    const count = out.get(e.record.runId);
+    const first = newest.get(e.record.runId)?.generation ?? 1;
+    if (count && e.record.attempt >= first && RETRIED.test(e.record.end?.summary ?? "")) {
+      count.retries++;
+    }
+  }
+  return out;
+}
+
+/** `ls`'s ATTEMPT cell: the attempt, and for a retried run how many retries led to it. */
+const attemptCell = (attempt: number, count: AttemptCount | undefined): string =>
+  count && count.retries > 0
+    ? `${attempt} (${count.retries} ${count.retries === 1 ? "retry" : "retries"})`
+    : String(attempt);
 
 /**
  * The trees of the runs `views` names, each read whole from the store (at
@@ -457,7 +540,7 @@ export async function treesOf(
   const roots = [...new Set(views.flatMap((v) => v.record.tree ? [v.record.tree.root] : []))];
   const out: TreeSummary[] = [];
   for (const root of roots.slice(0, max)) {
-    const [tree] = treeSummaries(await store.trees({ root }));
+    const [tree] = treeSummaries(await store.trees.list({ root }));
     if (tree) out.push(tree);
   }
   return out;

@@ -6,9 +6,16 @@
 import * as path from "node:path";
 import { type CliIo, type Command, NAME } from "./_io.ts";
 import { parseArgs, secondsOption, UsageError } from "./_args.ts";
-import { supervise, type SuperviseOptions } from "../supervise/mod.ts";
+import * as os from "node:os";
+import {
+  type RetryOptions,
+  supervise,
+  type SuperviseOptions,
+  superviseRetrying,
+} from "../supervise/mod.ts";
 
 const HELP = `Usage: ${NAME} run [--deadline S] [--budget S] [--grace S] [--run-id ID]
+                          [--retries N [--retry-delay S] [--retry-on LIST]]
                           [--home DIR] -- COMMAND [ARG...]
 
 Runs COMMAND under a deadline, and leaves a checkpoint file when it is cut off.
@@ -25,6 +32,14 @@ A budget is a nudge; a deadline is a stop.
                  $AGENT_CHECKPOINT_RUN_ID, else a fresh run-<time>-<random>; in a
                  kanban task, always the task id)
   --home DIR     the profile directory; also the command's HERMES_HOME
+  --retries N    when the command dies, start it again with the same run id, up
+                 to N times, all inside the one --deadline; each retry resumes
+                 where the attempt before it stopped. Retrying stops when another
+                 machine holds the run (and says so)
+  --retry-delay S  seconds before the first retry, doubled each time (default 1)
+  --retry-on LIST  what is retried, as exit statuses and signals, comma-separated
+                 (as in 1,3,SIGKILL); default: any signal, and any exit status
+                 but 0, 124 (the deadline) and 2 (a usage error)
 
 COMMAND gets AGENT_CHECKPOINT_RUN_ID and AGENT_CHECKPOINT_DEADLINE (the budget's
 end in ms since the epoch) in its environment. stdin, stdout and stderr pass
@@ -36,20 +51,75 @@ output, keeping whatever the command and its agent wrote there. It is written at
 the deadline, when the command fails or dies by a signal, and after a clean exit
 only when the file already exists.
 
-Exit status: the command's; 128+N when signal N ended it; 124 at the deadline;
-126 or 127 when it could not start; 2 for a usage error.
+Exit status: the command's (with --retries, its last attempt's); 128+N when
+signal N ended it; 124 at the deadline; 126 or 127 when it could not start; 2
+for a usage error.
 
 Example (CI):
   ${NAME} run --deadline 900 -- node agent.js`;
 
+/** `--retries`, `--retry-delay` and `--retry-on`, when given. */
+function retryOptions(v: Record<string, string | undefined>): RetryOptions | undefined {
+  const n = v["--retries"];
+  if (n === undefined) {
+    for (const flag of ["--retry-delay", "--retry-on"]) {
+      if (v[flag] !== undefined) throw new UsageError(`${flag} needs --retries N`);
+    }
+    return undefined;
+  }
+  if (!/^\d+$/.test(n) || Number(n) > 1000) {
+    throw new UsageError(`--retries must be a whole number from 0 to 1000, got ${n}`);
+  }
+  const retry: RetryOptions = { retries: Number(n) };
+  if (v["--retry-delay"] !== undefined) {
+    retry.delaySeconds = secondsOption("--retry-delay", v["--retry-delay"], { allowZero: true });
+  }
+  const on = v["--retry-on"];
+  if (on !== undefined) {
+    const codes: number[] = [];
+    const signals: string[] = [];
+    const known = os.constants.signals as Record<string, number | undefined>;
+    for (const item of on.split(",").map((x) => x.trim()).filter((x) => x !== "")) {
+      if (/^\d+$/.test(item) && Number(item) <= 255) codes.push(Number(item));
+      else {
+        const name = item.toUpperCase().startsWith("SIG")
+          ? item.toUpperCase()
+          : `SIG${item.toUpperCase()}`;
+        if (known[name] === undefined) {
+          throw new UsageError(
+            `--retry-on takes exit statuses (0 to 255) and signal names (SIGKILL), got ${item}`,
+          );
+        }
+        signals.push(name);
+      }
+    }
+    if (codes.length + signals.length === 0) {
+      throw new UsageError("--retry-on needs at least one exit status or signal");
+    }
+    retry.on = { codes, signals };
+  }
+  return retry;
+}
+
 /** The supervisor's options from `run`'s arguments; undefined for `--help`. */
-function runOptions(args: string[], io: CliIo): SuperviseOptions | undefined {
+function runOptions(
+  args: string[],
+  io: CliIo,
+): (SuperviseOptions & { retry?: RetryOptions }) | undefined {
   if (!args.includes("--") && !args.includes("--help") && !args.includes("-h")) {
     throw new UsageError(`run needs -- and a command, as in: ${NAME} run --deadline 900 -- CMD`);
   }
   const p = parseArgs(args, {
     command: "run",
-    values: ["--deadline", "--budget", "--grace", "--run-id"],
+    values: [
+      "--deadline",
+      "--budget",
+      "--grace",
+      "--run-id",
+      "--retries",
+      "--retry-delay",
+      "--retry-on",
+    ],
     rest: true,
   });
   if (p.help) return undefined;
@@ -58,7 +128,13 @@ function runOptions(args: string[], io: CliIo): SuperviseOptions | undefined {
   }
   if (p.rest.length === 0) throw new UsageError("run needs a command after --");
   const v = p.values;
-  const options: SuperviseOptions = { command: p.rest, env: io.env, cwd: io.cwd };
+  const options: SuperviseOptions & { retry?: RetryOptions } = {
+    command: p.rest,
+    env: io.env,
+    cwd: io.cwd,
+  };
+  const retry = retryOptions(v);
+  if (retry) options.retry = retry;
   if (v["--deadline"] !== undefined) {
     options.deadlineSeconds = secondsOption("--deadline", v["--deadline"]);
   }
@@ -105,7 +181,7 @@ export const runCommand: Command = {
   summary: "run a command under a deadline; leave a checkpoint when it is cut off",
   help: HELP,
   async run(args: string[], io: CliIo): Promise<number> {
-    let options: SuperviseOptions | undefined;
+    let options: (SuperviseOptions & { retry?: RetryOptions }) | undefined;
     try {
       options = runOptions(args, io);
     } catch (error) {
@@ -120,6 +196,8 @@ export const runCommand: Command = {
       return 0;
     }
     options.notice = (line) => io.stderr(`${NAME} run: ${line}\n`);
-    return (await supervise(options)).exitCode;
+    const { retry, ...supervised } = options;
+    if (retry) return (await superviseRetrying(supervised, retry)).exitCode;
+    return (await supervise(supervised)).exitCode;
   },
 };

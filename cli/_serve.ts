@@ -9,14 +9,15 @@ import process from "node:process";
 import { loadSettings } from "../config.ts";
 import { errorText } from "../log.ts";
 import { DEFAULT_PORT, isLoopback, serveRuns } from "../serve/mod.ts";
-import { openStore, storeFile } from "../store/mod.ts";
+import { isPostgresUrl, openPgStore, openStore, storeFile } from "../store/mod.ts";
 import type { RunStore } from "../store/types.ts";
 import { type CliIo, type Command, NAME } from "./_io.ts";
 import { homeDir } from "./_home.ts";
 import { explainDamage } from "./_ledger.ts";
 import { parseArgs, UsageError } from "./_args.ts";
 
-const SERVE_HELP = `Usage: ${NAME} serve [--port N] [--host ADDR] [--home DIR] [--store URL]
+const SERVE_HELP = `Usage: ${NAME} serve [--port N] [--host ADDR] [--allow-host NAMES] [--home DIR]
+                      [--store URL]
 
 Serves a read-only web view of every run in the run ledger: runs on a shared
 time line colored by status (live, done, capped, failed, aborted, deadline,
@@ -30,6 +31,12 @@ same data is JSON at /api/runs (status, host, since, limit) and
   --host ADDR   the address to listen on (default 127.0.0.1, this machine
                 only); any other address lets anyone who reaches it read
                 every run, and prints a warning
+  --allow-host NAMES
+                more host names (comma-separated) the page may be opened
+                by, e.g. a DNS name of this machine; beside them only the
+                bound address, this machine's own names and addresses and
+                localhost are answered (a page elsewhere cannot rebind a
+                name of its own to this server)
   --home DIR    the profile directory (default $HERMES_HOME, else ~/.hermes)
   --store URL   a postgres:// fleet store instead of the home's ledger
                 (default: the store setting, else the home's ledger)`;
@@ -40,7 +47,10 @@ export async function runServe(
   io: CliIo,
   stopped: () => Promise<unknown>,
 ): Promise<number> {
-  const parsed = parseArgs(args, { command: "serve", values: ["--port", "--host", "--store"] });
+  const parsed = parseArgs(args, {
+    command: "serve",
+    values: ["--port", "--host", "--store", "--allow-host"],
+  });
   const portText = parsed.values["--port"] ?? String(DEFAULT_PORT);
   const port = Number(portText);
   if (!/^\d+$/.test(portText) || port > 65535) {
@@ -51,6 +61,15 @@ export async function runServe(
     throw new UsageError(`--store takes a postgres:// or postgresql:// URL, not "${url}"`);
   }
   const host = parsed.values["--host"] ?? "127.0.0.1";
+  const allowHosts = (parsed.values["--allow-host"] ?? "").split(",").map((h) => h.trim())
+    .filter((h) => h !== "");
+  for (const h of allowHosts) {
+    if (
+      !/^(?:\[[0-9a-fA-F:.]+\]|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*|[A-Za-z0-9._-]+)(?::\d+)?$/.test(h)
+    ) {
+      throw new UsageError(`--allow-host takes host names separated by commas, not "${h}"`);
+    }
+  }
   const home = homeDir(parsed, io);
   const loaded = loadSettings({ home, env: io.env });
   const settings = url === undefined ? loaded.settings : { ...loaded.settings, store: url };
@@ -64,6 +83,23 @@ export async function runServe(
         `no run ledger in ${home} yet (${storeFile(home)}): the first run there makes it`,
       );
     }
+    const fleet = url ?? settings.store;
+    if (isPostgresUrl(fleet)) {
+      const pg = openPgStore({
+        url: fleet,
+        hostTimeoutSeconds: settings.host_timeout_seconds,
+        fileMaxKb: settings.store_file_max_kb,
+      });
+      try {
+        // One read now, so an unreachable server is said at the start, not on the page.
+        await pg.summary({});
+      } catch (error) {
+        // The read's own failure is what is said; a close that fails too adds nothing to it.
+        await pg.close().catch(() => {});
+        throw new Error(`the fleet store ${pg.location} cannot be read: ${errorText(error)}`);
+      }
+      return pg;
+    }
     const store = await openStore({
       home,
       settings,
@@ -71,14 +107,6 @@ export async function runServe(
       log: (_level, message) => void (reason = message),
     });
     if (!store) throw new Error(reason || "the run store cannot be opened");
-    if (url !== undefined && store.engine === "sqlite") {
-      await store.close();
-      throw new Error(
-        `--store names ${
-          url.replace(/:[^:@/]*@/, ":***@")
-        }, but this build has no PostgreSQL store`,
-      );
-    }
     // A damaged file: every answer says which, and how to set it aside.
     return store.engine === "sqlite" ? explainDamage(store, store.location) : store;
   };
@@ -104,6 +132,7 @@ export async function runServe(
       store: first ? () => Promise.resolve(first) : open,
       settings: loaded.settings,
       host,
+      allowHosts,
       port,
       log: (message) => io.stderr(`${NAME} ${message}\n`),
     });

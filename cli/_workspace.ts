@@ -18,13 +18,14 @@ import {
   pruneStore,
   rollback,
   rollbackDiff,
+  type RollbackOptions,
   type RollbackResult,
   type WorkspaceSettings,
 } from "../workspace/mod.ts";
 
 const ROLLBACK_HELP =
-  `Usage: ${NAME} rollback [N|ID] [PATH] [--all] [--dry-run] [--project DIR] [--home DIR] [--json]
-       ${NAME} rollback diff [N|ID] [PATH] [--all] [--project DIR] [--home DIR] [--json]
+  `Usage: ${NAME} rollback [N|ID | --run RUN] [PATH] [--all] [--dry-run] [--project DIR] [--home DIR] [--json]
+       ${NAME} rollback diff [N|ID | --run RUN] [PATH] [--all] [--project DIR] [--home DIR] [--json]
 
 Rolls the project back to one of its workspace snapshots. N counts back from
 the newest of the agent's snapshots (1, the default, is the newest); ID is a
@@ -37,8 +38,13 @@ them by id.
 Only files whose content is still what the agent last wrote (or that the agent
 deleted) are restored; a file the agent created since the snapshot is removed
 only if it is still as the agent wrote it. Files edited by hand since, or never
-touched by the agent, are left alone and listed.
+touched by the agent, are left alone and listed. Empty directories are kept as
+they were: the snapshot's that are gone are made again, and a directory the
+agent made is removed once emptied of its files (both listed with a trailing /).
 
+  --run RUN      undo the whole run RUN: restore the project to before its
+                 first snapshot (its oldest in this project), keeping hand
+                 edits the same way
   PATH           restore this file (or the files under this directory) alone
   --all          restore everything, hand edits included
   --dry-run      say what would be done, change nothing
@@ -76,6 +82,30 @@ function settingsOf(home: string, io: CliIo): WorkspaceSettings {
 
 function looksLikeTarget(word: string): boolean {
   return /^[1-9]\d{0,2}$/.test(word) || /^[0-9a-f]{4,40}$/i.test(word);
+}
+
+/**
+ * The id of run `runId`'s oldest snapshot in the project: rolling back to it
+ * puts the project as it was before the run's first change.
+ */
+function firstSnapshotOf(runId: string, options: RollbackOptions): string {
+  let snapshots: ReturnType<typeof listSnapshots>["snapshots"] = [];
+  try {
+    snapshots = listSnapshots(options).snapshots;
+  } catch (error) {
+    if (!(error instanceof RangeError)) throw error;
+  }
+  const own = snapshots.filter((s) => s.kind === "agent" && s.runId === runId);
+  const first = own.at(-1);
+  if (first === undefined) {
+    const runs = [...new Set(snapshots.flatMap((s) => s.runId === undefined ? [] : [s.runId]))];
+    throw new Error(
+      `No snapshot of run ${JSON.stringify(runId)} in this project${
+        runs.length > 0 ? ` (its snapshots are of ${runs.slice(0, 5).join(", ")})` : ""
+      }; '${NAME} snapshots list' shows them`,
+    );
+  }
+  return first.id;
 }
 
 function printResult(r: RollbackResult, io: CliIo, title: string): void {
@@ -135,7 +165,7 @@ export const rollbackCommand: Command = {
   async run(args: string[], io: CliIo): Promise<number> {
     const parsed = parseArgs(args, {
       command: "rollback",
-      values: ["--project"],
+      values: ["--project", "--run"],
       switches: ["--all", "--dry-run", "--json"],
       aliases: { "-n": "--dry-run" },
       optional: ["N|ID", "PATH", "PATH"],
@@ -157,6 +187,16 @@ export const rollbackCommand: Command = {
         );
       }
     }
+    const runId = parsed.values["--run"];
+    if (runId !== undefined && target !== undefined) {
+      throw new UsageError(
+        `--run ${runId} names the snapshot already: drop "${target}"`,
+        "rollback --help",
+      );
+    }
+    if (runId !== undefined && words.length === 2) {
+      throw new UsageError(`unexpected argument "${words[0]}"`, "rollback --help");
+    }
     if (words.length > 1) {
       throw new UsageError(`unexpected argument "${words[1]}"`, "rollback --help");
     }
@@ -171,7 +211,7 @@ export const rollbackCommand: Command = {
     if (!fs.existsSync(projectDir)) {
       throw new UsageError(`--project ${projectDir} does not exist`, "rollback --help");
     }
-    const options = {
+    const options: RollbackOptions = {
       home,
       project: projectDir,
       cwd: io.cwd,
@@ -183,6 +223,7 @@ export const rollbackCommand: Command = {
       ...(words[0] === undefined ? {} : { path: words[0] }),
     };
     try {
+      if (runId !== undefined) options.target = firstSnapshotOf(runId, options);
       if (diff) {
         const d = rollbackDiff(options);
         if (parsed.switches.has("--json")) writeJson(io, d);

@@ -6,9 +6,11 @@
  *
  * `@opentelemetry/api` is an optional peer: it is loaded only once a host has
  * registered a tracer provider with it (the API's global registry says so),
- * synchronously where the runtime can (Node), else by a dynamic import (Deno:
- * runs started before it settles have no span). With no provider registered a
- * run has no span and its hooks read one undefined field.
+ * synchronously where the runtime can (Node), else by a dynamic import (Deno).
+ * A run started before that import settles gets its span once it has: started
+ * at the run's real start, with the tool calls, checkpoint events and end it
+ * missed meanwhile, each at its own time. With no provider registered a run
+ * has no span and its hooks read one undefined field.
  *
  * A resumed attempt's span is in the earlier attempt's trace (its parent is the
  * earlier attempt's span, whose ids the run ledger keeps) and links to it. A
@@ -43,7 +45,7 @@ import { createRequire } from "node:module";
 import type * as OtelApi from "npm:@opentelemetry/api@^1.9.0";
 import type { EarlierTrace, RunFigures, RunTrace, TraceRef, TraceStart, Tracing } from "../run.ts";
 import type { CheckpointEvent } from "../_writer.ts";
-import type { EndStatus } from "../_record.ts";
+import { AXES, type Axis, type EndStatus } from "../_record.ts";
 
 type Api = typeof OtelApi;
 type Span = OtelApi.Span;
@@ -144,6 +146,8 @@ class OtelTracing implements Tracing {
   ready: Promise<void> = Promise.resolve();
   /** The open runs' spans, by run id (the checkpoint events name runs by id). */
   readonly runs = new Map<string, OtelRun>();
+  /** Runs started while the API's import was in flight: their spans start once it settles. */
+  readonly #pending = new Map<string, PendingRun>();
   #queue: Queued[] = [];
   #flushQueued = false;
 
@@ -155,9 +159,37 @@ class OtelTracing implements Tracing {
 
   #load(): Api | undefined {
     const loaded = loadApi();
-    if (loading) this.ready = loading.then(() => this.#unloadable());
-    else this.#unloadable();
+    if (loading) {
+      this.ready = loading.then(() => {
+        this.#unloadable();
+        this.#settle();
+      });
+    } else this.#unloadable();
     return loaded;
+  }
+
+  /** The API's import settled: the runs started meanwhile get their spans, and what they missed. */
+  #settle(): void {
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    for (const run of pending) {
+      if (!api) continue; // it cannot be loaded: said once, by #unloadable
+      try {
+        const made = this.#made(api, run.start);
+        if (made) run.replay(made, this);
+      } catch (error) {
+        this.fail("the run's span", error, run.start.runId);
+      }
+    }
+  }
+
+  /** The run's span, or undefined when no provider records it. */
+  #made(api: Api, run: TraceStart): OtelRun | undefined {
+    // Asked at each start: a provider registered anew (after `trace.disable()`) is the one used.
+    const made = new OtelRun(this, api, api.trace.getTracer(SCOPE), run);
+    if (!made.span.isRecording()) return undefined; // a no-op provider, or sampled out
+    this.runs.set(run.runId, made);
+    return made;
   }
 
   /** Say once that a registered provider gets no spans from us, when the API cannot be loaded. */
@@ -170,17 +202,21 @@ class OtelTracing implements Tracing {
     );
   }
 
-  start(run: TraceStart): RunTrace | undefined {
+  start(run: TraceStart, started?: (ref: TraceRef) => void): RunTrace | undefined {
     if (!providerRegistered()) return undefined;
     try {
       if (!this.#enabled()) return undefined;
       const api = this.#load();
-      if (!api) return undefined;
-      // Asked at each start: a provider registered anew (after `trace.disable()`) is the one used.
-      const made = new OtelRun(this, api, api.trace.getTracer(SCOPE), run);
-      if (!made.span.isRecording()) return undefined; // a no-op provider, or sampled out
-      this.runs.set(run.runId, made);
-      return made;
+      if (api) {
+        const made = this.#made(api, run);
+        if (made) started?.(made.ref);
+        return made;
+      }
+      if (!loading) return undefined;
+      // The import is in flight (Deno, a run started right after the keeper was made).
+      const pending = new PendingRun(run, started);
+      this.#pending.set(run.runId, pending);
+      return pending;
     } catch (error) {
       this.fail("the run's span", error, run.runId);
       return undefined;
@@ -188,6 +224,11 @@ class OtelTracing implements Tracing {
   }
 
   written(event: CheckpointEvent): void {
+    const pending = this.#pending.get(event.runId);
+    if (pending) {
+      pending.written(event);
+      return;
+    }
     const run = this.runs.get(event.runId);
     if (!run || event.kind === "end") return; // the end's event comes with the span's end
     try {
@@ -200,6 +241,7 @@ class OtelTracing implements Tracing {
   close(): void {
     this.flush();
     const now = Date.now();
+    for (const run of this.#pending.values()) run.close(now);
     for (const run of [...this.runs.values()]) {
       try {
         run.close(now);
@@ -249,35 +291,140 @@ class OtelTracing implements Tracing {
   }
 }
 
+/** What a run started before the API was loaded did meanwhile, in order. */
+type Missed =
+  | { op: "start"; tool: string; callId: string | undefined; at: number }
+  | {
+    op: "end";
+    tool: string;
+    callId: string | undefined;
+    ok: boolean | undefined;
+    error: unknown;
+    at: number;
+  }
+  | { op: "event"; event: CheckpointEvent }
+  | {
+    op: "run";
+    status: EndStatus;
+    summary: string | undefined;
+    figures: RunFigures;
+    at: number;
+  }
+  | { op: "close"; at: number };
+
+/** Events a run keeps while its span waits for the API; past it, the oldest go. */
+const MAX_MISSED = 256;
+
+/**
+ * A run started while the API's import was in flight: it keeps what the run
+ * does until the span can start, then hands it over, each at its own time.
+ */
+class PendingRun implements RunTrace {
+  readonly start: TraceStart;
+  readonly #started: ((ref: TraceRef) => void) | undefined;
+  readonly #missed: Missed[] = [];
+  #ended = false;
+  /** The span's ids once it exists (the run ledger keeps them). */
+  ref: TraceRef | undefined;
+
+  constructor(start: TraceStart, started: ((ref: TraceRef) => void) | undefined) {
+    this.start = start;
+    this.#started = started;
+  }
+
+  #keep(missed: Missed): void {
+    if (this.#missed.length >= MAX_MISSED) {
+      // Tool starts and ends, and events, go first: the run's end is kept.
+      const i = this.#missed.findIndex((m) => m.op !== "run" && m.op !== "close");
+      if (i >= 0) this.#missed.splice(i, 1);
+    }
+    this.#missed.push(missed);
+  }
+
+  toolStart(tool: string, callId: string | undefined, at: number): void {
+    if (!this.#ended) this.#keep({ op: "start", tool, callId, at });
+  }
+
+  toolEnd(
+    tool: string,
+    callId: string | undefined,
+    ok: boolean | undefined,
+    error: unknown,
+    at: number,
+  ): void {
+    if (!this.#ended) this.#keep({ op: "end", tool, callId, ok, error, at });
+  }
+
+  written(event: CheckpointEvent): void {
+    if (event.kind !== "end") this.#keep({ op: "event", event });
+  }
+
+  end(status: EndStatus, summary: string | undefined, figures: RunFigures, at: number): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#keep({ op: "run", status, summary, figures, at });
+  }
+
+  close(at: number): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#keep({ op: "close", at });
+  }
+
+  /** The span exists: everything the run did meanwhile, in order. */
+  replay(run: OtelRun, owner: OtelTracing): void {
+    this.ref = run.ref;
+    this.#started?.(run.ref);
+    for (const m of this.#missed) {
+      if (m.op === "start") run.toolStart(m.tool, m.callId, m.at);
+      else if (m.op === "end") run.toolEnd(m.tool, m.callId, m.ok, m.error, m.at);
+      else if (m.op === "event") run.record(m.event);
+      else if (m.op === "run") run.end(m.status, m.summary, m.figures, m.at);
+      else {
+        owner.flush();
+        run.close(m.at);
+        owner.runs.delete(run.runId);
+      }
+    }
+  }
+}
+
 /** The status of a run's end: done and capped are fine, the rest are errors. */
 const FINE: readonly EndStatus[] = ["done", "capped"];
 
 /** Our attributes for a run's caps. */
 function capAttributes(caps: TraceStart["caps"]): Attributes {
   const out: Attributes = {};
-  if (caps.turns) out["agent_checkpoint.caps.turns"] = caps.turns.value;
-  if (caps.time) out["agent_checkpoint.caps.time_seconds"] = caps.time.value;
-  if (caps.tokens) out["agent_checkpoint.caps.tokens"] = caps.tokens.value;
-  if (caps.usd) out["agent_checkpoint.caps.usd"] = caps.usd.value;
+  // Named as the `caps` setting names them: `agent_checkpoint.caps.time_seconds`.
+  for (const axis of AXES) {
+    const cap = caps[axis.name];
+    if (cap) out[`agent_checkpoint.caps.${axis.setting}`] = cap.value;
+  }
   return out;
 }
 
 /** Fractions of the caps used, `used` per axis. */
 function fractions(
   caps: TraceStart["caps"],
-  used: { turns: number; seconds: number; tokens: number; usd?: number | undefined },
+  used: { readonly [A in Axis]?: number | undefined },
 ): Attributes {
   const out: Attributes = {};
-  const put = (axis: string, cap: number | undefined, value: number | undefined) => {
+  for (const { name } of AXES) {
+    const cap = caps[name]?.value;
+    const value = used[name];
     if (cap !== undefined && cap > 0 && value !== undefined && Number.isFinite(value)) {
-      out[`agent_checkpoint.${axis}.fraction_used`] = Math.round(value / cap * 1e4) / 1e4;
+      out[`agent_checkpoint.${name}.fraction_used`] = Math.round(value / cap * 1e4) / 1e4;
     }
-  };
-  put("turns", caps.turns?.value, used.turns);
-  put("time", caps.time?.value, used.seconds);
-  put("tokens", caps.tokens?.value, used.tokens);
-  put("usd", caps.usd?.value, used.usd);
+  }
   return out;
+}
+
+/** A run's use per axis. */
+function usedOf(figures: RunFigures): { [A in Axis]?: number | undefined } {
+  const report = { ...figures, usage: figures };
+  const used: { [A in Axis]?: number | undefined } = {};
+  for (const axis of AXES) used[axis.name] = axis.used(report);
+  return used;
 }
 
 /** A span context the ledger kept, as the API takes it. */
@@ -511,12 +658,7 @@ class OtelRun implements RunTrace {
       "agent_checkpoint.elapsed_seconds": figures.elapsedSeconds,
       "agent_checkpoint.tier": figures.tier,
       "agent_checkpoint.end.status": status,
-      ...fractions(this.#start.caps, {
-        turns: figures.turnsUsed,
-        seconds: figures.elapsedSeconds,
-        tokens: figures.inputTokens + figures.outputTokens,
-        usd: figures.usd,
-      }),
+      ...fractions(this.#start.caps, usedOf(figures)),
     });
     if (figures.usd !== undefined) span.setAttribute("agent_checkpoint.usd", figures.usd);
     const end: Attributes = {

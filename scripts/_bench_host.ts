@@ -15,7 +15,15 @@
  * - `memory --runs N`: heap and table bytes with N live runs;
  * - `cpu --runs N --seconds S`: CPU over S idle seconds with N live runs;
  * - `first-write --home H`: a fresh run's `checkpoint()` in H's checkpoint
- *   directory, as it stands.
+ *   directory, as it stands;
+ * - `churn --runs N --seconds S`: the watchdog's CPU over S seconds with N
+ *   live runs, each of which has a turn and a tool call every second (its
+ *   ledger record changes every second);
+ * - `first-hook --home H`: in a fresh process, how long `createAgentCheckpoint`,
+ *   the first `startRun` and the first hook call each block the main thread,
+ *   and when the watchdog first looks;
+ * - `worker-floor --home H`: the floor of `first-hook`, `new Worker()` of an
+ *   empty module (`node:worker_threads`, as the library starts its watchdog).
  *
  * @module
  */
@@ -119,7 +127,7 @@ async function cold(): Promise<void> {
   const reader = new ReportReader(report);
   const seen = new Map<string, Sighting>();
   const run = ac.startRun({ sessionId: "cold", caps: { timeSeconds: CROSS_CAP } });
-  run.activity(); // the first hook call starts the worker
+  run.activity(); // the worker started with the keeper (before: at this first hook call)
   const at = ac.sharedRuns.start(run.slot) + CROSS_AT_MS;
   const name = path.basename(run.checkpointFile);
   waitSeen(reader, seen, () => (seen.get(name)?.tier ?? 0) >= 1, at + 10_000);
@@ -291,6 +299,61 @@ async function cpu(): Promise<void> {
   await ac.close();
 }
 
+async function churn(): Promise<void> {
+  const seconds = Number(flag(args, "--seconds", "20"));
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { stall_window_seconds: 0 } });
+  const handles: Run[] = [];
+  for (let i = 0; i < runs; i++) {
+    handles.push(ac.startRun({ sessionId: `p${i}`, caps: { timeSeconds: 86400 } }));
+  }
+  let mainMs = 0;
+  // Every run moves once a second, spread over the second in slices of a few ms.
+  const slices = 50;
+  let stop = false;
+  const loop = (async () => {
+    for (let tick = 0; !stop; tick++) {
+      const t = performance.now();
+      const k = tick % slices;
+      for (let i = k; i < handles.length; i += slices) {
+        const run = handles[i]!;
+        run.preLlmCall();
+        run.preToolCall("search");
+        run.postToolCall("search", { ok: true });
+      }
+      mainMs += performance.now() - t;
+      await sleep(1000 / slices);
+    }
+  })();
+  await sleep(8000); // past the startup: JIT and the memory reducer's GCs settle
+  const before = threadCpu();
+  const usage = process.cpuUsage();
+  const main0 = mainMs;
+  const t0 = performance.now();
+  await sleep(seconds * 1000);
+  const wall = performance.now() - t0;
+  const after = threadCpu();
+  const used = process.cpuUsage(usage);
+  stop = true;
+  await loop;
+  let worker = 0;
+  let workerThreads = 0;
+  for (const [key, ms] of after) {
+    if (!/^worker/.test(key)) continue;
+    worker += ms - (before.get(key) ?? 0);
+    workerThreads++;
+  }
+  print({
+    runs: handles.length,
+    wall,
+    processMs: (used.user + used.system) / 1000,
+    workerMs: worker,
+    hooksMs: mainMs - main0,
+    workerThreads,
+    statements: ac.ledgerStatements,
+  });
+  await ac.close();
+}
+
 async function firstWrite(): Promise<void> {
   const ac = createAgentCheckpoint({ home, env: {}, settings: { stall_window_seconds: 0 } });
   // The worker is already running, as in a host that has had runs.
@@ -307,6 +370,41 @@ async function firstWrite(): Promise<void> {
   await ac.close();
 }
 
+async function firstHook(): Promise<void> {
+  let t = performance.now();
+  const ac = createAgentCheckpoint({ home, env: {} });
+  const createMs = performance.now() - t;
+  t = performance.now();
+  const run = ac.startRun({ sessionId: "first", caps: { timeSeconds: 3600 } });
+  const startRunMs = performance.now() - t;
+  t = performance.now();
+  run.preLlmCall();
+  const hookMs = performance.now() - t;
+  // The first turn of the host's event loop after the hook: what runs there blocks it too.
+  t = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  const nextTurnMs = performance.now() - t;
+  // When the watchdog first looks, from the hook's return.
+  const deadline = performance.now() + 30_000;
+  while (ac.sharedRuns.looks() === 0 && performance.now() < deadline) await sleep(1);
+  const watchedMs = ac.sharedRuns.looks() > 0 ? performance.now() - t + nextTurnMs : null;
+  await run.end();
+  await ac.close();
+  print({ createMs, startRunMs, hookMs, nextTurnMs, watchedMs });
+}
+
+async function workerFloor(): Promise<void> {
+  const { Worker } = await import("node:worker_threads");
+  const file = path.join(home, "empty.mjs");
+  fs.writeFileSync(file, "");
+  const url = new URL(`file://${file}`);
+  const t = performance.now();
+  const worker = new Worker(url);
+  const workerMs = performance.now() - t;
+  await worker.terminate();
+  print({ workerMs });
+}
+
 const modes: Record<string, () => Promise<void>> = {
   crossing,
   cold,
@@ -314,6 +412,9 @@ const modes: Record<string, () => Promise<void>> = {
   memory,
   cpu,
   "first-write": firstWrite,
+  "first-hook": firstHook,
+  churn,
+  "worker-floor": workerFloor,
 };
 const fn = mode ? modes[mode] : undefined;
 if (!fn) {

@@ -61,7 +61,7 @@ async function apply(key: string): Promise<void> {
 }
 
 for (let step = 0; step < Number(stepsText); step++) {
-  await run.once("apply", { step, runId }, async (key) => {
+  await run.effects.once("apply", { step, runId }, async (key) => {
     await apply(key);
     return { step };
   });

@@ -7,15 +7,18 @@
  *   deno task bench                    # the core benchmarks, then each scripts/bench_*.ts
  *   deno task bench --quick            # shorter samples
  *   deno task bench --only crossing    # one part (or several: --only burst,memory)
+ *   deno task bench --only first --before /tmp/main   # also measure another checkout (before)
  *
- * Parts: hooks, crossing, burst, memory, cpu, dir, import (the core), then
+ * Parts: first, hooks, crossing, burst, memory, cpu, churn, dir, import (the core), then
  * the other benchmark scripts by name (deadline, workspace, ai_sdk,
  * frameworks, writes, …: scripts/bench_NAME.ts), each run as a subprocess.
  * `--only core` runs the core parts, `--only others` the scripts.
  *
  * Each core part that needs a clean process runs scripts/_bench_host.ts in a
  * fresh child; crossings are seen by scripts/_bench_watcher.ts, a file
- * watcher in a process of its own.
+ * watcher in a process of its own. With `--before DIR` (a checkout of another
+ * revision, e.g. `git worktree add --detach DIR main`), the parts that can
+ * also run this host script against DIR's library, in the same run.
  *
  * @module
  */
@@ -46,6 +49,7 @@ const only = new Set((flag(args, "--only") ?? "").split(",").filter((s) => s !==
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
 const HOST = fileURLToPath(new URL("./_bench_host.ts", import.meta.url));
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
+const BEFORE = flag(args, "--before");
 
 /** One line of the summary table. */
 interface Row {
@@ -66,8 +70,9 @@ async function host<T>(
   mode: string,
   hostArgs: string[],
   timeoutMs = 300_000,
+  script = HOST,
 ): Promise<T | undefined> {
-  const result: ChildResult = await runScript(HOST, [mode, ...hostArgs], {
+  const result: ChildResult = await runScript(script, [mode, ...hostArgs], {
     v8Flags: "--expose-gc",
     timeoutMs,
   });
@@ -80,6 +85,92 @@ async function host<T>(
     );
   }
   return value;
+}
+
+/** This host script in the `--before` checkout, run against its library; undefined without. */
+function beforeHost(): string | undefined {
+  if (BEFORE === undefined) return undefined;
+  const dir = path.join(BEFORE, "scripts");
+  for (const name of ["_bench_host.ts", "_bench_util.ts"]) {
+    fs.copyFileSync(path.join(ROOT, "scripts", name), path.join(dir, `_now${name}`));
+  }
+  const copy = path.join(dir, "_now_bench_host.ts");
+  const text = fs.readFileSync(copy, "utf8").replace(
+    '"./_bench_util.ts"',
+    '"./_now_bench_util.ts"',
+  );
+  fs.writeFileSync(copy, text);
+  return copy;
+}
+
+/** "min / median / max" of `xs`, in ms. */
+const spread = (xs: number[]) =>
+  xs.length === 0
+    ? "n/a"
+    : `${fmtMs(Math.min(...xs))} / ${fmtMs(median(xs))} / ${fmtMs(Math.max(...xs))}`;
+
+// ---- 0. the first hook of a process ----------------------------------------------
+
+interface FirstFigures {
+  createMs: number;
+  startRunMs: number;
+  hookMs: number;
+  nextTurnMs: number;
+  watchedMs: number | null;
+}
+
+async function first(): Promise<void> {
+  const rounds = quick ? 3 : 7;
+  console.log(
+    `\n## The first hook of a fresh process: how long each step blocks the main thread` +
+      ` (${rounds} fresh processes${BEFORE ? " each, this checkout and --before" : ""})`,
+  );
+  const before = beforeHost();
+  const builds: Array<[string, string]> = before
+    ? [["before", before], ["now", HOST]]
+    : [["now", HOST]];
+  const figures = new Map<string, FirstFigures[]>(builds.map(([name]) => [name, []]));
+  const floors: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    // Alternated, so that each build and the floor see the same weather.
+    for (const [name, script] of builds) {
+      const home = tempDir();
+      const out = await host<FirstFigures>("first-hook", ["--home", home], 120_000, script);
+      fs.rmSync(home, { recursive: true, force: true });
+      if (out) figures.get(name)!.push(out);
+    }
+    const home = tempDir();
+    const out = await host<{ workerMs: number }>("worker-floor", ["--home", home], 120_000);
+    fs.rmSync(home, { recursive: true, force: true });
+    if (out) floors.push(out.workerMs);
+  }
+  const floor = median(floors);
+  for (const [name] of builds) {
+    const got = figures.get(name)!;
+    const of = (k: keyof FirstFigures) => got.map((f) => f[k]).filter((x) => x !== null);
+    const ratio = (xs: number[]) =>
+      xs.length === 0 ? "n/a" : `${(median(xs) / floor).toFixed(2)}× the floor`;
+    const hook = of("hookMs") as number[];
+    const pairs: Array<[string, keyof FirstFigures, string]> = [
+      ["the first hook (preLlmCall)", "hookMs", "≤ 1 ms"],
+      ["the first startRun", "startRunMs", "-"],
+      ["createAgentCheckpoint", "createMs", "-"],
+      ["the event loop's next turn after the hook", "nextTurnMs", "-"],
+      ["the watchdog's first look, after the hook", "watchedMs", "-"],
+    ];
+    for (const [what, key, target] of pairs) {
+      const xs = of(key) as number[];
+      row({
+        what: `${what}, ${name} (${xs.length} processes)`,
+        figure: `min / median / max ${spread(xs)} (${ratio(xs)})`,
+        floor: `new Worker() of an empty module: ${spread(floors)}`,
+        target: key === "hookMs"
+          ? (Math.max(...hook) <= 1 ? "≤ 1 ms: met" : "≤ 1 ms: NOT met")
+          : target,
+        means: "how long the host's main thread is blocked there, in a fresh process",
+      });
+    }
+  }
 }
 
 // ---- 6. the hooks' hot path -------------------------------------------------
@@ -405,6 +496,65 @@ async function cpu(): Promise<void> {
   }
 }
 
+/** The watchdog's CPU with 20,000 runs that all change every second, against the same runs idle. */
+async function churn(): Promise<void> {
+  const n = 20_000;
+  const seconds = quick ? 6 : 10;
+  const rounds = quick ? 1 : 3;
+  console.log(
+    `\n## Watchdog CPU, ${n.toLocaleString()} runs each taking a turn and a tool call every second` +
+      ` (${rounds} round(s) of ${seconds} s, fresh process each${
+        BEFORE ? ", this checkout and --before" : ""
+      })`,
+  );
+  const before = beforeHost();
+  const builds: Array<[string, string]> = before
+    ? [["before", before], ["now", HOST]]
+    : [["now", HOST]];
+  const busy = new Map<string, number[]>(builds.map(([name]) => [name, []]));
+  const idle: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    for (const [name, script] of builds) {
+      const home = tempDir();
+      const out = await host<{ wall: number; workerMs: number }>(
+        "churn",
+        ["--home", home, "--runs", String(n), "--seconds", String(seconds)],
+        300_000,
+        script,
+      );
+      fs.rmSync(home, { recursive: true, force: true });
+      if (out) busy.get(name)!.push((out.workerMs / out.wall) * 100);
+    }
+    const home = tempDir();
+    const out = await host<{ wall: number; workerMs: number }>("cpu", [
+      "--home",
+      home,
+      "--runs",
+      String(n),
+      "--seconds",
+      String(seconds),
+    ]);
+    fs.rmSync(home, { recursive: true, force: true });
+    if (out) idle.push((out.workerMs / out.wall) * 100);
+  }
+  const pcts = (xs: number[]) =>
+    xs.length === 0
+      ? "n/a"
+      : `${Math.min(...xs).toFixed(1)} / ${median(xs).toFixed(1)} / ${
+        Math.max(...xs).toFixed(1)
+      } %`;
+  for (const [name] of builds) {
+    const xs = busy.get(name)!;
+    row({
+      what: `watchdog CPU, ${n.toLocaleString()} runs all changing every second, ${name}`,
+      figure: `min / median / max ${pcts(xs)} of a core`,
+      floor: `the same runs idle: ${pcts(idle)}`,
+      target: median(xs) <= 15 ? "≤ 15 %: met" : "≤ 15 %: NOT met",
+      means: "the watchdog thread's CPU keeping every run's ledger record at most a second old",
+    });
+  }
+}
+
 // ---- 4. first write in a full directory ---------------------------------------
 
 async function dir(): Promise<void> {
@@ -562,11 +712,13 @@ async function importTime(): Promise<void> {
 // ---- the other benchmark scripts -------------------------------------------------
 
 const CORE: Record<string, () => Promise<void>> = {
+  first,
   hooks,
   crossing,
   burst,
   memory,
   cpu,
+  churn,
   dir,
   import: importTime,
 };

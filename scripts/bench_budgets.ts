@@ -5,8 +5,8 @@
  *   deno run -A --v8-flags=--expose-gc scripts/bench_budgets.ts [--quick]
  *
  * 1. The hooks with usage reported every turn: a turn of `preLlmCall()` and
- *    `run.usage()` (token and dollar caps armed) against the same turn's
- *    `preLlmCall()` without usage, in ns and as a ratio; and `usage()` alone.
+ *    `run.postLlmCall()` (token and dollar caps armed) against the same turn's
+ *    `preLlmCall()` without usage, in ns and as a ratio; and `postLlmCall()` alone.
  * 2. A tool call past its deadline, the main thread blocked throughout: from
  *    the deadline to its `tool_timeout` record appearing, seen by a file
  *    watcher in a process of its own (scripts/_bench_watcher.ts), p50 and
@@ -82,21 +82,24 @@ function hooks(): void {
   const turn = perCall(n, () => plain.preLlmCall());
   const withUsage = perCall(n, () => {
     budgeted.preLlmCall();
-    budgeted.usage(use);
+    budgeted.postLlmCall(use);
   });
   const withPrices = perCall(n, () => {
     priced.preLlmCall();
-    priced.usage(unpriced);
+    priced.postLlmCall(unpriced);
   });
-  const usageAlone = perCall(n, () => budgeted.usage(use));
+  const usageAlone = perCall(n, () => budgeted.postLlmCall(use));
   const rows: Array<[string, number]> = [
     ["preLlmCall(), no usage (the same hooks without it)", turn],
-    ["preLlmCall() + usage({ inputTokens, outputTokens, usd }), token and dollar caps", withUsage],
     [
-      "preLlmCall() + usage({ inputTokens, outputTokens }), priced by the prices setting",
+      "preLlmCall() + postLlmCall({ inputTokens, outputTokens, usd }), token and dollar caps",
+      withUsage,
+    ],
+    [
+      "preLlmCall() + postLlmCall({ inputTokens, outputTokens }), priced by the prices setting",
       withPrices,
     ],
-    ["usage() alone", usageAlone],
+    ["postLlmCall() alone", usageAlone],
   ];
   for (const [what, ns] of rows) {
     console.log(

@@ -5,7 +5,7 @@
  *   effect tools, beside the same pair with `effect_tools` naming another
  *   tool (a list to look in, no intent), and with the called tool an effect
  *   tool (its key, and an intent queued for the next commit);
- * - one durable intent (`await run.intent()`, the commit its own), p50/p99,
+ * - one durable intent (`await run.effects.intent()`, the commit its own), p50/p99,
  *   beside a bare SQLite commit of one row (WAL, `synchronous = FULL`) in the
  *   same directory, and with the fleet store beside a bare PostgreSQL INSERT
  *   on the same server;
@@ -106,21 +106,21 @@ console.log("\n## One durable intent, beside a bare commit");
   const home = tempDir("ac-bench-fx-");
   const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
   const run = ac.startRun({ sessionId: "intents" });
-  await run.intent("warm", {});
+  await run.effects.intent("warm", {});
   const intents: number[] = [];
   for (let i = 0; i < n; i++) {
     const t = performance.now();
-    await run.intent("pay", { i });
+    await run.effects.intent("pay", { i });
     intents.push(performance.now() - t);
   }
   const burst: number[] = [];
   for (let r = 0; r < (quick ? 5 : 20); r++) {
     const t = performance.now();
-    await Promise.all(Array.from({ length: 50 }, (_, i) => run.intent("burst", { r, i })));
+    await Promise.all(Array.from({ length: 50 }, (_, i) => run.effects.intent("burst", { r, i })));
     burst.push(performance.now() - t);
   }
   const commitsBefore = ac.effectCommits;
-  await Promise.all(Array.from({ length: 50 }, (_, i) => run.intent("one", { i })));
+  await Promise.all(Array.from({ length: 50 }, (_, i) => run.effects.intent("one", { i })));
   const shared = ac.effectCommits - commitsBefore;
   await ac.close();
   // The floor: one row committed to a SQLite file beside it, as durable (WAL, FULL).
@@ -140,7 +140,7 @@ console.log("\n## One durable intent, beside a bare commit");
   db.close();
   console.log(`  SQLite, bare commit of one row: ${p(bare)} (the floor)`);
   console.log(
-    `  SQLite, await run.intent(): ${p(intents)} (p50 ${
+    `  SQLite, await run.effects.intent(): ${p(intents)} (p50 ${
       (pct(intents, 50) / pct(bare, 50)).toFixed(1)
     }× the floor)`,
   );
@@ -178,17 +178,17 @@ console.log("\n## One durable intent, beside a bare commit");
       settings: { watchdog: false, store: url.href },
     });
     const run = ac.startRun({ sessionId: "intents" });
-    await run.intent("warm", {});
+    await run.effects.intent("warm", {});
     const intents: number[] = [];
     for (let i = 0; i < n; i++) {
       const t = performance.now();
-      await run.intent("pay", { i });
+      await run.effects.intent("pay", { i });
       intents.push(performance.now() - t);
     }
     await ac.close();
     console.log(`  PostgreSQL, bare INSERT of one row: ${p(bare)} (the floor)`);
     console.log(
-      `  PostgreSQL, await run.intent(): ${p(intents)} (p50 ${
+      `  PostgreSQL, await run.effects.intent(): ${p(intents)} (p50 ${
         (pct(intents, 50) / pct(bare, 50)).toFixed(1)
       }× the floor)`,
     );

@@ -25,7 +25,7 @@ import { tool as lcTool } from "npm:@langchain/core@1/tools";
 import { createReactAgent } from "npm:@langchain/langgraph@1/prebuilt";
 import { createAgentCheckpoint } from "../mod.ts";
 import { checkpointedRun } from "../adapters/openai_agents.ts";
-import { checkpointedReactAgent, checkpointMiddleware } from "../adapters/langchain.ts";
+import { agentCheckpointMiddleware, checkpointedReactAgent } from "../adapters/langchain.ts";
 import { ScriptedChatModel, toolsThenAnswer } from "../tests/adapters/_langchain_fake.ts";
 
 setTracingDisabled(true);
@@ -124,7 +124,7 @@ for (const cap of [1000, CALLS]) {
       createAgent({
         model: new ScriptedChatModel(toolsThenAnswer(CALLS - 1)),
         tools: [lcSearch],
-        middleware: [checkpointMiddleware(ac, { sessionId: `lc-${cap}-${i}`, maxTurns: cap })],
+        middleware: [agentCheckpointMiddleware(ac, { sessionId: `lc-${cap}-${i}`, maxTurns: cap })],
       }).invoke(input, { recursionLimit: 2 * cap + 4 }),
   );
 

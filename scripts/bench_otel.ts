@@ -27,7 +27,7 @@ import {
   type SpanExporter,
 } from "npm:@opentelemetry/sdk-trace-base@^2.2.0";
 import { AgentCheckpoint, createAgentCheckpoint } from "../mod.ts";
-import { openRunStore, thisHost } from "../store/mod.ts";
+import { openRunStore, type SqliteRunStore, type StoreBridge, thisHost } from "../store/mod.ts";
 import { Workspaces } from "../workspace/mod.ts";
 import { median, tempDir } from "./_bench_util.ts";
 
@@ -57,7 +57,7 @@ class Dropping implements SpanExporter {
 /** A keeper as the library was before tracing: the same subsystems, no tracer. */
 const untraced = () =>
   new AgentCheckpoint({ home: tempDir("ac-bench-otel-"), env: {}, settings: SETTINGS }, {
-    openStore: (options) => openRunStore(options),
+    openStore: (options) => openRunStore(options) as SqliteRunStore | StoreBridge | undefined,
     thisHost,
     storeModule: new URL("../store/mod.ts", import.meta.url).href,
     workspaces: (options) => new Workspaces(options),

@@ -197,7 +197,7 @@ const NODE_TWINS: Record<string, string> = {
  */
 const DENO_ONLY_IMPORTS: Record<string, string> = {
   "_watchdog_host.ts": `import "./_watchdog_worker.ts";`,
-  "store/_pg_bridge.ts": `import "./_pg_entry.ts";`,
+  "store/_bridge.ts": `import "./_bridge_entry.ts";`,
 };
 
 /**
@@ -287,9 +287,16 @@ function sources(): string[] {
     path.join(root, "scripts", f)
   )
     .filter((f) => fs.existsSync(f));
-  return [...top, ...ROOMS.flatMap(tree), ...tree("tests"), ...scripts].filter((f) =>
-    !twins.has(f)
-  );
+  // run/: the core's parts of a run (not a subsystem).
+  return [
+    ...top,
+    ...CORE_FOLDERS.flatMap(tree),
+    ...ROOMS.flatMap(tree),
+    ...tree("tests"),
+    ...scripts,
+  ].filter((
+    f,
+  ) => !twins.has(f));
 }
 
 /** Rewrite a source's `npm:` specifiers to Node package names; unknown ones are an error. */
@@ -415,6 +422,9 @@ function staticImports(file: string): string[] {
     .map((m) => path.resolve(path.dirname(file), (m[1] ?? m[2])!));
 }
 
+/** The core's folders: their modules join the core as the root's do. */
+const CORE_FOLDERS = ["run"];
+
 /** The joined core's files: its code, and the module re-exporting each core module's names. */
 const CORE = "_core.js";
 const CORE_CODE = "_core_code.js";
@@ -445,7 +455,9 @@ function bundleCore(): void {
   while (todo.length > 0) {
     const file = todo.pop()!;
     if (core.includes(file) || file === mod) continue;
-    if (path.dirname(file) !== esm) {
+    // Next to mod.js, or in a core folder (run/: the parts of a run, which never read import.meta.url).
+    const dir = path.dirname(file);
+    if (dir !== esm && !CORE_FOLDERS.some((d) => dir === path.join(esm, d))) {
       throw new Error(`${path.relative(esm, file)} is in mod.js's graph but not next to it`);
     }
     core.push(file);
@@ -462,7 +474,7 @@ function bundleCore(): void {
     path.join(esm, CORE),
     core.map((file, i) =>
       `export { ${names[i]!.map((n) => `${n} as ${alias(i, n)}`).join(", ")} } from "./${
-        path.basename(file)
+        path.relative(esm, file).split(path.sep).join("/")
       }";\n`
     ).join(""),
   );
@@ -490,15 +502,63 @@ function bundleCore(): void {
     throw new Error(`esbuild made ${made.join(", ")}, not ${CORE}, ${CORE_CODE} and mod.js`);
   }
   for (const file of made) fs.copyFileSync(path.join(joined, file), path.join(esm, file));
+  const code = path.join(esm, CORE_CODE);
+  fs.writeFileSync(code, builtinsAsValues(fs.readFileSync(code, "utf8")));
   core.forEach((file, i) => {
     const list = names[i]!.map((n) => `${alias(i, n)} as ${n}`).join(", ");
+    const to = path.relative(path.dirname(file), path.join(esm, CORE)).split(path.sep).join("/");
+    const from = to.startsWith(".") ? to : `./${to}`;
     fs.writeFileSync(
       file,
       `${STUB}\n` +
-        (list ? `export { ${list} } from "./${CORE}";\n` : `import "./${CORE}";\nexport {};\n`),
+        (list ? `export { ${list} } from "${from}";\n` : `import "${from}";\nexport {};\n`),
     );
   });
 }
+
+/** The Node built-ins the joined core takes as values, not by `import` (see builtinsAsValues). */
+const BUILTINS_AS_VALUES = ["fs", "os", "path", "buffer", "timers", "url"];
+
+/**
+ * Replace the joined core's imports of some Node built-ins with the modules
+ * themselves (`process.getBuiltinModule`, Node 20.16+ and 22.3+; `require`
+ * before). An `import` of a built-in makes Node build its ES module face,
+ * which reads every export: `node:fs`'s stream classes load Node's 19 stream
+ * modules, `node:timers` its promises, `node:buffer` its File; a host
+ * importing the library paid for them. The built-ins are the same objects
+ * either way; the lines go first, ahead of any code that runs at import.
+ */
+function builtinsAsValues(code: string): string {
+  const values: string[] = [];
+  const rest = code.replace(
+    /^import (?:\* as (\w+)|\{([^}]*)\}) from "node:(\w+)";\n/gm,
+    (whole, ns: string | undefined, named: string | undefined, name: string) => {
+      if (!BUILTINS_AS_VALUES.includes(name)) return whole;
+      const from = `__builtin("node:${name}")`;
+      values.push(
+        ns !== undefined
+          ? `const ${ns} = ${from};`
+          : `const { ${named!.trim().replace(/\s+as\s+/g, ": ")} } = ${from};`,
+      );
+      return "";
+    },
+  );
+  const left = BUILTINS_AS_VALUES.filter((name) => rest.includes(`from "node:${name}"`));
+  if (left.length > 0) throw new Error(`${CORE_CODE} still imports node:${left.join(", node:")}`);
+  return [
+    `import { createRequire as __createRequire } from "node:module";`,
+    `const __builtin = (id) => globalThis.process.getBuiltinModule?.(id) ??`,
+    `  __createRequire(import.meta.url)(id);`,
+    ...values,
+    rest,
+  ].join("\n");
+}
+
+/**
+ * Library modules only the tests load: the in-memory store backend (the store's contract runs
+ * on it; no setting names it). Compiled for the tests, left out of the package.
+ */
+const TESTS_ONLY = ["esm/store/memory.js", "esm/store/memory.d.ts"];
 
 /**
  * The core files that only re-export from the joined core and that nothing
@@ -514,7 +574,7 @@ function leaveOutStubs(): void {
   );
   const file = path.join(out, "package.json");
   const pkg = JSON.parse(fs.readFileSync(file, "utf8"));
-  pkg.files.push(...stubs.map((f) => `!${f}`));
+  pkg.files.push(...stubs.map((f) => `!${f}`), ...TESTS_ONLY.map((f) => `!${f}`));
   fs.writeFileSync(file, JSON.stringify(pkg, null, 2) + "\n");
 }
 
@@ -550,7 +610,7 @@ function packageJson(): void {
     files: [
       "esm/*.js",
       "esm/*.d.ts",
-      ...ROOMS.flatMap((room) => [`esm/${room}/*.js`, `esm/${room}/*.d.ts`]),
+      ...[...CORE_FOLDERS, ...ROOMS].flatMap((room) => [`esm/${room}/*.js`, `esm/${room}/*.d.ts`]),
       "esm/scripts/*.js",
       "esm/scripts/*.d.ts",
       "README.md",
@@ -559,13 +619,12 @@ function packageJson(): void {
     ],
     engines: { node: ">=20" },
     dependencies,
-    peerDependencies: {
-      "better-sqlite3": "^12.0.0",
-      ...Object.fromEntries(peers.map((p) => [p.name, p.range])),
-    },
-    peerDependenciesMeta: Object.fromEntries(
-      ["better-sqlite3", ...peers.map((p) => p.name)].map((name) => [name, { optional: true }]),
-    ),
+    // The run ledger's driver on Node 20 (22.5+ has node:sqlite): installed by default, and a
+    // failed native build does not fail the install (the library then says the ledger is off).
+    // 12, not 13: 13 needs Node 22.
+    optionalDependencies: { "better-sqlite3": TOOLS["better-sqlite3"] },
+    peerDependencies: Object.fromEntries(peers.map((p) => [p.name, p.range])),
+    peerDependenciesMeta: Object.fromEntries(peers.map((p) => [p.name, { optional: true }])),
   };
   fs.writeFileSync(path.join(out, "package.json"), JSON.stringify(pkg, null, 2) + "\n");
   for (const file of ["README.md", "LICENSE"]) {
@@ -692,9 +751,9 @@ if (import.meta.main) {
   leaveOutStubs();
   const packed = pack();
   step(
-    `packed ${path.basename(packed.tarball)}: ${(packed.size / 1024).toFixed(1)} KiB packed, ${
-      (packed.unpackedSize / 1024).toFixed(1)
-    } KiB unpacked, ${packed.files} files`,
+    `packed ${path.relative(process.cwd(), packed.tarball)}: ${
+      (packed.size / 1024).toFixed(1)
+    } KiB packed, ${(packed.unpackedSize / 1024).toFixed(1)} KiB unpacked, ${packed.files} files`,
   );
   const listed = run("tar", ["tzf", packed.tarball], out).split("\n")
     .filter((l) => l.startsWith("package/")).map((l) => l.slice("package/".length));

@@ -110,7 +110,12 @@ const found = cycles();
 console.log(`import cycles (${found.length}):`);
 for (const c of found) console.log(`  ${c.join(" <-> ")}`);
 for (
-  const entry of ["_watchdog_worker.ts", "watchdog.ts", "store/_pg_entry.ts", "store/_pg_worker.ts"]
+  const entry of [
+    "_watchdog_worker.ts",
+    "watchdog.ts",
+    "store/_bridge_entry.ts",
+    "store/_bridge_worker.ts",
+  ]
 ) {
   if (!graph.has(entry)) continue;
   const l = loads(entry);

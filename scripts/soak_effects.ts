@@ -165,7 +165,7 @@ async function soak(kind: "file" | "pg"): Promise<Figures> {
         ? [home, runId, String(steps), "pg", storeUrl, `${schema}.applied`]
         : [home, runId, String(steps), "file", target];
       const effectsOf = async (): Promise<EffectRow[]> => {
-        if (pgReader) return await pgReader.effects(runId);
+        if (pgReader) return await pgReader.effects.read(runId);
         const store = openStore({ home, settings: { host_timeout_seconds: 30 }, mode: "read" });
         try {
           return store?.effectsSync(runId) ?? [];

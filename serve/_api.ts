@@ -687,14 +687,14 @@ export async function runPayload(
     file: fileView(view.record, dir),
   };
   // A store of an older version, or one that cannot be read for them: none shown, the rest is.
-  const effects = await ctx.store.effects?.(runId).catch(() => []) ?? [];
+  const effects = await ctx.store.effects?.read(runId).catch(() => []) ?? [];
   const sorted = [...effects.filter((e) => !e.receipt), ...effects.filter((e) => e.receipt)];
   out.effects = sorted.slice(0, EFFECTS_LIMIT);
   out.effectsTotal = effects.length;
   if (view.heartbeat) out.heartbeat = view.heartbeat;
   const root = view.record.tree?.root;
   if (root !== undefined && ctx.store.trees) {
-    const members = await ctx.store.trees({ root });
+    const members = await ctx.store.trees.list({ root });
     const [tree] = treeSummaries(members);
     if (tree) {
       out.tree = {

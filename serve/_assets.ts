@@ -102,6 +102,7 @@ main { display: flex; align-items: flex-start; }
 .label { min-width: 0; }
 .rid { display: block; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .meta { display: block; color: var(--muted); font-size: 11px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.inflight { display: block; color: var(--muted); font-size: 11px; overflow-wrap: anywhere; }
 .dot { display: inline-block; width: 9px; height: 9px; border-radius: 50%; margin-right: 6px; vertical-align: 0; }
 #axis { position: relative; height: 16px; }
 #axis span { position: absolute; transform: translateX(-50%); white-space: nowrap; font-size: 11px; }
@@ -359,13 +360,14 @@ export const APP_JS = String.raw`"use strict";
       var meta = label(r.status) + " · " + r.machine +
         (r.attempt > 1 ? " · attempt " + r.attempt + (cut ? " (" + cut + " cut off before)" : "") : "") +
         " · " + r.turnsUsed + " turns · " + duration(r.elapsedSeconds) + (r.tier ? " · tier " + r.tier : "") +
-        (r.parent !== undefined ? " · child of " + r.parent : r.treeRoot !== undefined ? " · tree root" : "") +
-        (calls.length ? " · in " + calls.join(", ") : "");
+        (r.parent !== undefined ? " · child of " + r.parent : r.treeRoot !== undefined ? " · tree root" : "");
       var metaEl = el("span", "meta", meta);
       metaEl.setAttribute("title", meta + (r.inFlight.length ? "\n" + r.inFlight.map(function (c) {
         return "in flight: " + c.tool + (c.callId ? " (call id " + c.callId + ")" : "") + " since " + when(c.startedAt);
       }).join("\n") : ""));
       lab.appendChild(metaEl);
+      // On a line of its own that wraps: a long tool name is never cut.
+      if (calls.length) lab.appendChild(el("span", "inflight", "in " + calls.join(", ")));
       row.appendChild(lab);
       var lane = el("div", "lane");
       var end = r.endAt === undefined ? now : r.endAt;

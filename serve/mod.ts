@@ -8,15 +8,18 @@
  *
  * Only GET and HEAD are answered (anything else is 405). Every answer carries
  * a Content-Security-Policy that lets only the server's own script run (no
- * inline script), and `X-Content-Type-Options: nosniff`. On a loopback
- * address, a request naming another host (`Host:`) is refused, so a web page
- * elsewhere cannot read the runs by rebinding a name to 127.0.0.1.
+ * inline script), and `X-Content-Type-Options: nosniff`. Whatever the address
+ * it listens on, a request naming a host (`Host:`) that is not this machine's
+ * (the bound address, its own names and addresses, `localhost`) nor on the
+ * `allowHosts` list is refused, so a web page elsewhere cannot read the runs
+ * by rebinding a name of its own to this machine.
  *
  * @module
  */
 import { Buffer } from "node:buffer";
 import * as http from "node:http";
 import type { AddressInfo } from "node:net";
+import * as os from "node:os";
 import { errorText } from "../log.ts";
 import type { Settings } from "../settings.ts";
 import type { RunStore } from "../store/types.ts";
@@ -74,6 +77,13 @@ export interface ServeOptions {
   settings: Settings;
   /** The address to listen on. @default {"127.0.0.1"} */
   host?: string;
+  /**
+   * More host names (or addresses) a request may name in its `Host:` header,
+   * beside the bound address, this machine's own names and addresses and
+   * `localhost`: e.g. the name a proxy or a DNS entry gives this machine.
+   * @default {[]}
+   */
+  allowHosts?: readonly string[];
   /** The port; 0 picks a free one. @default {DEFAULT_PORT} */
   port?: number;
   /** The clock, ms since the epoch. @default {Date.now} */
@@ -112,10 +122,61 @@ export function isLoopback(host: string): boolean {
   return h === "localhost" || h === "::1" || /^127(?:\.\d{1,3}){3}$/.test(h);
 }
 
-/** The host name of a `Host:` header, without its port. */
+/** The host name of a `Host:` header, without its port (and without a trailing dot). */
 function hostName(header: string): string {
-  const m = /^\[([^\]]*)\]|^([^:]*)/.exec(header);
-  return (m?.[1] ?? m?.[2] ?? "").toLowerCase();
+  const m = /^\[([^\]]*)\]|^([^:]*)/.exec(header.trim());
+  return (m?.[1] ?? m?.[2] ?? "").toLowerCase().replace(/\.$/, "");
+}
+
+/**
+ * The names a request may address this machine by: its host name (and that
+ * name's first label), every address of its interfaces, and the wildcards a
+ * client may connect to literally.
+ */
+function ownNames(): Set<string> {
+  const names = new Set<string>(["0.0.0.0", "::"]);
+  try {
+    const name = os.hostname().toLowerCase();
+    if (name !== "") names.add(name).add(name.split(".")[0] as string);
+  } catch {
+    // No host name: the addresses and the allow list still answer.
+  }
+  try {
+    for (const list of Object.values(os.networkInterfaces())) {
+      for (const a of list ?? []) names.add(a.address.toLowerCase().replace(/%.*$/, ""));
+    }
+  } catch {
+    // Interfaces cannot be listed (a sandbox): the names and the allow list still answer.
+  }
+  return names;
+}
+
+/**
+ * Whether a `Host:` header addresses this server: never a name a web page
+ * could point at this machine by DNS rebinding.
+ *
+ * @param header The request's `Host:` header, with or without its port.
+ * @param accepted The bound address and the allowed names, lower-cased.
+ * @returns True for the loopback, the accepted names, and this machine's own
+ * names and addresses.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { hostAllowed } from "./mod.ts";
+ *
+ * const accepted = new Set(["runs.internal"]);
+ * assert.ok(hostAllowed("localhost:7433", accepted));
+ * assert.ok(hostAllowed("runs.internal:7433", accepted));
+ * assert.ok(!hostAllowed("evil.example", accepted));
+ * ```
+ */
+export function hostAllowed(header: string, accepted: ReadonlySet<string>): boolean {
+  const name = hostName(header);
+  if (name === "") return false;
+  if (isLoopback(name) || accepted.has(name)) return true;
+  // Asked again each time: an interface may have come up since the server started.
+  return ownNames().has(name);
 }
 
 const STATIC: Record<string, { type: string; body: string }> = {
@@ -154,7 +215,13 @@ const STATIC: Record<string, { type: string; body: string }> = {
  */
 export async function serveRuns(options: ServeOptions): Promise<RunServer> {
   const host = options.host ?? "127.0.0.1";
-  const loopback = isLoopback(host);
+  const accepted = new Set(
+    [host, ...(options.allowHosts ?? [])].map((h) => {
+      // An IPv6 address (two colons or more) as it is, else a name with its port taken off.
+      const bare = h.trim().replace(/^\[|\]$/g, "");
+      return (bare.match(/:/g)?.length ?? 0) > 1 ? bare.toLowerCase() : hostName(h);
+    }),
+  );
   const log = options.log ?? (() => {});
   const now = options.now ?? Date.now;
   let store: RunStore | undefined = typeof options.store === "function" ? undefined : options.store;
@@ -197,8 +264,11 @@ export async function serveRuns(options: ServeOptions): Promise<RunServer> {
       json(405, { error: `${req.method} is not allowed: this server is read-only` });
       return;
     }
-    if (loopback && !isLoopback(hostName(req.headers.host ?? ""))) {
-      json(421, { error: "this server answers only requests addressed to the loopback" });
+    if (!hostAllowed(req.headers.host ?? "", accepted)) {
+      json(421, {
+        error:
+          "this server answers only requests addressed to this machine's own names and addresses, or to a name given with --allow-host",
+      });
       return;
     }
     let url: URL;

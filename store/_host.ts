@@ -8,6 +8,8 @@
 import * as fs from "node:fs";
 import * as os from "node:os";
 import process from "node:process";
+import { isMainThread } from "../_write_steps.ts";
+import { tellNoHostName } from "../log.ts";
 import type { HostId, Vantage } from "./types.ts";
 
 let bootId: string | undefined;
@@ -105,8 +107,11 @@ function machineName(): string {
   } catch { /* no access to the environment */ }
   try {
     return os.hostname();
-  } catch {
-    return ""; // only heartbeats tell its runs' state then
+  } catch (error) {
+    // Only heartbeats tell its runs' state then: a limit the host is told of, by its own thread
+    // (the library's threads find the same).
+    if (isMainThread()) tellNoHostName(/--allow-sys/.test(String((error as Error)?.message)));
+    return "";
   }
 }
 

@@ -9,10 +9,10 @@ import { loadSettings, resolveHome } from "../config.ts";
 import type { Env } from "../config.ts";
 import type { CheckpointRecord, EndStatus } from "../_record.ts";
 import { openStore } from "./_open.ts";
-import { isPostgresUrl } from "./postgres.ts";
-import { openPgBridge } from "./_pg_bridge.ts";
+import { backendOf } from "./_backends.ts";
+import { openBridge } from "./_bridge.ts";
 import { thisHost } from "./_host.ts";
-import type { RunRecord } from "./types.ts";
+import type { RunRecord, RunView } from "./types.ts";
 
 /** What the supervisor knows of the run when it writes its record. */
 export interface SupervisedEnd {
@@ -28,6 +28,8 @@ export interface SupervisedEnd {
   status: EndStatus;
   /** When the supervisor started the command, ms since the epoch. */
   startedAt: number;
+  /** The command's process id, when it started: only an attempt of that process is the command's own. */
+  pid?: number;
 }
 
 /**
@@ -73,9 +75,11 @@ export function recordSupervisedEnd(end: SupervisedEnd): boolean {
   let failure: string | undefined;
   const log = (_l: unknown, m: string) => (failure = m);
   // The fleet store when the settings name one: the same calls, each waited for (bounded).
-  const store = isPostgresUrl(settings.store)
-    ? openPgBridge({
-      url: settings.store,
+  const backend = backendOf(settings.store);
+  const store = backend
+    ? openBridge({
+      backend,
+      url: settings.store as string,
       hostTimeoutSeconds: settings.host_timeout_seconds,
       fileMaxKb: settings.store_file_max_kb,
       log,
@@ -90,7 +94,10 @@ export function recordSupervisedEnd(end: SupervisedEnd): boolean {
     const now = Date.now();
     const latest = store.latestSync(r.runId);
     // The command's own attempt, when a library inside it recorded one: its end is the supervisor's.
-    const own = latest && latest.record.startedAt >= end.startedAt - 1000
+    // Another process's attempt started meanwhile (another machine re-driving the run) is not ours
+    // to end.
+    const own = latest && latest.record.startedAt >= end.startedAt - 1000 &&
+        (end.pid === undefined || latest.record.host.pid === end.pid)
       ? latest.record
       : undefined;
     const endOf = (base: RunRecord): RunRecord => {
@@ -108,6 +115,8 @@ export function recordSupervisedEnd(end: SupervisedEnd): boolean {
       store.writeSync({ records: [endOf(own)] });
       return true;
     }
+    // Never an attempt over a live one of another process: it holds the run.
+    if (end.pid !== undefined && latest?.state === "live") return false;
     const fresh: RunRecord = {
       runId: r.runId,
       attempt: r.attempt ?? 1,
@@ -131,5 +140,69 @@ export function recordSupervisedEnd(end: SupervisedEnd): boolean {
     return true;
   } finally {
     store.closeSync();
+  }
+}
+
+/**
+ * The attempt that holds a run, as a supervisor about to retry its command
+ * sees it: the newest record of the run id when it is live (its process
+ * still there, its lease held) and not the command's own (`pid`), or when
+ * another process started it after `since` (ms since the epoch) and finished
+ * it (`done`: a retry would run it twice), else undefined. Never throws: a store
+ * that cannot be read holds nothing (the retry's own start then decides).
+ *
+ * @param of The profile directory, the environment and the run id.
+ * @returns The newest record's view when it is live.
+ *
+ * @example
+ * ```ts
+ * import { liveHolder } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const home = mkdtempSync(join(tmpdir(), "ac-"));
+ * assert.equal(liveHolder({ home, env: {}, runId: "nobody-has-it" }), undefined);
+ * ```
+ */
+export function liveHolder(
+  of: { home?: string; env: Env; runId: string; pid?: number; since?: number },
+): RunView | undefined {
+  try {
+    const home = resolveHome(of.home, of.env);
+    const settings = loadSettings({ home, env: of.env }).settings;
+    if (!settings.enabled || !settings.ledger) return undefined;
+    const log = () => {};
+    const backend = backendOf(settings.store);
+    const store = backend
+      ? openBridge({
+        backend,
+        url: settings.store as string,
+        hostTimeoutSeconds: settings.host_timeout_seconds,
+        fileMaxKb: settings.store_file_max_kb,
+        log,
+      }).syncView()
+      : openStore({ home, settings, mode: "quick", log });
+    if (!store) return undefined;
+    try {
+      const view = store.latestSync(of.runId);
+      if (!view) return undefined;
+      const r = view.record;
+      // The command's own attempt may read live a moment after its death (before the
+      // supervisor's record of its end): it holds nothing.
+      if (view.state === "live") {
+        return of.pid !== undefined && r.host.pid === of.pid ? undefined : view;
+      }
+      // Done, by another process that started while the command ran: a retry would run it twice.
+      const other = of.pid !== undefined && of.since !== undefined && r.host.pid !== of.pid &&
+        r.startedAt >= of.since - 1000 && r.status === "done";
+      return other ? view : undefined;
+    } finally {
+      store.closeSync();
+    }
+  } catch {
+    // Unread, it holds nothing: the retry's own start asks the store again, and is refused there.
+    return undefined;
   }
 }

@@ -6,11 +6,11 @@
  *
  * @module
  */
-import type { RunStore, StoreOptions } from "./types.ts";
+import type { Backend, RunStore, StoreOptions } from "./types.ts";
 import { openStore } from "./_open.ts";
 import type { SqliteRunStore } from "./sqlite.ts";
-import { isPostgresUrl, openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
-import { openPgBridge, type PgBridge, PortStore } from "./_pg_bridge.ts";
+import { backendOf } from "./_backends.ts";
+import { openBridge, PortStore, type StoreBridge } from "./_bridge.ts";
 import type { MessagePort } from "node:worker_threads";
 import { nameMachine } from "./_host.ts";
 
@@ -26,7 +26,10 @@ export {
   storeFile,
 } from "./sqlite.ts";
 export { isPostgresUrl, openPgStore, PG_SCHEMA_VERSION, PgRunStore, pgTarget } from "./postgres.ts";
-export { PgBridge, START_WAIT_MS } from "./_pg_bridge.ts";
+export { openBridge, StoreBridge } from "./_bridge.ts";
+export { START_WAIT_MS } from "./_bridge_protocol.ts";
+
+export { backendOf, BACKENDS } from "./_backends.ts";
 export { type TreeMember, treeSummaries, type TreeSummary, treeTotalsText } from "./trees.ts";
 
 /**
@@ -59,31 +62,35 @@ export function openRunStore(
     busyMs?: number;
     setAside?: boolean;
   },
-): SqliteRunStore | PgRunStore | PgBridge | PortStore | undefined {
+): SqliteRunStore | RunStore | StoreBridge | PortStore | undefined {
   const url = options.settings.store;
   nameMachine(options.settings.machine);
-  return isPostgresUrl(url) ? openFleet(options, url) : openStore(options);
+  const backend = backendOf(url);
+  return backend ? openFleet(options, backend, url as string) : openStore(options);
 }
 
 /**
- * The fleet store a `postgres://` URL names: on the main thread (`quick`),
- * its side of a thread that owns the connection; elsewhere a connection of
- * its own, made on first use.
+ * The store a backend's URL names (the fleet store): on the main thread
+ * (`quick`), its side of the bridge to a thread that owns the connection;
+ * elsewhere a store of its own, which connects on first use.
  */
 function openFleet(
   options: StoreOptions & { mode?: "durable" | "quick" | "read"; storePort?: MessagePort },
+  backend: Backend,
   url: string,
-): PgRunStore | PgBridge | PortStore | undefined {
+): RunStore | StoreBridge | PortStore | undefined {
   const fileMaxKb = Number(options.settings.store_file_max_kb ?? 256);
   try {
     const common = { url, hostTimeoutSeconds: options.settings.host_timeout_seconds, fileMaxKb };
     // The watchdog thread: its batches go through its process's store thread.
-    if (options.storePort) return new PortStore(options.storePort, pgTarget(url).location);
-    if (options.mode === "quick") {
-      const bridge = { ...common };
-      return options.log ? openPgBridge({ ...bridge, log: options.log }) : openPgBridge(bridge);
+    if (options.storePort) {
+      return new PortStore(options.storePort, backend.locate(url), backend.engine);
     }
-    return openPgStore(common);
+    if (options.mode === "quick") {
+      const bridge = { ...common, backend };
+      return options.log ? openBridge({ ...bridge, log: options.log }) : openBridge(bridge);
+    }
+    return backend.open(common);
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     options.log?.(
@@ -96,4 +103,4 @@ function openFleet(
 
 /** A store as the interface sees it. */
 export type { RunStore };
-export { recordSupervisedEnd, type SupervisedEnd } from "./_supervised.ts";
+export { liveHolder, recordSupervisedEnd, type SupervisedEnd } from "./_supervised.ts";

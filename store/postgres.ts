@@ -17,18 +17,28 @@
  *
  * @module
  */
-import * as fs from "node:fs";
 import type { EndStatus } from "../_record.ts";
 import type { TreeRow } from "../_tree.ts";
+import { treeRowOf } from "./trees.ts";
 import { here } from "./_host.ts";
+import { boundContent } from "./_content.ts";
+import { Buffer } from "node:buffer";
+import { bodyKey, journalOf, packBody, unpackBody } from "./_journal.ts";
 import {
   type AttemptStart,
+  type Backend,
   type EffectBatch,
   effectOf,
   type EffectRow,
+  type EffectsPort,
   type FencedRecord,
+  type FilesPort,
   type Heartbeat,
   type HostId,
+  type JournalBatch,
+  type JournalEntry,
+  type JournalPort,
+  type LeasesPort,
   type ListQuery,
   type RunRecord,
   type RunState,
@@ -39,6 +49,7 @@ import {
   type StoreSummary,
   type SummaryQuery,
   type TreeQuery,
+  type TreesPort,
   type Vantage,
   type WriteBatch,
 } from "./types.ts";
@@ -46,9 +57,10 @@ import {
 /**
  * The schema version this code writes; a newer one in the database is left
  * alone, an older one is brought up to this one. 2 added the index that counts
- * runs by status and machine; 3 the processes' leases and the runs' fences.
+ * runs by status and machine; 3 the processes' leases and the runs' fences; 4 a run id
+ * started again after a done end numbered after the attempts it keeps.
  */
-export const PG_SCHEMA_VERSION = 3;
+export const PG_SCHEMA_VERSION = 4;
 
 /** The schema the tables go in when the URL names none. */
 export const PG_DEFAULT_SCHEMA = "agent_checkpoint";
@@ -116,7 +128,11 @@ export function pgTarget(url: string): PgTarget {
 
 /** The little of postgres.js this store (and its tests and benchmark) use. */
 export interface Sql {
-  unsafe(query: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
+  unsafe(
+    query: string,
+    params?: unknown[],
+    options?: { prepare?: boolean },
+  ): Promise<Record<string, unknown>[]>;
   begin<T>(body: (sql: Sql) => Promise<T>): Promise<T>;
   end(options?: { timeout?: number }): Promise<void>;
 }
@@ -228,7 +244,8 @@ BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('agent-checkpoint start ' || v_run, 0));
   SELECT * INTO prev FROM ${s}.runs r WHERE r.run_id = v_run
     ORDER BY r.newest DESC, r.attempt DESC LIMIT 1;
-  afresh := coalesce((p->>'fresh')::boolean, false) OR prev.run_id IS NULL OR prev.status = 'done';
+  -- Started again after a done end: a fresh run, numbered after the attempts it keeps.
+  afresh := coalesce((p->>'fresh')::boolean, false) OR prev.run_id IS NULL;
   n := CASE WHEN afresh THEN (p->>'min')::integer
     ELSE GREATEST((p->>'min')::integer, prev.attempt + 1) END;
   IF prev.run_id IS NOT NULL AND prev.status = 'live' THEN
@@ -295,6 +312,37 @@ const effectsDdl = (s: string) =>
   receipt_ok boolean, receipt_result text, receipt_truncated boolean,
   receipt_attempt integer, receipt_at bigint,
   PRIMARY KEY (run_id, key))`;
+
+/**
+ * The run journal: each attempt's calls, and their bodies once by content
+ * (compressed), tables of their own made by the first write of an entry.
+ */
+const journalDdl = (s: string) =>
+  `CREATE TABLE IF NOT EXISTS ${s}.journal (
+  run_id text NOT NULL, attempt integer NOT NULL, kind text NOT NULL, idx integer NOT NULL,
+  key text NOT NULL, tool text, body text NOT NULL, usage text, at bigint NOT NULL,
+  PRIMARY KEY (run_id, attempt, kind, idx));
+CREATE INDEX IF NOT EXISTS journal_body ON ${s}.journal (body);
+CREATE TABLE IF NOT EXISTS ${s}.journal_bodies (hash text PRIMARY KEY, packed bytea NOT NULL)`;
+
+/** A batch of entries and their bodies: one statement, one commit. */
+const journalSql = (s: string) => `
+WITH b AS (
+  INSERT INTO ${s}.journal_bodies (hash, packed)
+  SELECT x.hash, decode(x.packed, 'base64') FROM json_to_recordset($1::text::json)
+    AS x(hash text, packed text)
+  ON CONFLICT DO NOTHING RETURNING 1
+)
+INSERT INTO ${s}.journal (run_id, attempt, kind, idx, key, tool, body, usage, at)
+SELECT x.run_id, x.attempt, x.kind, x.idx, x.key, x.tool, x.body, x.usage, x.at
+FROM json_to_recordset($2::text::json) AS x(run_id text, attempt integer, kind text,
+  idx integer, key text, tool text, body text, usage text, at bigint)
+ON CONFLICT DO NOTHING`;
+
+/** Bodies no entry names any more (after a run's entries went). */
+const journalOrphans = (s: string) =>
+  `DELETE FROM ${s}.journal_bodies b WHERE NOT EXISTS
+    (SELECT 1 FROM ${s}.journal j WHERE j.body = b.hash)`;
 
 /**
  * A batch of intents and receipts, one row per key: one statement. A row
@@ -458,40 +506,6 @@ const TREE_LOCK = `SELECT set_config('lock_timeout', '2000', true),
   set_config('idle_in_transaction_session_timeout', '5000', true),
   pg_advisory_xact_lock(hashtextextended('agent-checkpoint tree ' || $1, 0))`;
 
-/** How long a model call's reservation of a tree's caps holds, ms: longer, its run is gone. */
-const RESERVATION_MS = 300_000;
-
-/** A run of a tree as its row says it: its own use, caps, parent, and its call in flight. */
-function treeRow(r: Record<string, unknown>, now: number): TreeRow {
-  const record = JSON.parse(String(r.record)) as Partial<RunRecord>;
-  const usage = record.usage;
-  const out: TreeRow = {
-    runId: String(r.run_id),
-    caps: record.caps ?? {},
-    use: {
-      turns: Number(record.turnsUsed) || 0,
-      tokens: usage ? (Number(usage.inputTokens) || 0) + (Number(usage.outputTokens) || 0) : 0,
-      // A record leaves the dollars out when they are unknown: never $0 then.
-      usd: usage ? (typeof usage.usd === "number" ? usage.usd : NaN) : 0,
-    },
-  };
-  if (typeof r.parent === "string") out.parentId = r.parent;
-  const perCall = record.tree?.perCall;
-  if (perCall) {
-    out.perCall = { turns: 1, tokens: Number(perCall.tokens) || 0, usd: Number(perCall.usd) || 0 };
-  }
-  const reserved = record.tree?.reserved;
-  // A call in flight of a run still live, lately: a dead run's reservation holds nothing back.
-  if (r.status === "live" && reserved && now - Number(reserved.at) < RESERVATION_MS) {
-    out.reserved = {
-      turns: Number(reserved.turns) || 0,
-      tokens: Number(reserved.tokens) || 0,
-      usd: Number(reserved.usd) || 0,
-    };
-  }
-  return out;
-}
-
 /** The record as stored, as text. */
 const recordJson = (record: RunRecord): string => JSON.stringify(recordObject(record));
 
@@ -525,33 +539,6 @@ function row(record: RunRecord, fileContent: string | undefined): Record<string,
     record: recordObject(record),
     file_content: fileContent ?? null,
   };
-}
-
-/**
- * Cut a checkpoint file's content to at most `maxKb` KiB (UTF-8), at a line
- * end, with a last line saying so.
- *
- * @example
- * ```ts
- * import { boundContent } from "./postgres.ts";
- * import assert from "node:assert/strict";
- *
- * assert.equal(boundContent("short\n", 1), "short\n");
- * const cut = boundContent("line\n".repeat(1000), 1);
- * assert.ok(new TextEncoder().encode(cut).length <= 1024);
- * assert.match(cut, /cut at 1 KiB/);
- * ```
- */
-export function boundContent(content: string, maxKb: number): string {
-  const max = Math.max(1, Math.floor(maxKb)) * 1024;
-  const bytes = new TextEncoder().encode(content);
-  if (bytes.length <= max) return content;
-  const tail = `\n[the rest of this file was cut at ${Math.floor(max / 1024)} KiB by the store]\n`;
-  let text = new TextDecoder().decode(bytes.slice(0, Math.max(0, max - tail.length * 3)));
-  text = text.replace(/\uFFFD$/, "");
-  const nl = text.lastIndexOf("\n");
-  if (nl > 0) text = text.slice(0, nl);
-  return text + tail;
 }
 
 /** What opening a PostgreSQL store needs. */
@@ -604,6 +591,37 @@ export class PgRunStore implements RunStore {
   /** Statements sent, for the benchmark's count of round trips. */
   roundTrips = 0;
 
+  /** {@linkcode RunStore.leases}: the process's lease is held by a connection's session lock. */
+  readonly leases: LeasesPort = ((store: PgRunStore): LeasesPort => ({
+    takeFenced: () => store.takeFenced(),
+    get held() {
+      return store.leased;
+    },
+    renew: () => store.ping(),
+  }))(this);
+  /** {@linkcode RunStore.effects}. */
+  readonly effects: EffectsPort = {
+    write: (batch) => this.writeEffects(batch),
+    read: (runId) => this.effectsOf(runId),
+  };
+  /** {@linkcode RunStore.journal}. */
+  readonly journal: JournalPort = {
+    write: (batch) => this.writeJournal(batch),
+    read: (runId) => this.journalOf(runId),
+  };
+  /** {@linkcode RunStore.trees}. */
+  readonly trees: TreesPort = {
+    list: (query) => this.treeRuns(query),
+    read: (root) => this.tree(root),
+    join: (runId, root, parent) => this.joinTree(runId, root, parent),
+    admit: (root, decide) => this.admit(root, async (rows) => await decide(rows)),
+  };
+  /** {@linkcode RunStore.files}: the fleet store keeps each attempt's checkpoint file. */
+  readonly files: FilesPort = {
+    write: (host, files) => this.writeFiles(host, files),
+    read: (runId, attempt) => this.fileContent(runId, attempt),
+  };
+
   /** @internal Use {@linkcode openPgStore}. */
   constructor(options: PgOpenOptions) {
     this.#target = pgTarget(options.url);
@@ -614,6 +632,15 @@ export class PgRunStore implements RunStore {
     this.#connectTimeout = options.connectTimeoutSeconds ?? 5;
     this.#lease = options.lease;
     this.#onLeaseLost = options.onLeaseLost;
+    // The store thread's connection (the one that holds the lease) is made now, while the host
+    // sets up, not by its first start: that start then costs one round trip, not a connect.
+    if (this.#lease) this.#warm().catch(() => {}); // the first query tries again, and says why
+  }
+
+  /** Connect, migrate and take the lease now; what fails is tried again by the next query. */
+  async #warm(): Promise<void> {
+    const sql = await this.#connection();
+    await this.#leaseOn(sql);
   }
 
   /** Whether this store's connection holds its process's lease now (with `lease` only). */
@@ -655,6 +682,9 @@ export class PgRunStore implements RunStore {
         max_lifetime: null,
         fetch_types: false,
         keep_alive: this.#lease ? KEEPALIVE_IDLE_S : 60,
+        // The driver's own wait before it connects again grows to 20 s by default: bounded, so
+        // a server answering again is reached within a second (the store thread's probe).
+        backoff: (retries: number) => Math.min(0.5, 3 ** retries / 100),
         // A connection that ended took the lease with it: the next query takes it again.
         onclose: () => {
           const had = this.#leased;
@@ -678,11 +708,32 @@ export class PgRunStore implements RunStore {
     return this.#sql;
   }
 
-  async #query(text: string, params: unknown[] = []): Promise<Record<string, unknown>[]> {
+  /**
+   * One statement. `prepare`: the hot ones (a start, a batch of records, a batch of effects) are
+   * parsed and planned once per connection, not at every call.
+   */
+  async #query(
+    text: string,
+    params: unknown[] = [],
+    prepare = false,
+  ): Promise<Record<string, unknown>[]> {
     const sql = await this.#connection();
-    if (this.#lease && !this.#leased) await this.#takeLease(sql, this.#lease);
+    await this.#leaseOn(sql);
     this.roundTrips++;
-    return await sql.unsafe(text, params);
+    return await (prepare ? sql.unsafe(text, params, { prepare }) : sql.unsafe(text, params));
+  }
+
+  /** A lease being taken: a query sent meanwhile waits for it rather than taking it again. */
+  #leasing: Promise<void> | undefined;
+
+  /** Take the lease on `sql` when this store holds one and has it not. */
+  async #leaseOn(sql: Sql): Promise<void> {
+    if (!this.#lease || this.#leased) return;
+    const lease = this.#lease;
+    this.#leasing ??= this.#takeLease(sql, lease).finally(() => {
+      this.#leasing = undefined;
+    });
+    await this.#leasing;
   }
 
   /**
@@ -783,7 +834,7 @@ export class PgRunStore implements RunStore {
    */
   async write(batch: WriteBatch): Promise<void> {
     if (batch.records.length === 0 && !batch.heartbeat) return;
-    const [out] = await this.#query(writeSql(this.#s), this.#writeParams(batch));
+    const [out] = await this.#query(writeSql(this.#s), this.#writeParams(batch), true);
     this.#noteFenced(out);
   }
 
@@ -868,7 +919,7 @@ export class PgRunStore implements RunStore {
       throw error;
     }
     const now = Date.now();
-    return rows.map((r) => treeRow(r, now));
+    return rows.map((r) => treeRowOf(r, now));
   }
 
   /**
@@ -947,9 +998,11 @@ export class PgRunStore implements RunStore {
       p.hb_at = Math.round(options.heartbeat.at);
       p.hb_interval = options.heartbeat.intervalSeconds;
     }
-    const rows = await this.#query(`SELECT * FROM ${this.#s}.start_attempt($1::text::json)`, [
-      JSON.stringify(p),
-    ]);
+    const rows = await this.#query(
+      `SELECT * FROM ${this.#s}.start_attempt($1::text::json)`,
+      [JSON.stringify(p)],
+      true,
+    );
     const r = rows[0];
     if (!r) throw new Error("the fleet store's start_attempt returned no row");
     const out: AttemptStart = { attempt: Number(r.o_attempt) };
@@ -970,9 +1023,14 @@ export class PgRunStore implements RunStore {
       }, vantage);
       if (typeof r.o_file === "string") view.record.fileContent = r.o_file;
       out.previous = view;
-      // A run id started afresh (its last attempt was done) owes nothing to the earlier run's effects.
-      if (options?.fresh || view.record.status === "done") {
+      // A run id started afresh (resume off) owes nothing to the earlier run's effects.
+      if (options?.fresh) {
         await this.#query(`DELETE FROM ${this.#s}.effects WHERE run_id = $1`, [record.runId])
+          .catch((error) => {
+            if (codeOf(error) !== "42P01") throw error;
+          });
+        await this.#query(`DELETE FROM ${this.#s}.journal WHERE run_id = $1`, [record.runId])
+          .then(() => this.#query(journalOrphans(this.#s)))
           .catch((error) => {
             if (codeOf(error) !== "42P01") throw error;
           });
@@ -1002,11 +1060,72 @@ export class PgRunStore implements RunStore {
       }
       this.#effectsMade = true;
     }
-    await this.#query(effectsSql(this.#s), [JSON.stringify(rows)]);
+    await this.#query(effectsSql(this.#s), [JSON.stringify(rows)], true);
+  }
+
+  /** Whether this store made (or found) the journal's tables. */
+  #journalMade = false;
+
+  /**
+   * Write journal entries and their bodies (compressed, once by content) in
+   * one statement; the tables are made by the first write.
+   */
+  async writeJournal(batch: JournalBatch): Promise<void> {
+    if (batch.entries.length === 0) return;
+    if (!this.#journalMade) {
+      const sql = await this.#connection();
+      await sql.begin(async (tx) => {
+        this.roundTrips += 2;
+        await tx.unsafe(
+          `SELECT pg_advisory_xact_lock(hashtextextended('agent-checkpoint schema', 0))`,
+        );
+        await tx.unsafe(journalDdl(this.#s));
+      });
+      this.#journalMade = true;
+    }
+    const bodies = new Map<string, string>();
+    const rows = batch.entries.map((e) => {
+      const hash = bodyKey(e.body);
+      bodies.set(hash, e.body);
+      return {
+        run_id: e.runId,
+        attempt: e.attempt,
+        kind: e.kind,
+        idx: e.index,
+        key: e.key,
+        tool: e.tool ?? null,
+        body: hash,
+        usage: e.usage ?? null,
+        at: Math.round(e.at),
+      };
+    });
+    const packed = [...bodies].map(([hash, text]) => ({
+      hash,
+      packed: Buffer.from(packBody(text)).toString("base64"),
+    }));
+    await this.#query(journalSql(this.#s), [JSON.stringify(packed), JSON.stringify(rows)], true);
+  }
+
+  /** The journal of a run id, every attempt's: by attempt, kind, index. */
+  async journalOf(runId: string): Promise<JournalEntry[]> {
+    try {
+      const rows = await this.#query(
+        `SELECT j.*, encode(b.packed, 'base64') AS packed FROM ${this.#s}.journal j
+          JOIN ${this.#s}.journal_bodies b ON b.hash = j.body
+          WHERE j.run_id = $1 ORDER BY j.attempt, j.kind, j.idx`,
+        [runId],
+      );
+      return rows.map((row) =>
+        journalOf(row, unpackBody(Buffer.from(String(row.packed), "base64")))
+      );
+    } catch (error) {
+      if (codeOf(error) === "42P01") return []; // no entry was ever journaled here
+      throw error;
+    }
   }
 
   /** The effects recorded for a run id, every attempt's, the oldest first. */
-  async effects(runId: string): Promise<EffectRow[]> {
+  async effectsOf(runId: string): Promise<EffectRow[]> {
     try {
       const rows = await this.#query(
         `SELECT * FROM ${this.#s}.effects WHERE run_id = $1 ORDER BY at, key`,
@@ -1078,8 +1197,8 @@ export class PgRunStore implements RunStore {
     }
   }
 
-  /** {@linkcode RunStore.trees}. */
-  async trees(query: TreeQuery = {}): Promise<RunView[]> {
+  /** {@linkcode TreesPort.list}. */
+  async treeRuns(query: TreeQuery = {}): Promise<RunView[]> {
     const limit = Math.max(0, Math.floor(query.limit ?? 1000));
     const params = query.root === undefined ? [] : [query.root];
     let rows: Record<string, unknown>[];
@@ -1175,8 +1294,8 @@ export class PgRunStore implements RunStore {
       `SELECT count(*) AS runs,
           COALESCE(sum((u->>'inputTokens')::float8), 0) AS input,
           COALESCE(sum((u->>'outputTokens')::float8), 0) AS output,
-          COALESCE(sum((u->>'usd')::float8), 0) AS usd,
-          count(u->'usd') AS usd_runs
+          COALESCE(sum((u->>'usd')::float8) FILTER (WHERE u->'unpriced' IS NULL), 0) AS usd,
+          count(u->'usd') FILTER (WHERE u->'unpriced' IS NULL) AS usd_runs
         FROM (SELECT (r.record::jsonb)->'usage' AS u FROM ${this.#s}.runs r
           WHERE ${usageWhere.join(" AND ")}) used
         WHERE jsonb_typeof(u) = 'object'`,
@@ -1239,6 +1358,12 @@ export class PgRunStore implements RunStore {
       ).catch((error) => {
         if (codeOf(error) !== "42P01") throw error;
       });
+      await this.#query(
+        `DELETE FROM ${s}.journal j WHERE NOT EXISTS
+          (SELECT 1 FROM ${s}.runs r WHERE r.run_id = j.run_id)`,
+      ).then(() => this.#query(journalOrphans(s))).catch((error) => {
+        if (codeOf(error) !== "42P01") throw error;
+      });
     }
     return pruned;
   }
@@ -1290,22 +1415,24 @@ export function openPgStore(options: PgOpenOptions): PgRunStore {
 }
 
 /**
- * Read a checkpoint file for the store: its content up to `maxKb` KiB, or
- * undefined when it cannot be read.
+ * The PostgreSQL backend, as the store's bridge opens it on its thread.
  *
  * @example
  * ```ts
- * import { readForStore } from "./postgres.ts";
+ * import { backend } from "./postgres.ts";
  * import assert from "node:assert/strict";
  *
- * assert.equal(readForStore("/nonexistent/file.md", 256), undefined);
+ * assert.equal(backend.accepts("postgres://db.internal/fleet"), true);
+ * assert.equal(backend.locate("postgres://u:pw@db/fleet"), "postgres://u:***@db/fleet");
  * ```
  */
-export function readForStore(file: string, maxKb: number): string | undefined {
-  try {
-    return boundContent(fs.readFileSync(file, "utf8"), maxKb);
-  } catch {
-    // the file is gone or unreadable: the record is written without its content
-    return undefined;
-  }
-}
+export const backend: Backend = {
+  engine: "postgres",
+  module: import.meta.url,
+  accepts: isPostgresUrl,
+  locate: (url) => pgTarget(url).location,
+  open: (options, lease) =>
+    openPgStore(
+      lease ? { ...options, lease: lease.host, onLeaseLost: () => lease.lost() } : options,
+    ),
+};

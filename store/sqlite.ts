@@ -20,14 +20,27 @@ import { readMode, type SqliteDb, type SqliteDriver, sqliteDriver } from "../_sq
 import { stateDir } from "../_home.ts";
 import type { EndStatus } from "../_record.ts";
 import type { TreeRow } from "../_tree.ts";
-import { here } from "./_host.ts";
+import { treeRowOf } from "./trees.ts";
+import process from "node:process";
+import { here, processStart } from "./_host.ts";
+import { Buffer } from "node:buffer";
+import { bodyKey, journalOf, packBody, unpackBody } from "./_journal.ts";
 import {
   type AttemptStart,
   type EffectBatch,
   effectOf,
   type EffectRow,
+  type EffectsPort,
   type FencedRecord,
   type Heartbeat,
+  type JournalBatch,
+  type JournalEntry,
+  type JournalPort,
+  type LeasesPort,
+  type LedgerEffects,
+  type LedgerSync,
+  type LedgerTrees,
+  type LedgerUpkeep,
   type ListQuery,
   type RunRecord,
   type RunState,
@@ -38,6 +51,7 @@ import {
   type StoreSummary,
   type SummaryQuery,
   type TreeQuery,
+  type TreesPort,
   type Vantage,
   type WriteBatch,
 } from "./types.ts";
@@ -316,14 +330,36 @@ const EFFECT_RECEIPT = `INSERT INTO effects (run_id, key, tool, input_digest, at
 /** How long an effect's commit waits for another process's lock, ms (it is tried again after). */
 const EFFECT_WAIT_MS = 250;
 
+/**
+ * The run journal: each attempt's calls, and their bodies once by content
+ * (compressed), tables of their own made by the first write of an entry.
+ */
+const JOURNAL_TABLES = `CREATE TABLE IF NOT EXISTS journal (
+  run_id TEXT NOT NULL, attempt INTEGER NOT NULL, kind TEXT NOT NULL, idx INTEGER NOT NULL,
+  key TEXT NOT NULL, tool TEXT, body TEXT NOT NULL, usage TEXT, at INTEGER NOT NULL,
+  PRIMARY KEY (run_id, attempt, kind, idx));
+CREATE INDEX IF NOT EXISTS journal_body ON journal (body);
+CREATE TABLE IF NOT EXISTS journal_bodies (hash TEXT PRIMARY KEY, packed BLOB NOT NULL);`;
+const JOURNAL_ENTRY = `INSERT INTO journal (run_id, attempt, kind, idx, key, tool, body, usage, at)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`;
+const JOURNAL_BODY =
+  `INSERT INTO journal_bodies (hash, packed) VALUES (?, ?) ON CONFLICT DO NOTHING`;
+const JOURNAL_READ = `SELECT j.*, b.packed FROM journal j JOIN journal_bodies b ON b.hash = j.body
+  WHERE j.run_id = ? ORDER BY j.attempt, j.kind, j.idx`;
+/** Bodies no entry names any more (after a run's entries went). */
+const JOURNAL_ORPHANS =
+  `DELETE FROM journal_bodies WHERE NOT EXISTS (SELECT 1 FROM journal j WHERE j.body = journal_bodies.hash)`;
+
 /** How long a model call under an enforced tree cap waits for the store's lock, ms. */
 const ADMIT_WAIT_MS = 250;
-/** How long a model call's reservation of a tree's caps holds, ms: longer, its run is gone. */
-const RESERVATION_MS = 300_000;
 const TREE_JOIN = `INSERT INTO run_trees (run_id, root, parent) VALUES (?, ?, ?)
   ON CONFLICT (run_id) DO UPDATE SET root = excluded.root, parent = excluded.parent`;
 const TREE_ROWS = `SELECT t.run_id, t.parent, r.record, r.status FROM run_trees t
   JOIN runs r ON r.run_id = t.run_id AND +r.newest = 1 WHERE t.root = ?`;
+
+/** A run's dollars when every call's cost is known (a run with calls of unknown cost has a floor). */
+const KNOWN_USD = `CASE WHEN json_extract(r.record, '$.usage.unpriced') IS NULL
+  THEN json_extract(r.record, '$.usage.usd') END`;
 
 /** An upsert's parameters. */
 const params = (record: RunRecord): unknown[] => [
@@ -393,6 +429,61 @@ export class SqliteRunStore implements RunStore {
   /** Records refused since the last {@linkcode SqliteRunStore.takeFenced}: their attempt lost the run. */
   #fenced: FencedRecord[] = [];
 
+  /** {@linkcode LedgerStore.sync}: every call is answered on the caller's thread. */
+  readonly sync: LedgerSync = {
+    write: (batch) => this.writeSync(batch),
+    writeEach: (records, heartbeat) => this.writeEachSync(records, heartbeat),
+    startAttempt: (record, options) => this.startAttemptSync(record, options),
+    latest: (runId) => this.latestSync(runId),
+  };
+  /** {@linkcode RunStore.leases}: a file has no server, so its process's lease is always held. */
+  readonly leases: LeasesPort = {
+    takeFenced: () => this.takeFenced(),
+    held: true,
+    renew: () => run(() => void this.latestSync("")),
+  };
+  /** {@linkcode RunStore.effects}, also on the caller's thread. */
+  readonly effects: EffectsPort & LedgerEffects = {
+    write: (batch) => run(() => this.writeEffectsSync(batch)),
+    read: (runId) => run(() => this.effectsSync(runId)),
+    readSync: (runId) => this.effectsSync(runId),
+  };
+  /** {@linkcode RunStore.journal}. */
+  readonly journal: JournalPort = {
+    write: (batch) => run(() => this.writeJournalSync(batch)),
+    read: (runId) => run(() => this.journalSync(runId)),
+  };
+  /**
+   * {@linkcode RunStore.trees}, also on the caller's thread. An admission
+   * decided asynchronously is written when its decision settles, after the
+   * lock: the embedded store's callers decide at once.
+   */
+  readonly trees: TreesPort & LedgerTrees = {
+    list: (query) => run(() => this.treesSync(query)),
+    read: (root) => run(() => this.treeSync(root)),
+    join: (runId, root, parent) => run(() => this.joinTreeSync(runId, root, parent)),
+    admit: async (root, decide) => {
+      let later: Promise<RunRecord | undefined> | undefined;
+      this.admitSync(root, (rows) => {
+        const decided = decide(rows);
+        if (!(decided instanceof Promise)) return decided;
+        later = decided;
+        return undefined;
+      });
+      const record = await later;
+      if (record) this.writeTreeSync(record);
+    },
+    readSync: (root) => this.treeSync(root),
+    admitSync: (root, decide) => this.admitSync(root, decide),
+    writeSync: (record) => this.writeTreeSync(record),
+    joinSync: (runId, root, parent) => this.joinTreeSync(runId, root, parent),
+  };
+  /** {@linkcode LedgerStore.upkeep}: the file's log moved into it, and the file made anew. */
+  readonly upkeep: LedgerUpkeep = {
+    maintain: () => this.maintain(),
+    heal: (error) => this.heal(error),
+  };
+
   /** @internal Use {@linkcode openSqliteStore}. */
   constructor(
     db: SqliteDb,
@@ -416,7 +507,8 @@ export class SqliteRunStore implements RunStore {
    * write's error that says the file is damaged, and a store that sets files
    * aside, the damaged file is renamed `<file>.corrupt-<time>` (never
    * deleted) and a new one started. Returns what it did as a log line, or
-   * undefined when nothing was wrong. Throws when the new file cannot be
+   * undefined when nothing was wrong; an empty line when another connection
+   * of this process found the new file first (and said so). Throws when the new file cannot be
    * opened (tried again at the next call: the path still names another file).
    */
   heal(error?: unknown): string | undefined {
@@ -445,7 +537,30 @@ export class SqliteRunStore implements RunStore {
     } catch { /* already closed */ }
     this.#db = this.#reopen();
     this.#identity = identityOf(this.location);
-    return what;
+    return damaged || this.#firstHere() ? what : "";
+  }
+
+  /** This connection's mark in a file it opened anew: this process's, and its own. */
+  readonly #mark = `${process.pid}:${processStart(process.pid) ?? ""}:${crypto.randomUUID()}`;
+
+  /**
+   * Whether this connection is the first of its process to open the file now
+   * at the path: the host's and the watchdog's connections each find it, and
+   * one line says what became of the old file, not one line each (the second
+   * to look would find "another file": the one the first made).
+   */
+  #firstHere(): boolean {
+    try {
+      this.#db.run(
+        "INSERT INTO meta (key, value) VALUES ('opened_anew_by', ?) ON CONFLICT (key) DO NOTHING",
+        this.#mark,
+      );
+      const by = String(this.#db.get("SELECT value FROM meta WHERE key = 'opened_anew_by'")?.value);
+      const ours = this.#mark.slice(0, this.#mark.lastIndexOf(":") + 1);
+      return by === this.#mark || !by.startsWith(ours);
+    } catch {
+      return true; // unmarked: said, rather than never said
+    }
   }
 
   /**
@@ -593,24 +708,16 @@ export class SqliteRunStore implements RunStore {
     ) {
       // Another start holds this attempt number: this record's start could not be recorded
       // (the store was locked or away when it began) and guessed it.
-      if (
-        existing.status === "done" && row[2] === "live" &&
-        Number(existing.updated_at) < Number(row[6])
-      ) {
-        // A run id started again after it was done: a fresh run, as a recorded start makes it.
-        this.#db.run("DELETE FROM runs WHERE run_id = ? AND attempt = ?", row[0], row[1]);
-        this.#db.run(NOT_NEWEST, row[0], row[1]);
-      } else {
-        // Never over the other start's record: this start is the run's next attempt (the one
-        // it was given here before, when it was).
-        const mine = this.#db.get(SAME_START, row[0], row[6], row[3], row[4], row[5]);
-        const attempt = mine !== undefined
-          ? Number(mine.attempt)
-          : Number(this.#db.get(NEXT_ATTEMPT, row[0])?.next ?? 1);
-        row = [...row];
-        row[1] = attempt; // the record's text has no attempt of its own: the column says it
-        if (mine === undefined) this.#db.run(NOT_NEWEST, row[0], row[1]);
-      }
+      // Never over the other start's record (a done one included: a run id started again
+      // after it was done keeps its history): this start is the run's next attempt (the one it
+      // was given here before, when it was).
+      const mine = this.#db.get(SAME_START, row[0], row[6], row[3], row[4], row[5]);
+      const attempt = mine !== undefined
+        ? Number(mine.attempt)
+        : Number(this.#db.get(NEXT_ATTEMPT, row[0])?.next ?? 1);
+      row = [...row];
+      row[1] = attempt; // the record's text has no attempt of its own: the column says it
+      if (mine === undefined) this.#db.run(NOT_NEWEST, row[0], row[1]);
     }
     this.#db.run(UPSERT, ...row);
   }
@@ -627,7 +734,9 @@ export class SqliteRunStore implements RunStore {
       const row = this.#db.get(SELECT_NEWEST, record.runId);
       const previous = row ? this.#view(row, vantage) : undefined;
       const min = Math.max(1, Math.floor(options?.minAttempt ?? 1));
-      const afresh = options?.fresh || !previous || previous.record.status === "done";
+      // A run id started again after a done end is a fresh run (the caller resumes nothing of
+      // it), numbered after the earlier attempts, whose records and effects stay until pruned.
+      const afresh = options?.fresh || !previous;
       const attempt = afresh ? min : Math.max(min, previous.record.attempt + 1);
       const held = previous?.state === "live";
       const mode = options?.onDuplicate ?? "warn";
@@ -636,9 +745,13 @@ export class SqliteRunStore implements RunStore {
       if (afresh) {
         this.#db.run("DELETE FROM runs WHERE run_id = ?", record.runId);
         this.#db.run("DELETE FROM run_fences WHERE run_id = ?", record.runId);
-        // A run id started afresh (its last attempt was done) owes nothing to the earlier run's effects.
+        // A run id started afresh (resume off) owes nothing to the earlier run's effects.
         if (previous && this.#effectsExist()) {
           this.#db.run("DELETE FROM effects WHERE run_id = ?", record.runId);
+        }
+        if (previous && this.#journalExists()) {
+          this.#db.run("DELETE FROM journal WHERE run_id = ?", record.runId);
+          this.#db.run(JOURNAL_ORPHANS);
         }
       } else this.#db.run("UPDATE runs SET newest = 0 WHERE run_id = ?", record.runId);
       // Taken from a live record (its process gone, or taken over): the earlier attempts'
@@ -679,42 +792,8 @@ export class SqliteRunStore implements RunStore {
       if (/no such table/.test(String(error))) return []; // no run of this store is in a tree
       throw error;
     }
-    const out: TreeRow[] = [];
     const now = Date.now();
-    for (const row of rows) {
-      const record = JSON.parse(String(row.record)) as Partial<RunRecord>;
-      const usage = record.usage;
-      const tree: TreeRow = {
-        runId: String(row.run_id),
-        caps: record.caps ?? {},
-        use: {
-          turns: Number(record.turnsUsed) || 0,
-          tokens: usage ? (Number(usage.inputTokens) || 0) + (Number(usage.outputTokens) || 0) : 0,
-          // A record leaves the dollars out when they are unknown: never $0 then.
-          usd: usage ? (typeof usage.usd === "number" ? usage.usd : NaN) : 0,
-        },
-      };
-      if (typeof row.parent === "string") tree.parentId = row.parent;
-      const perCall = record.tree?.perCall;
-      if (perCall) {
-        tree.perCall = {
-          turns: 1,
-          tokens: Number(perCall.tokens) || 0,
-          usd: Number(perCall.usd) || 0,
-        };
-      }
-      const reserved = record.tree?.reserved;
-      // A call in flight of a run still live, lately: a dead run's reservation holds nothing back.
-      if (row.status === "live" && reserved && now - Number(reserved.at) < RESERVATION_MS) {
-        tree.reserved = {
-          turns: Number(reserved.turns) || 0,
-          tokens: Number(reserved.tokens) || 0,
-          usd: Number(reserved.usd) || 0,
-        };
-      }
-      out.push(tree);
-    }
-    return out;
+    return rows.map((row) => treeRowOf(row, now));
   }
 
   /** Look at a tree and write the record `decide` makes of it, in one transaction. */
@@ -838,6 +917,69 @@ export class SqliteRunStore implements RunStore {
     }
   }
 
+  /** Whether the journal's tables are there (made by this connection, or found). */
+  #journalExists(): boolean {
+    if (this.#journalMade) return true;
+    const found = this.#db.get(
+      "SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = 'journal'",
+    );
+    if (found) this.#journalMade = true;
+    return found !== undefined;
+  }
+  #journalMade = false;
+
+  /**
+   * {@linkcode RunStore.journal}'s write, synchronously: one transaction that
+   * reaches the disk, as an effect's does; each body compressed and kept once.
+   */
+  writeJournalSync(batch: JournalBatch): void {
+    if (batch.entries.length === 0) return;
+    if (!this.#journalMade) {
+      this.#db.exec(JOURNAL_TABLES);
+      this.#journalMade = true;
+    }
+    // Compressed before the lock is taken: the transaction only writes.
+    const bodies = new Map<string, string>();
+    const rows = batch.entries.map((e) => {
+      const hash = bodyKey(e.body);
+      bodies.set(hash, e.body);
+      return [
+        e.runId,
+        e.attempt,
+        e.kind,
+        e.index,
+        e.key,
+        e.tool ?? null,
+        hash,
+        e.usage ?? null,
+        Math.round(e.at),
+      ];
+    });
+    const packed = [...bodies].map(([hash, text]) => [hash, Buffer.from(packBody(text))]);
+    const sync = String(this.#db.get("PRAGMA synchronous")?.synchronous ?? "1");
+    this.#db.exec("PRAGMA synchronous = FULL");
+    try {
+      this.#patiently(() =>
+        this.#transaction(() => {
+          for (const body of packed) this.#db.run(JOURNAL_BODY, ...body);
+          for (const row of rows) this.#db.run(JOURNAL_ENTRY, ...row);
+        }), EFFECT_WAIT_MS);
+    } finally {
+      this.#db.exec(`PRAGMA synchronous = ${/^\d+$/.test(sync) ? sync : "1"}`);
+    }
+  }
+
+  /** {@linkcode RunStore.journal}'s read, synchronously. */
+  journalSync(runId: string): JournalEntry[] {
+    try {
+      return this.#db.all(JOURNAL_READ, runId)
+        .map((row) => journalOf(row, unpackBody(row.packed as Uint8Array)));
+    } catch (error) {
+      if (/no such table/.test(String(error))) return []; // no entry was ever journaled here
+      throw error;
+    }
+  }
+
   /** {@linkcode RunStore.effects}, synchronously. */
   effectsSync(runId: string): EffectRow[] {
     try {
@@ -943,8 +1085,8 @@ export class SqliteRunStore implements RunStore {
       `SELECT COUNT(*) AS runs,
         TOTAL(json_extract(r.record, '$.usage.inputTokens')) AS input,
         TOTAL(json_extract(r.record, '$.usage.outputTokens')) AS output,
-        TOTAL(json_extract(r.record, '$.usage.usd')) AS usd,
-        COUNT(json_extract(r.record, '$.usage.usd')) AS usd_runs
+        TOTAL(${KNOWN_USD}) AS usd,
+        COUNT(${KNOWN_USD}) AS usd_runs
         FROM runs r WHERE ${where.join(" AND ")}
         AND json_extract(r.record, '$.usage') IS NOT NULL`,
       ...params,
@@ -1005,7 +1147,7 @@ export class SqliteRunStore implements RunStore {
           row.attempt,
           row.run_id,
         );
-        // A run gone from the ledger takes its effects with it.
+        // A run gone from the ledger takes its effects and its journal with it.
         if (this.#effectsExist()) {
           this.#db.run(
             `DELETE FROM effects WHERE run_id = ? AND NOT EXISTS
@@ -1014,7 +1156,16 @@ export class SqliteRunStore implements RunStore {
             row.run_id,
           );
         }
+        if (this.#journalExists()) {
+          this.#db.run(
+            `DELETE FROM journal WHERE run_id = ? AND NOT EXISTS
+              (SELECT 1 FROM runs r WHERE r.run_id = ?)`,
+            row.run_id,
+            row.run_id,
+          );
+        }
       }
+      if (rows.length > 0 && this.#journalExists()) this.#db.run(JOURNAL_ORPHANS);
       this.#db.run(
         "DELETE FROM run_fences WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = run_fences.run_id)",
       );
@@ -1078,15 +1229,6 @@ export class SqliteRunStore implements RunStore {
   }
   summary(query?: SummaryQuery): Promise<StoreSummary> {
     return run(() => this.summarySync(query));
-  }
-  trees(query?: TreeQuery): Promise<RunView[]> {
-    return run(() => this.treesSync(query));
-  }
-  writeEffects(batch: EffectBatch): Promise<void> {
-    return run(() => this.writeEffectsSync(batch));
-  }
-  effects(runId: string): Promise<EffectRow[]> {
-    return run(() => this.effectsSync(runId));
   }
   prune(before: number, limit: number): Promise<number> {
     return run(() => this.pruneSync(before, limit));

@@ -6,11 +6,13 @@
  *
  * @module
  */
-import { formatUsd } from "../template.ts";
+import { SHARED_AXES, type SharedAxis } from "../_record.ts";
+import type { RunRecord } from "./types.ts";
+import { noUse, recordUse, type TreeRow, type TreeUse } from "../_tree.ts";
 import type { RunState, RunView } from "./types.ts";
 
-/** One run of a tree. */
-export interface TreeMember {
+/** What a run of a tree is besides its use. */
+export interface TreeMemberOf {
   /** The run's id. */
   runId: string;
   /** Its parent's id; undefined for the root. */
@@ -19,13 +21,18 @@ export interface TreeMember {
   state: RunState;
   /** Its status as recorded (`live`, or how it ended). */
   status: string;
-  /** Its own model calls (not its children's). */
-  turns: number;
-  /** Its own tokens. */
-  tokens: number;
-  /** Its own dollars; undefined when some of its calls' cost is unknown. */
-  usd?: number;
+  /** Some of its calls' cost is unknown: `usd` is a lower bound. */
+  usdUnknown?: boolean;
 }
+
+/**
+ * One run of a tree: its own use on each shared axis (not its children's);
+ * `usd` is the dollars of the calls whose cost is known (records of earlier
+ * versions: undefined then).
+ */
+export type TreeMember = TreeMemberOf & Omit<{ [A in SharedAxis]: number }, "usd"> & {
+  usd?: number;
+};
 
 /** A tree: its runs and their totals against the root's caps. */
 export interface TreeSummary {
@@ -34,16 +41,60 @@ export interface TreeSummary {
   /** Its runs, the most recently started first. */
   members: TreeMember[];
   /** What the tree's runs used together. */
-  totals: {
-    turns: number;
-    tokens: number;
-    /** Dollars of the runs whose cost is known. */
-    usd: number;
-    /** Runs whose cost is (partly) unknown: their dollars are not in `usd`. */
+  totals: { [A in SharedAxis]: number } & {
+    /** Runs whose cost is (partly) unknown: only their known calls' dollars are in `usd`. */
     usdUnknown: number;
   };
   /** The root's caps, which the whole tree shares. */
-  caps: { turns?: number; tokens?: number; usd?: number };
+  caps: { [A in SharedAxis]?: number };
+}
+
+/** How long a model call's reservation of a tree's caps holds, ms: longer, its run is gone. */
+const RESERVATION_MS = 300_000;
+
+/**
+ * A run of a tree as the run store's row says it (both stores decode it
+ * here): its own use, caps, parent, and its call in flight.
+ *
+ * @example
+ * ```ts
+ * import { treeRowOf } from "./trees.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const record = { turnsUsed: 2, usage: { inputTokens: 10, outputTokens: 5, usd: 0.5 } };
+ * const row = treeRowOf({ run_id: "child", parent: "lead", record: JSON.stringify(record) }, 0);
+ * assert.deepEqual(row, {
+ *   runId: "child",
+ *   parentId: "lead",
+ *   caps: {},
+ *   use: { turns: 2, tokens: 15, usd: 0.5 },
+ * });
+ * ```
+ */
+export function treeRowOf(row: Record<string, unknown>, now: number): TreeRow {
+  const record = JSON.parse(String(row.record)) as Partial<RunRecord>;
+  const out: TreeRow = {
+    runId: String(row.run_id),
+    caps: record.caps ?? {},
+    // Calls of unknown cost come with it: never $0, never dropped.
+    use: recordUse(record),
+  };
+  if (typeof row.parent === "string") out.parentId = row.parent;
+  const figures = (from: Record<string, unknown>, turns?: number): TreeUse => {
+    const use = noUse();
+    for (const { name } of SHARED_AXES) use[name] = Number(from[name]) || 0;
+    if (turns !== undefined) use.turns = turns;
+    return use;
+  };
+  const perCall = record.tree?.perCall;
+  // A last call is one turn.
+  if (perCall) out.perCall = figures(perCall, 1);
+  const reserved = record.tree?.reserved;
+  // A call in flight of a run still live, lately: a dead run's reservation holds nothing back.
+  if (row.status === "live" && reserved && now - Number(reserved.at) < RESERVATION_MS) {
+    out.reserved = figures(reserved);
+  }
+  return out;
 }
 
 /**
@@ -79,34 +130,26 @@ export function treeSummaries(views: readonly RunView[]): TreeSummary[] {
       tree = {
         root,
         members: [],
-        totals: { turns: 0, tokens: 0, usd: 0, usdUnknown: 0 },
+        totals: { ...noUse(), usdUnknown: 0 },
         caps: {},
       };
       trees.set(root, tree);
     }
-    const n = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
-    const tokens = r.usage ? n(r.usage.inputTokens) + n(r.usage.outputTokens) : 0;
-    const member: TreeMember = {
-      runId: r.runId,
-      state: view.state,
-      status: r.status,
-      turns: n(r.turnsUsed),
-      tokens,
-    };
+    const { unpriced, ...use } = recordUse(r);
+    const member: TreeMember = { runId: r.runId, state: view.state, status: r.status, ...use };
     if (r.tree?.parent !== undefined) member.parent = r.tree.parent;
-    // A record leaves the dollars out when they are unknown: never $0 then.
-    const usd = r.usage ? r.usage.usd : 0;
-    if (typeof usd === "number" && Number.isFinite(usd)) member.usd = usd;
+    // Calls of unknown cost are never $0: the known ones count, and the run is marked.
+    if (r.usage && !Number.isFinite(r.usage.usd)) delete member.usd;
+    if (unpriced?.length) member.usdUnknown = true;
     tree.members.push(member);
-    tree.totals.turns += member.turns;
-    tree.totals.tokens += tokens;
-    if (member.usd === undefined) tree.totals.usdUnknown++;
-    else tree.totals.usd += member.usd;
+    for (const { name } of SHARED_AXES) tree.totals[name] += member[name] ?? 0;
+    if (member.usdUnknown) tree.totals.usdUnknown++;
     if (r.runId === root) {
       const caps = r.caps ?? {};
-      if (caps.turns) tree.caps.turns = caps.turns.value;
-      if (caps.tokens) tree.caps.tokens = caps.tokens.value;
-      if (caps.usd) tree.caps.usd = caps.usd.value;
+      for (const { name } of SHARED_AXES) {
+        const cap = caps[name];
+        if (cap) tree.caps[name] = cap.value;
+      }
     }
   }
   return [...trees.values()];
@@ -114,7 +157,8 @@ export function treeSummaries(views: readonly RunView[]): TreeSummary[] {
 
 /**
  * A tree's totals in one line: `9 runs: 40 turns, 6000 tokens, $1.01 of $1.00`
- * (each total with the root's cap when it has one).
+ * (each total with the root's cap when it has one; `at least $0.40` when some
+ * runs' calls are of unknown cost).
  *
  * @example
  * ```ts
@@ -133,13 +177,14 @@ export function treeSummaries(views: readonly RunView[]): TreeSummary[] {
 export function treeTotalsText(tree: TreeSummary): string {
   const t = tree.totals;
   const runs = tree.members.length;
-  const of = (cap: number | undefined, text: (v: number) => string) =>
-    cap === undefined ? "" : ` of ${text(cap)}`;
-  return `${runs} run${runs === 1 ? "" : "s"}: ${t.turns}${
-    of(tree.caps.turns, String)
-  } turns, ${t.tokens}${of(tree.caps.tokens, String)} tokens, $${formatUsd(t.usd)}${
-    of(tree.caps.usd, (v) => `$${formatUsd(v)}`)
-  }${
+  const figures = SHARED_AXES.map((axis) => {
+    const cap = tree.caps[axis.name];
+    const figure = `${axis.show(t[axis.name])}${cap === undefined ? "" : ` of ${axis.show(cap)}`}`;
+    // Dollars read as `$1.01 of $1.00`, the others as `40 of 50 turns`.
+    if (axis.name !== "usd") return `${figure} ${axis.unit}`;
+    return `${t.usdUnknown > 0 ? "at least " : ""}${figure}`;
+  });
+  return `${runs} run${runs === 1 ? "" : "s"}: ${figures.join(", ")}${
     t.usdUnknown > 0 ? ` (${t.usdUnknown} run${t.usdUnknown === 1 ? "" : "s"} of unknown cost)` : ""
   }`;
 }

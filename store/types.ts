@@ -11,11 +11,16 @@
  * @module
  */
 import type { EndStatus } from "../_record.ts";
+import type { TreeRow } from "../_tree.ts";
 import type {
   AttemptStart,
   EffectBatch,
   EffectRow,
+  FencedRecord,
   Heartbeat,
+  HostId,
+  JournalBatch,
+  JournalEntry,
   LeaseState,
   RunRecord,
   RunState,
@@ -36,7 +41,17 @@ export type {
   FencedRecord,
   Heartbeat,
   HostId,
+  JournalBatch,
+  JournalEntry,
   LeaseState,
+  LedgerEffects,
+  LedgerJournal,
+  LedgerLeases,
+  LedgerRelay,
+  LedgerStore,
+  LedgerSync,
+  LedgerTrees,
+  LedgerUpkeep,
   OnDuplicate,
   PriorUse,
   RecordEnd,
@@ -95,7 +110,7 @@ export function effectOf(row: Record<string, unknown>): EffectRow {
 /** The states a listing can be filtered by. */
 export const RUN_STATES: readonly RunState[] = ["live", "ended", "cut-off"];
 
-/** Which runs {@linkcode RunStore.trees} reads. */
+/** Which runs {@linkcode TreesPort.list} reads. */
 export interface TreeQuery {
   /** The tree's root run id; every tree when left out. */
   root?: string;
@@ -144,13 +159,20 @@ export interface StoreSummary {
 }
 
 /**
- * A run store: the ledger of every run's newest state. The embedded backend
- * is a SQLite database in the home; a PostgreSQL backend implements the same
- * interface. Every method may reject (a locked, corrupt, read-only or full
- * store): the caller reports it and carries on.
+ * A run store: the ledger of every run's newest state, as the port every
+ * backend implements (the embedded SQLite store, the PostgreSQL one, the
+ * in-memory one of the tests). Records are the one required capability,
+ * the store's own methods; each other capability is a group a backend
+ * offers whole or not at all, and a caller tests the group, never a method
+ * of it. Every method may reject (a locked, corrupt, read-only, full or
+ * unreachable store): the caller reports it and carries on.
+ *
+ * The port is asynchronous; a backend over the network is carried to the
+ * host's thread, whose hooks are synchronous, by the store's bridge (see
+ * `openBridge`).
  */
 export interface RunStore {
-  /** Which engine: `sqlite` or `postgres`. */
+  /** Which engine: `sqlite`, `postgres` or `memory`. */
   readonly engine: string;
   /** Where it is: a file, or a URL without its password. */
   readonly location: string;
@@ -171,24 +193,123 @@ export interface RunStore {
   list(query?: ListQuery): Promise<RunView[]>;
   /** Counts of runs (the newest attempt of each run id), by state and machine. */
   summary(query?: SummaryQuery): Promise<StoreSummary>;
-  /**
-   * The newest attempt of every run in a tree of runs that share a budget:
-   * the tree rooted at `query.root`, or every tree; the most recently started
-   * first, at most `query.limit` (1000 by default). A store no run of which
-   * is in a tree answers none.
-   */
-  trees?(query?: TreeQuery): Promise<RunView[]>;
-  /**
-   * Write intents and receipts in one durable commit (an intent is kept
-   * until its receipt; a receipt is never undone by a later intent).
-   */
-  writeEffects(batch: EffectBatch): Promise<void>;
-  /** The effects recorded for a run id, every attempt's, the oldest first. */
-  effects(runId: string): Promise<EffectRow[]>;
   /** Remove at most `limit` records of ended runs last brought up to date before `before` (ms); how many went. */
   prune(before: number, limit: number): Promise<number>;
   /** Close the store. */
   close(): Promise<void>;
+  /** Which attempt holds a run, and which process holds its runs. */
+  readonly leases?: LeasesPort;
+  /** Side effects' intents and receipts, across attempts. */
+  readonly effects?: EffectsPort;
+  /** Trees of runs that share a budget. */
+  readonly trees?: TreesPort;
+  /** The content of checkpoint files, for a store shared by machines. */
+  readonly files?: FilesPort;
+  /** The run journal: every model and tool call of an attempt, for a retry to replay. */
+  readonly journal?: JournalPort;
+  /** Statements sent so far, when the backend counts them (benchmarks). */
+  readonly roundTrips?: number;
+}
+
+/** What opening a store of a backend needs. */
+export interface BackendOptions {
+  /** The URL the `store` setting gives (the backend reads its own parameters from it). */
+  url: string;
+  /** A heartbeat older than this many seconds means its process is gone. */
+  hostTimeoutSeconds: number;
+  /** The most file content kept per record, KiB (a store that keeps files). */
+  fileMaxKb: number;
+}
+
+/**
+ * A store backend: the one thing a backend's module exports (as `backend`)
+ * beside its store. The store's bridge opens it on a thread of its own, by
+ * importing `module`, so a backend over the network is this one module.
+ */
+export interface Backend {
+  /** Which engine, as its stores say it. */
+  readonly engine: string;
+  /** The URL of the module that exports this as `backend` (its `import.meta.url`). */
+  readonly module: string;
+  /** Whether a `store` setting names a store of this backend. */
+  accepts(url: string): boolean;
+  /** Where the store a URL names is, to show: without its password. Throws on a URL it cannot read. */
+  locate(url: string): string;
+  /**
+   * Open a store (it connects on first use). With `lease`, its connection
+   * holds the process's lease, and `lease.lost` is told when it loses it.
+   */
+  open(options: BackendOptions, lease?: { host: HostId; lost(): void }): RunStore;
+}
+
+/** Leases: which attempt holds a run (fencing), which process holds its runs. */
+export interface LeasesPort {
+  /**
+   * The records refused since the last call because their attempt lost the
+   * run to a later one, each once.
+   */
+  takeFenced(): FencedRecord[];
+  /** Whether this connection holds its process's lease (always, for a store with no server). */
+  readonly held: boolean;
+  /** Reach the store, and take this process's lease again when it was lost. */
+  renew(): Promise<void>;
+}
+
+/** Side effects' intents and receipts ({@linkcode RunStore.effects}). */
+export interface EffectsPort {
+  /**
+   * Write intents and receipts in one durable commit (an intent is kept
+   * until its receipt; a receipt is never undone by a later intent).
+   */
+  write(batch: EffectBatch): Promise<void>;
+  /** The effects recorded for a run id, every attempt's, the oldest first. */
+  read(runId: string): Promise<EffectRow[]>;
+}
+
+/**
+ * The run journal ({@linkcode RunStore.journal}): each attempt's model and
+ * tool calls, their bodies kept once by content (compressed), removed with
+ * the run's records.
+ */
+export interface JournalPort {
+  /**
+   * Write entries in one durable commit; an entry already there (the same
+   * run, attempt, kind and index) is kept as it is.
+   */
+  write(batch: JournalBatch): Promise<void>;
+  /** The entries of a run id, every attempt's: by attempt, then kind (model first), then index. */
+  read(runId: string): Promise<JournalEntry[]>;
+}
+
+/** Trees of runs that share a budget ({@linkcode RunStore.trees}). */
+export interface TreesPort {
+  /**
+   * The newest attempt of every run in a tree: the tree rooted at
+   * `query.root`, or every tree; the most recently started first, at most
+   * `query.limit` (1000 by default).
+   */
+  list(query?: TreeQuery): Promise<RunView[]>;
+  /** The newest attempt of every run in the tree rooted at `root`, as the tree's seats read it. */
+  read(root: string): Promise<TreeRow[]>;
+  /** Record that a run sits in a tree. */
+  join(runId: string, root: string, parent: string | undefined): Promise<void>;
+  /**
+   * Look at a tree and write the record `decide` makes of it, in one
+   * transaction that holds the tree's lock, so that model calls of the tree
+   * on any machine are admitted one at a time.
+   */
+  admit(
+    root: string,
+    decide: (rows: TreeRow[]) => Promise<RunRecord | undefined> | RunRecord | undefined,
+  ): Promise<void>;
+}
+
+/** The content of checkpoint files ({@linkcode RunStore.files}). */
+export interface FilesPort {
+  /** Keep the content of runs' files (each run's newest attempt of `host`), bounded by the store. */
+  write(host: HostId, files: { runId: string; content: string }[]): Promise<void>;
+  /** The content kept for an attempt, when any. */
+  read(runId: string, attempt: number): Promise<string | undefined>;
 }
 
 /** What {@linkcode runState} needs to know of where it is read. */
@@ -212,8 +333,9 @@ export interface Vantage {
  * its process is gone: when the store says its lease is `free` (the fleet
  * store: the server saw its connection end), at once, on every machine; on
  * the same machine, its pid no longer runs with the same start time; from
- * anywhere, its heartbeat (or, without one, the record itself) is older than
- * `hostTimeoutSeconds`. Pure: where it is read comes in as `vantage`.
+ * anywhere else, its heartbeat (or, without one, the record itself) is older
+ * than `hostTimeoutSeconds`. On its own machine, a process that still runs
+ * (same pid and start time) keeps its runs live. Pure: where it is read comes in as `vantage`.
  *
  * @param record The run's record.
  * @param heartbeat Its process's heartbeat, when known.
@@ -241,6 +363,11 @@ export interface Vantage {
  *   runState(record, { host, at: 4_000, intervalSeconds: 1 }, { ...vantage, machine: "m1", processStart: () => null }),
  *   "cut-off",
  * );
+ * // On its own machine, running still: live, however old its heartbeat.
+ * assert.equal(
+ *   runState(record, undefined, { ...vantage, now: 40_000, machine: "m1", processStart: () => "boot/100" }),
+ *   "live",
+ * );
  * assert.equal(runState({ ...record, status: "done" }, undefined, vantage), "ended");
  * // Its lease is free: the store's server saw its process go.
  * assert.equal(runState(record, { host, at: 4_000, intervalSeconds: 1 }, vantage, "free"), "cut-off");
@@ -260,6 +387,10 @@ export function runState(
     const start = vantage.processStart(host.pid);
     if (start === null) return "cut-off";
     if (start !== undefined && host.start !== "" && start !== host.start) return "cut-off";
+    // Its process runs (the same pid, started at the same moment): live, however old its
+    // heartbeat. A busy machine can delay its watchdog's first commit or its next one past the
+    // timeout, and a run read as cut off while it runs invites a second attempt.
+    if (start !== undefined && host.start !== "" && start === host.start) return "live";
   }
   const seen = Math.max(heartbeat?.at ?? 0, record.updatedAt);
   return vantage.now - seen > vantage.hostTimeoutSeconds * 1000 ? "cut-off" : "live";

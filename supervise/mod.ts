@@ -37,7 +37,7 @@ import {
 import { supervisorDeadline } from "../discover.ts";
 import { longTimeout, type LongTimer } from "../_timer.ts";
 import { formatDuration } from "../template.ts";
-import { recordSupervisedEnd } from "../store/mod.ts";
+import { liveHolder, recordSupervisedEnd } from "../store/mod.ts";
 
 /** Where the command's output is passed on to: `process.stdout` or any writable stream. */
 export interface OutputSink {
@@ -89,6 +89,26 @@ export interface SuperviseOptions {
   tailLines?: number;
   /** The supervisor's own one-line notices. @default {a line on stderr} */
   notice?: (line: string) => void;
+  /**
+   * Asked once the command has ended (not at a deadline), before its record
+   * is written: a reason to start it again (`retried: ...`), which the
+   * record's end keeps, or undefined. Set by {@linkcode superviseRetrying}. @internal
+   */
+  retryNote?: (ended: AttemptEnd) => string | undefined;
+}
+
+/** How one attempt of a supervised command ended, as a retry decides on it. */
+export interface AttemptEnd {
+  /** Its exit status, when it exited. */
+  code?: number;
+  /** The signal that ended it, when one did. */
+  signal?: string;
+  /** A signal this process got and passed on (the user stopped it): never retried. */
+  forwarded?: string;
+  /** The command's process id. */
+  pid: number;
+  /** When the supervisor started it, ms since the epoch. */
+  startedAt: number;
 }
 
 /** How a supervised command ended. */
@@ -126,6 +146,8 @@ export interface SupervisorResult {
   goneAt?: number;
   /** When the final record was on disk (ms since the epoch). */
   writtenAt?: number;
+  /** Why the command is to be started again, when it is (`retried: ...`). */
+  retried?: string;
 }
 
 /** The default time between SIGTERM and SIGKILL at the deadline. */
@@ -386,6 +408,10 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
     return base;
   };
   let ours: { persistedAt: string; base: Base } | undefined;
+  /** Why this attempt is to be retried, once known: its record's end says so. */
+  let retried: string | undefined;
+  /** The command's process, once started: only its own attempt's record is the supervisor's to end. */
+  const spawned: { pid?: number } = {};
 
   /** The base of a new record: what is in the file now, unless it is an earlier attempt's. */
   const baseNow = (): { base: Base; childEnd?: CheckpointRecord["end"] } => {
@@ -417,9 +443,13 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
         persistedAt,
         message,
         command,
-        end: keepChildEnd && childEnd
-          ? childEnd
-          : { status, at: persistedAt, summary: `supervised command ${commandSummary(command)}` },
+        end: keepChildEnd && childEnd ? childEnd : {
+          status,
+          at: persistedAt,
+          summary: `supervised command ${commandSummary(command)}${
+            retried === undefined ? "" : `; ${retried}`
+          }`,
+        },
       };
       try {
         recordSupervisedEnd({
@@ -429,6 +459,7 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
           status: record.end!.status,
           startedAt: startedWall,
           ...(home === undefined ? {} : { home }),
+          ...(spawned.pid === undefined ? {} : { pid: spawned.pid }),
         });
       } catch (error) {
         notice(`could not write the run ledger: ${(error as Error).message}`);
@@ -497,6 +528,7 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
   }
   child.on("error", () => {/* a failed kill: the group watch below decides */});
   const pgid = child.pid;
+  spawned.pid = pgid;
 
   const streams = [
     passThrough(child.stdout as Readable, options.stdout ?? process.stdout, tail, "out"),
@@ -611,6 +643,13 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
   if (signal) command.signal = signal;
   const how = signal ? `was ended by ${signal}` : `exited with status ${code}`;
 
+  if (!deadlineHit && !forwarded && options.retryNote) {
+    const end: AttemptEnd = { pid: pgid, startedAt: startedWall };
+    if (code !== null) end.code = code;
+    if (signal) end.signal = signal;
+    retried = options.retryNote(end);
+  }
+  const after = retried === undefined ? "" : ` It is ${retried}.`;
   let written = false;
   if (deadlineHit) {
     written = write(
@@ -626,12 +665,12 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
   } else if (signal) {
     const message = forwarded
       ? `The supervisor passed on ${forwarded}; the command ${how} after ${formatDuration(took)}.`
-      : `The command ${how} after ${formatDuration(took)}.`;
+      : `The command ${how} after ${formatDuration(took)}.${after}`;
     written = write("end", message, command, forwarded ? "aborted" : "failed", false);
   } else if (code !== 0 || readRecord(file).exists) {
     written = write(
       "end",
-      `The command ${how} after ${formatDuration(took)}.`,
+      `The command ${how} after ${formatDuration(took)}.${after}`,
       command,
       code === 0 ? "done" : forwarded ? "aborted" : "failed",
       code === 0,
@@ -644,5 +683,194 @@ export async function supervise(options: SuperviseOptions): Promise<SupervisorRe
   if (signal) r.signal = signal;
   if (forwarded) r.forwarded = forwarded;
   if (written) r.writtenAt = wall();
+  if (retried !== undefined) r.retried = retried;
   return r;
+}
+
+/** When {@linkcode superviseRetrying} starts a command again. */
+export interface RetryOptions {
+  /** How many times at most the command is started again. */
+  retries: number;
+  /** Seconds before the first retry, doubled before each next one. @default {1} */
+  delaySeconds?: number;
+  /**
+   * The exit statuses and signals (`SIGKILL`) that are retried. @default {any
+   * signal, and any exit status but 0, 124 and 2}
+   */
+  on?: { codes: number[]; signals: string[] };
+}
+
+/** What {@linkcode superviseRetrying} resolves to: the last attempt's result, and each attempt's. */
+export interface RetriedResult extends SupervisorResult {
+  /** Every attempt's result, in order; the last is this result itself. */
+  attempts: SupervisorResult[];
+  /** Why retrying stopped before the command succeeded, when it did (another machine holds the run, the deadline, no retries left). */
+  stopped?: string;
+}
+
+/** Statuses never retried by default: the deadline's (as timeout(1)) and a usage error's. */
+const NOT_RETRIED = [DEADLINE_EXIT, 2];
+
+/**
+ * Run a command under {@linkcode supervise}, and start it again with the same
+ * run id when it dies (a signal, or an exit status other than 0, 124 and 2,
+ * unless `retry.on` names others), up to `retry.retries` times, after
+ * `retry.delaySeconds` doubling each time, all inside one overall deadline
+ * (`options.deadlineSeconds`) and budget. A library inside the command
+ * resumes each retry from where the attempt before it stopped. Each retried
+ * attempt's record ends with why it was retried. Retrying stops, and says
+ * so, when another machine holds the run (a live attempt of the run id that
+ * is not the command's), when the deadline leaves no time, or when no
+ * retries are left. The result is the last attempt's.
+ *
+ * @param options The command and its limits, as {@linkcode supervise} takes them.
+ * @param retry How many retries, their delay, and what is retried.
+ * @returns The last attempt's result, with every attempt's.
+ * @throws {RangeError} When `retry.retries` is not a whole number of at least 0, or the delay is negative.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import * as fs from "node:fs";
+ * import * as os from "node:os";
+ * import * as path from "node:path";
+ * import process from "node:process";
+ * import { superviseRetrying } from "./mod.ts";
+ *
+ * const home = fs.mkdtempSync(path.join(os.tmpdir(), "ac-doc-"));
+ * const marker = path.join(home, "tried");
+ * const sink = { write: (_c: Uint8Array) => true };
+ * const result = await superviseRetrying({
+ *   // Fails once, then succeeds.
+ *   command: ["sh", "-c", `[ -e ${marker} ] || { touch ${marker}; exit 3; }`],
+ *   deadlineSeconds: 60,
+ *   runId: "doc-retried",
+ *   home,
+ *   env: { PATH: process.env.PATH },
+ *   stdin: "ignore",
+ *   stdout: sink,
+ *   stderr: sink,
+ *   forwardSignals: false,
+ *   notice: () => {},
+ * }, { retries: 2, delaySeconds: 0 });
+ * assert.equal(result.exitCode, 0);
+ * assert.equal(result.attempts.length, 2);
+ * assert.match(result.attempts[0]!.retried ?? "", /exited with status 3/);
+ * ```
+ */
+export async function superviseRetrying(
+  options: SuperviseOptions,
+  retry: RetryOptions,
+): Promise<RetriedResult> {
+  checkOptions(options);
+  if (!Number.isInteger(retry.retries) || retry.retries < 0) {
+    throw new RangeError(`retries must be a whole number of at least 0, got ${retry.retries}`);
+  }
+  const delay0 = retry.delaySeconds ?? 1;
+  if (!(Number.isFinite(delay0) && delay0 >= 0)) {
+    throw new RangeError(
+      `the retry delay must be a number of seconds of at least 0, got ${delay0}`,
+    );
+  }
+  const env: Env = { ...(options.env ?? process.env) };
+  const notice = options.notice ??
+    ((line: string) => process.stderr.write(`${PLUGIN} run: ${line}\n`));
+  // One run id for every attempt, so that each retry resumes the run.
+  const runId = env.HERMES_KANBAN_TASK || options.runId || env.AGENT_CHECKPOINT_RUN_ID ||
+    freshRunId(Date.now());
+  const startedAt = wall();
+  const deadlineAt = options.deadlineSeconds === undefined
+    ? undefined
+    : startedAt + options.deadlineSeconds * 1000;
+  const budgetAt = options.budgetSeconds === undefined
+    ? undefined
+    : startedAt + options.budgetSeconds * 1000;
+  const retried = (end: AttemptEnd) => {
+    if (retry.on) {
+      return end.signal !== undefined
+        ? retry.on.signals.includes(end.signal)
+        : retry.on.codes.includes(end.code ?? 0);
+    }
+    return end.signal !== undefined || (end.code !== 0 && !NOT_RETRIED.includes(end.code ?? 0));
+  };
+  const attempts: SupervisorResult[] = [];
+  let delay = delay0;
+  let stopped: string | undefined;
+  let lastPid: number | undefined;
+  for (;;) {
+    const left = retry.retries - (attempts.length);
+    const now = wall();
+    const attempt: SuperviseOptions = {
+      ...options,
+      env,
+      runId,
+      notice,
+      retryNote: (end) => {
+        lastPid = end.pid;
+        const how = end.signal !== undefined
+          ? `was ended by ${end.signal}`
+          : `exited with status ${end.code}`;
+        if (!retried(end)) return undefined;
+        if (left <= 0) {
+          stopped = `no retries left (${retry.retries} made): the command ${how}`;
+          return undefined;
+        }
+        if (deadlineAt !== undefined && wall() + delay * 1000 >= deadlineAt) {
+          stopped = `the deadline leaves no time for another retry: the command ${how}`;
+          return undefined;
+        }
+        // The command died; a live attempt of the run now is another machine's.
+        const holder = liveHolder({
+          ...(options.home ? { home: options.home } : {}),
+          env,
+          runId,
+          pid: end.pid,
+          since: end.startedAt,
+        });
+        if (holder) {
+          const r = holder.record;
+          stopped = `not retrying: another machine ${
+            holder.state === "live" ? "holds" : "finished"
+          } run ${runId} (attempt ${r.attempt} on ${r.host.machine}, pid ${r.host.pid}); the command ${how}`;
+          return undefined;
+        }
+        return `retried (retry ${attempts.length + 1} of ${retry.retries}) because it ${how}`;
+      },
+    };
+    if (deadlineAt !== undefined) {
+      attempt.deadlineSeconds = Math.max(0.001, (deadlineAt - now) / 1000);
+    }
+    if (budgetAt !== undefined) attempt.budgetSeconds = Math.max(0.001, (budgetAt - now) / 1000);
+    if (
+      attempt.budgetSeconds !== undefined && attempt.deadlineSeconds !== undefined &&
+      attempt.budgetSeconds > attempt.deadlineSeconds
+    ) attempt.budgetSeconds = attempt.deadlineSeconds;
+    const r = await supervise(attempt);
+    attempts.push(r);
+    if (r.retried === undefined) {
+      if (stopped !== undefined && r.exitCode !== 0) notice(stopped);
+      const out: RetriedResult = { ...r, attempts };
+      if (stopped !== undefined && r.exitCode !== 0) out.stopped = stopped;
+      return out;
+    }
+    notice(`${r.retried}; starting it again in ${formatDuration(delay)}`);
+    if (delay > 0) await sleep(delay * 1000);
+    delay *= 2;
+    // Meanwhile another machine may have taken the run, or finished it: a retry would run it twice.
+    const taken = lastPid === undefined ? undefined : liveHolder({
+      ...(options.home ? { home: options.home } : {}),
+      env,
+      runId,
+      pid: lastPid,
+      since: startedAt,
+    });
+    if (taken) {
+      const t = taken.record;
+      const line = `not retrying: another machine ${
+        taken.state === "live" ? "holds" : "finished"
+      } run ${runId} (attempt ${t.attempt} on ${t.host.machine}, pid ${t.host.pid})`;
+      notice(line);
+      return { ...r, attempts, stopped: line };
+    }
+  }
 }

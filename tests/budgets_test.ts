@@ -47,14 +47,14 @@ async function aborted(signal: AbortSignal): Promise<void> {
 function drive(
   run: ReturnType<ReturnType<typeof make>["ac"]["startRun"]>,
   calls: number,
-  use: (call: number) => Parameters<typeof run.usage>[0],
+  use: (call: number) => Parameters<typeof run.postLlmCall>[0],
 ) {
   const prologues: Record<number, string> = {};
   const tiers: number[] = [];
   for (let call = 0; call < calls; call++) {
     const text = run.preLlmCall();
     if (text !== undefined) prologues[call] = text;
-    run.usage(use(call));
+    run.postLlmCall(use(call));
     tiers.push(record(run.checkpointFile)?.tier ?? 0);
   }
   return { prologues, tiers };
@@ -121,7 +121,7 @@ test("the prices setting prices calls that come without a cost: the model named 
   await ac.close();
 });
 
-test("with neither a cost nor a price the usd axis is off, with one log line, and the token axis still counts", async () => {
+test("with neither a cost nor a price the cost is unknown, never $0: one log line, the dollar axis stays on, and the token axis still counts", async () => {
   const { ac, log } = make({ prices: { "other-model": { input: 1, output: 1 } } });
   const run = ac.startRun({ sessionId: "unpriced", caps: { usd: 0.01, tokens: 1_000_000 } });
   const { prologues } = drive(run, 20, () => ({
@@ -134,7 +134,8 @@ test("with neither a cost nor a price the usd axis is off, with one log line, an
   assert.doesNotMatch(prologues[10]!, /\$/, "no dollar figure when the cost is not known");
   const warnings = log.records.filter((r) => r.level === "warn");
   assert.equal(warnings.length, 1);
-  assert.match(warnings[0]!.message, /the usd axis is off.*no price for mystery-model/);
+  assert.match(warnings[0]!.message, /unknown price for mystery-model.*no price for mystery-model/);
+  assert.doesNotMatch(warnings[0]!.message, /axis is off/);
   const text = fs.readFileSync(run.checkpointFile, "utf8");
   assert.match(text, /- Cost so far: unknown \(no cost reported, no price\)/);
   await ac.close();
@@ -161,7 +162,7 @@ test("a tool call past its deadline gets a tool_timeout record naming it, and it
   const run = ac.startRun({ sessionId: "slow", caps: { turns: 50 } });
   run.preLlmCall();
   run.preToolCall("fetch_page", { callId: "call_7", timeoutSeconds: 0.2, input: { url: "x" } });
-  const signal = run.toolSignal("call_7");
+  const signal = run.time.toolSignal("call_7");
   assert.equal(signal.aborted, false);
   await aborted(signal);
   assert.equal((signal.reason as DOMException).name, "TimeoutError");
@@ -180,7 +181,7 @@ test("a tool call past its deadline gets a tool_timeout record naming it, and it
   assert.match(text, /- Timed out: fetch_page \[call_7\] ran past its 0\.2s deadline/);
   assert.deepEqual(events.map((e) => e.kind), ["tool_timeout"]);
   // A signal asked for after the deadline is aborted already.
-  assert.equal(run.toolSignal("call_7").aborted, true);
+  assert.equal(run.time.toolSignal("call_7").aborted, true);
   run.postToolCall("fetch_page", { callId: "call_7", error: signal.reason });
   await ac.close();
 });
@@ -189,10 +190,10 @@ test("tool_timeout_seconds gives every call a deadline; a call that ends in time
   const { ac } = make({ tool_timeout_seconds: 0.15 });
   const run = ac.startRun({ sessionId: "quick" });
   run.preToolCall("fast", { callId: "a" });
-  const fast = run.toolSignal("a");
+  const fast = run.time.toolSignal("a");
   run.postToolCall("fast", { callId: "a", ok: true });
   // A signal asked for before the call starts is armed by preToolCall.
-  const slow = run.toolSignal("b");
+  const slow = run.time.toolSignal("b");
   run.preToolCall("slow", { callId: "b" });
   await aborted(slow);
   assert.equal(fast.aborted, false, "the call that ended in time is never aborted");
@@ -205,7 +206,7 @@ test("tool_timeout_seconds gives every call a deadline; a call that ends in time
   ]);
   // A per-call deadline wins over the setting.
   run.preToolCall("patient", { callId: "c", timeoutSeconds: 3600 });
-  assert.equal(run.toolSignal("c").aborted, false);
+  assert.equal(run.time.toolSignal("c").aborted, false);
   await ac.close();
 });
 
@@ -216,11 +217,12 @@ for (const ledger of [true, false]) {
     const run = first.ac.startRun({ sessionId: "job", caps: { turns: 30 } });
     run.preLlmCall();
     run.preToolCall("bash", { callId: "call_hang", timeoutSeconds: 0.1 });
-    const signal = run.toolSignal("call_hang");
+    const signal = run.time.toolSignal("call_hang");
     await aborted(signal);
     await first.ac.close(); // cut off: no end recorded
 
-    const second = make({ ledger }, home);
+    // The first keeper's run is live in this same, still running process: only warn resumes it here.
+    const second = make({ ledger, on_duplicate: "warn" }, home);
     const again = second.ac.startRun({ sessionId: "job", caps: { turns: 30 } });
     assert.equal(again.attempt, 2);
     assert.equal(again.previous?.kind, "tool_timeout");
@@ -240,7 +242,7 @@ test("a finished call that timed out is named in the ledger's summary of its att
   const first = make({}, home);
   const run = first.ac.startRun({ sessionId: "job", caps: { turns: 30 } });
   run.preToolCall("bash", { callId: "call_slow", timeoutSeconds: 0.1 });
-  const signal = run.toolSignal("call_slow");
+  const signal = run.time.toolSignal("call_slow");
   await aborted(signal);
   run.postToolCall("bash", { callId: "call_slow", error: signal.reason });
   await run.end({ status: "failed" });
@@ -257,10 +259,10 @@ test("a finished call that timed out is named in the ledger's summary of its att
 test("ls and audit show tokens and cost", async () => {
   const { ac, home } = make();
   const a = ac.startRun({ sessionId: "a", caps: { usd: 5 } });
-  a.usage({ inputTokens: 9000, outputTokens: 3000, usd: 0.42 });
+  a.postLlmCall({ inputTokens: 9000, outputTokens: 3000, usd: 0.42 });
   await a.checkpoint();
   const b = ac.startRun({ sessionId: "b" });
-  b.usage({ inputTokens: 1000, outputTokens: 0 });
+  b.postLlmCall({ inputTokens: 1000, outputTokens: 0 });
   await b.checkpoint();
   await ac.close();
   const files = listCheckpoints(`${home}/agent-checkpoints`);
@@ -279,9 +281,9 @@ test("usage() never throws and ignores figures that are not token counts", async
     inputTokens: "40",
     usd: -1,
   }];
-  for (const report of odd) run.usage(report);
+  for (const report of odd) run.postLlmCall(report);
   assert.equal(run.preLlmCall(), undefined);
-  run.usage({ inputTokens: 60 });
+  run.postLlmCall({ inputTokens: 60 });
   assert.match(run.preLlmCall() ?? "", /60 of 100 tokens/);
   assert.ok(await waitFor(() => record(run.checkpointFile)?.tier === 1));
   await ac.close();
@@ -326,10 +328,10 @@ test("a record's summary names a timed-out call, and its tokens and cost", () =>
 test("the run ledger keeps tokens and cost; ls, show and audit over it show them", async () => {
   const { ac, home } = make();
   const a = ac.startRun({ sessionId: "a", caps: { usd: 5, tokens: 100_000 } });
-  a.usage({ inputTokens: 9000, outputTokens: 3000, usd: 0.42 });
+  a.postLlmCall({ inputTokens: 9000, outputTokens: 3000, usd: 0.42 });
   await a.end();
   const b = ac.startRun({ sessionId: "b" });
-  b.usage({ inputTokens: 1000, outputTokens: 0 });
+  b.postLlmCall({ inputTokens: 1000, outputTokens: 0 });
   await b.end({ status: "failed" });
   await ac.close();
   const cli = async (...args: string[]) => {
@@ -362,7 +364,7 @@ test("resume_budget remaining takes what earlier attempts used off the token and
   const home = tempHome();
   const first = make({ resume_budget: "remaining" }, home);
   const run = first.ac.startRun({ sessionId: "job", caps: { tokens: 10_000, usd: 1 } });
-  run.usage({ inputTokens: 3000, outputTokens: 1000, usd: 0.25 });
+  run.postLlmCall({ inputTokens: 3000, outputTokens: 1000, usd: 0.25 });
   await run.end({ status: "failed" });
   await first.ac.close();
   const second = make({ resume_budget: "remaining" }, home);
@@ -373,4 +375,55 @@ test("resume_budget remaining takes what earlier attempts used off the token and
   assert.equal(again.caps.usd?.value, 0.75);
   assert.match(again.caps.usd?.source ?? "", /less \$0\.25 spent by earlier attempts/);
   await second.ac.close();
+});
+
+test("a call of unknown cost is never counted as $0: the record, the ls cell and the audit say at least or unknown, and an enforced dollar cap stops the run far under its cap", async () => {
+  const calls = (run: ReturnType<ReturnType<typeof make>["ac"]["startRun"]>) => {
+    run.preLlmCall();
+    run.postLlmCall({ inputTokens: 10, outputTokens: 10, usd: 0.3 });
+    run.preLlmCall();
+    run.postLlmCall({ inputTokens: 1000, outputTokens: 1000, model: "mystery-model" });
+  };
+  const { ac, home } = make();
+  // A dollar cap, not enforced: the known $0.30 is a floor.
+  const floor = ac.startRun({ sessionId: "floor", caps: { usd: 1 } });
+  calls(floor);
+  await floor.checkpoint();
+  // No cap, nothing enforced, no tree: nobody is told, and the run's dollars are unknown.
+  const free = ac.startRun({ sessionId: "free" });
+  calls(free);
+  await free.checkpoint();
+  await ac.close();
+  // Enforced: the call of unknown cost stops the run though $0.30 is far under $1.
+  const enforced = make({ enforce: ["usd"] }, home);
+  const stopped = enforced.ac.startRun({ sessionId: "enforced", caps: { usd: 1 } });
+  calls(stopped);
+  assert.equal(
+    stopped.signal.aborted,
+    true,
+    "an enforced cap stops at a call of unknown cost",
+  );
+  await stopped.end();
+  await enforced.ac.close();
+
+  const text = fs.readFileSync(floor.checkpointFile, "utf8");
+  assert.match(text, /- Cost so far: at least \$0\.30 \(some calls' cost is unknown\)/);
+  assert.match(text, /- Cost unknown: unknown price for mystery-model/);
+  const files = listCheckpoints(`${home}/agent-checkpoints`);
+  const by = Object.fromEntries(files.map((f) => [f.runId, f.record]));
+  assert.deepEqual(by.floor!.usage, {
+    inputTokens: 1010,
+    outputTokens: 1010,
+    usd: 0.3,
+    unpriced: ["mystery-model"],
+  });
+  assert.equal(by.free!.usage?.usd, undefined, "no dollar total when a cost is unknown");
+  assert.equal(by.enforced!.end?.status, "capped");
+  assert.deepEqual(by.enforced!.usage?.unpriced, ["mystery-model"]);
+  assert.deepEqual(
+    Object.fromEntries(files.map((f) => [f.runId, usageCell(f.record)])),
+    { floor: "2020 tok, ≥$0.30/$1.00", free: "2020 tok", enforced: "2020 tok, ≥$0.30/$1.00" },
+  );
+  // No run's dollars are known: none adds to the audit's total.
+  assert.deepEqual(auditSummary(files).usd, { runs: 0, total: 0, unknown: 3 });
 });

@@ -17,6 +17,7 @@ import { memoryIo } from "../cli/_io.ts";
 import { listSnapshots, rollback, Workspaces } from "../workspace/mod.ts";
 import { storeFile } from "../store/mod.ts";
 import { moveIn, stateDir } from "../_home.ts";
+import { explain } from "../cli/_explain_report.ts";
 import { fixture, runScript, scriptCommand, tempHome, underDeno, waitFor } from "./_helpers.ts";
 
 const ENV = { PATH: process.env.PATH };
@@ -253,6 +254,47 @@ test("over the old layout with our store, Hermes writes into it: only our refs a
   assert.equal(git(hermes.store, ["count-objects", "-v"]), objects);
   git(hermes.store, ["fsck", "--connectivity-only", "--no-dangling"]);
   rollsBack(home, dir);
+});
+
+test("an old store of ours where Hermes's snapshots failed (no identity, no ref of its own): the move-in removes it, and Hermes sets up its own", async () => {
+  const home = tempHome();
+  const dir = project();
+  await populate(home, dir);
+  const before = snapshotIds(home, dir);
+  oldLayout(home);
+  const old = path.join(home, "checkpoints", "store");
+  // Hermes found the store there, skipped its set-up, and its snapshot failed: its folders
+  // are made, its commit is not ("Author identity unknown").
+  for (const d of ["indexes", "projects", "ledgers"]) fs.mkdirSync(path.join(old, d));
+  const lines: string[] = [];
+  moveIn(home, (_l, m) => lines.push(m));
+  assert.equal(lines.length, 1, lines.join("\n"));
+  assert.equal(fs.existsSync(old), false, `${old} is left: ${lines.join("\n")}`);
+  assert.deepEqual(snapshotIds(home, dir), before, "every snapshot is in our own store");
+  const hermes = hermesSnapshot(home, dir);
+  assert.ok(hermes.setUp, "nothing of ours in Hermes's way: its set-up runs");
+  assert.equal(git(hermes.store, ["config", "user.email"]), "hermes@localhost");
+  assert.deepEqual(explain({ home, env: {} }).problems, []);
+  rollsBack(home, dir);
+});
+
+test("an old store of ours holding Hermes's snapshots is kept, and explain says how to fix it for Hermes", async () => {
+  const home = tempHome();
+  const dir = project();
+  await populate(home, dir);
+  oldLayout(home);
+  const hermes = hermesSnapshot(home, dir);
+  assert.equal(hermes.setUp, false);
+  await ls(home); // the move-in
+  assert.deepEqual(refsOf(hermes.store), [`refs/hermes/${hermes.key}`], "Hermes's snapshot kept");
+  const problems = explain({ home, env: {} }).problems;
+  const said = problems.filter((p) => p.includes(hermes.store));
+  assert.equal(said.length, 1, problems.join("\n"));
+  assert.match(said[0]!, /user\.name/);
+  assert.match(said[0]!, /\.env/);
+  // The same home after the user moved it aside: nothing to say.
+  fs.renameSync(hermes.store, `${hermes.store}.aside`);
+  assert.deepEqual(explain({ home, env: {} }).problems, []);
 });
 
 test("snapshots leave out secrets, logs, build output, archives and shared objects; settings change it", () => {

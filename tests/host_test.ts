@@ -63,10 +63,10 @@ test("without a call id, an end is matched to the oldest call of that tool in fl
 
 test("preLlmCall() persists a due tier before it returns, with the watchdog off", async () => {
   const { ac, events } = make();
-  const run = ac.startRun({ sessionId: "s", caps: { turns: 10 } });
-  for (let t = 0; t < 8; t++) assert.equal(run.preLlmCall(), undefined);
+  const run = ac.startRun({ sessionId: "s", caps: { turns: 9 } }); // tiny: no tier 1
+  for (let t = 0; t < 7; t++) assert.equal(run.preLlmCall(), undefined);
   assert.equal(fs.existsSync(run.checkpointFile), false);
-  assert.match(run.preLlmCall() ?? "", /INCOMPLETE/); // turn 8 of 10: tier 2
+  assert.match(run.preLlmCall() ?? "", /INCOMPLETE/); // turn 7 of 9: tier 2
   const r = record(run.checkpointFile)!;
   assert.equal(r.kind, "tier");
   assert.equal(r.tier, 2);
@@ -171,14 +171,14 @@ test("two live runs with one id get files of their own, and the id is free again
 test("requestTimeout() keeps a request within half the time left, never under 60 s", async () => {
   const { ac } = make();
   const capped = ac.startRun({ sessionId: "capped", caps: { timeSeconds: 1000 } });
-  assert.equal(capped.requestTimeout(600), 500);
-  assert.equal(capped.requestTimeout(100), 100, "never longer than asked");
-  assert.equal(capped.requestTimeout(600, { explicit: true }), 600, "a user's timeout stands");
+  assert.equal(capped.time.requestTimeout(600), 500);
+  assert.equal(capped.time.requestTimeout(100), 100, "never longer than asked");
+  assert.equal(capped.time.requestTimeout(600, { explicit: true }), 600, "a user's timeout stands");
   ac.sharedRuns.rewind(capped.slot, 990_000); // 10 s left
-  assert.equal(capped.requestTimeout(600), 60, "the 60 s floor");
-  assert.equal(capped.requestTimeout(30), 30);
+  assert.equal(capped.time.requestTimeout(600), 60, "the 60 s floor");
+  assert.equal(capped.time.requestTimeout(30), 30);
   const uncapped = ac.startRun({ sessionId: "uncapped", caps: { turns: 20 } });
-  assert.equal(uncapped.requestTimeout(600), 600);
+  assert.equal(uncapped.time.requestTimeout(600), 600);
   await ac.close();
 });
 
@@ -190,10 +190,42 @@ test("budget values that do not arm leave no time cap and a deadline that never 
       caps: { timeSeconds: timeSeconds as number },
     });
     assert.equal(run.caps.time, undefined, `timeSeconds ${String(timeSeconds)}`);
-    assert.equal(run.requestTimeout(600), 600);
-    assert.equal(run.deadline.aborted, false);
+    assert.equal(run.time.requestTimeout(600), 600);
+    assert.equal(run.time.stopAtDeadline().aborted, false);
     await ac.close();
   }
+});
+
+test("run.signal is one signal for every stop: the deadline only once asked for, and stopReason says which", async () => {
+  // A time cap alone is a nudge: past it, run.signal does not abort until the deadline is armed.
+  const { ac } = make();
+  const nudged = ac.startRun({ sessionId: "nudged", caps: { timeSeconds: 0.05 } });
+  const signal = nudged.signal;
+  const started = Date.now();
+  // Past the cap (twice over), as the run's own clock and the wall clock both say.
+  assert.ok(await waitFor(() => Date.now() - started > 100 && nudged.preLlmCall() !== undefined));
+  assert.equal(signal.aborted, false);
+  const why = () => nudged.stopReason; // read afresh: an assertion narrows a property read
+  assert.equal(why(), undefined);
+  // Armed: the same signal aborts, as the deadline.
+  const work = setInterval(() => {}, 50);
+  assert.equal(nudged.time.stopAtDeadline(), signal);
+  await waitFor(() => signal.aborted, 10_000);
+  clearInterval(work);
+  assert.equal(why()?.kind, "deadline");
+  assert.equal((signal.reason as DOMException).name, "TimeoutError");
+  assert.equal(nudged.budget.stopped, false);
+  // An enforced cap: the same signal, as the budget, with the error an adapter throws.
+  const { ac: enforced } = make({ enforce: ["turns"] });
+  const capped = enforced.startRun({ sessionId: "capped", caps: { turns: 2 } });
+  while (!capped.signal.aborted) capped.preLlmCall();
+  const reason = capped.stopReason;
+  assert.equal(reason?.kind, "budget");
+  assert.equal(reason?.kind === "budget" && reason.error.axis, "turns");
+  assert.equal(capped.budget.error()?.capRunId, "capped");
+  await capped.end();
+  await enforced.close();
+  await ac.close();
 });
 
 test("the deadline aborts at the time cap plus grace, after a deadline checkpoint", async () => {
@@ -203,12 +235,12 @@ test("the deadline aborts at the time cap plus grace, after a deadline checkpoin
   // The deadline's timer never keeps a process alive; this host has work of its own.
   const work = setInterval(() => {}, 50);
   const aborted = new Promise<number>((resolve) =>
-    run.deadline.addEventListener("abort", () => resolve(Date.now()))
+    run.time.stopAtDeadline().addEventListener("abort", () => resolve(Date.now()))
   );
   const at = await aborted;
   clearInterval(work);
   assert.ok(at - started >= 450, `aborted after ${at - started} ms, not before cap + grace`);
-  assert.equal((run.deadline.reason as DOMException).name, "TimeoutError");
+  assert.equal((run.time.stopAtDeadline().reason as DOMException).name, "TimeoutError");
   const r = record(run.checkpointFile)!;
   assert.equal(r.kind, "deadline");
   assert.equal(r.source, "host");
@@ -221,7 +253,7 @@ test("the deadline aborts at the time cap plus grace, after a deadline checkpoin
 test("with the main thread blocked, the watchdog writes the deadline checkpoint", async () => {
   const { ac } = make({ watchdog: true });
   const run = ac.startRun({ sessionId: "s", caps: { timeSeconds: 0.5 } });
-  const signal = run.deadline;
+  const signal = run.time.stopAtDeadline();
   run.preToolCall("stuck");
   assert.ok(
     blockUntil(() => record(run.checkpointFile)?.kind === "deadline"),
@@ -239,7 +271,7 @@ test("with the main thread blocked, the watchdog writes the deadline checkpoint"
 test("a time cap past 24.8 days does not abort the deadline early, nor write a record", async () => {
   const { ac, events } = make();
   const run = ac.startRun({ sessionId: "s", caps: { timeSeconds: 30 * 86400 } });
-  const signal = run.deadline;
+  const signal = run.time.stopAtDeadline();
   // A timer asked for more than 2^31-1 ms fires after 1 ms; these fire in order after it.
   for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 20));
   assert.equal(signal.aborted, false);
@@ -253,9 +285,9 @@ test("mid_run_persist: false: the deadline aborts but its timer writes no file",
   const { ac, events } = make({ mid_run_persist: false });
   const run = ac.startRun({ sessionId: "s", caps: { timeSeconds: 0.2 } });
   const work = setInterval(() => {}, 50);
-  await new Promise((resolve) => run.deadline.addEventListener("abort", resolve));
+  await new Promise((resolve) => run.time.stopAtDeadline().addEventListener("abort", resolve));
   clearInterval(work);
-  assert.equal((run.deadline.reason as DOMException).name, "TimeoutError");
+  assert.equal((run.time.stopAtDeadline().reason as DOMException).name, "TimeoutError");
   assert.equal(fs.existsSync(run.checkpointFile), false);
   assert.ok(!events.some((e) => e.kind === "deadline"));
   await ac.close();

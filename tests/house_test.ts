@@ -62,6 +62,13 @@ function importsOf(file: string): string[] {
 /** The subsystem a root-relative path lies in, or undefined for the core. */
 const roomOf = (file: string) => SUBSYSTEMS.find((s) => file.startsWith(`${s}/`));
 
+/** The core's folders: the parts of a run (run.ts is their thin handle). Core, not a subsystem. */
+const CORE_FOLDERS = ["run"];
+
+/** Whether a root-relative library path is the core's: a root module or one in a core folder. */
+const isCore = (file: string) =>
+  !file.includes("/") || CORE_FOLDERS.some((d) => file.startsWith(`${d}/`));
+
 test(
   "the core never imports a subsystem (only the arrows on the allow-list, which are to go)",
   { skip: !underDeno && "reads the sources" },
@@ -76,11 +83,27 @@ test(
       "mod.ts -> workspace/mod.ts",
       "mod.ts -> otel/mod.ts",
     ]);
-    const arrows = librarySources().filter((f) => !f.includes("/")).flatMap((file) =>
+    const arrows = librarySources().filter(isCore).flatMap((file) =>
       importsOf(file).filter((to) => roomOf(to) !== undefined).map((to) => `${file} -> ${to}`)
     );
     assert.ok(arrows.length > 0 || allowed.size === 0, "the import scan found nothing");
     assert.deepEqual(arrows.filter((a) => !allowed.has(a)), [], "a new arrow from the core up");
+  },
+);
+
+test(
+  "a run's parts never import run.ts (nor mod.ts): the run notifies its parts, never the reverse",
+  { skip: !underDeno && "reads the sources" },
+  () => {
+    const parts = librarySources().filter((f) => CORE_FOLDERS.some((d) => f.startsWith(`${d}/`)));
+    assert.ok(parts.length > 0, "no parts found");
+    const arrows = parts.flatMap((file) =>
+      importsOf(file).filter((to) =>
+        to === "run.ts" || to === "mod.ts" || to === "agent_checkpoint.ts"
+      )
+        .map((to) => `${file} -> ${to}`)
+    );
+    assert.deepEqual(arrows, [], "a part reaches back up into its run");
   },
 );
 
@@ -100,7 +123,7 @@ test(
   "no root module but the composition root loads a subsystem when it runs",
   { skip: !underDeno && "reads the sources" },
   () => {
-    const arrows = librarySources().filter((f) => !f.includes("/") && f !== "mod.ts").flatMap((
+    const arrows = librarySources().filter((f) => isCore(f) && f !== "mod.ts").flatMap((
       file,
     ) =>
       runtimeImportsOf(file).filter((to) => roomOf(to) !== undefined).map((to) =>
@@ -233,7 +256,7 @@ test(
 );
 
 /** The modules a thread is started with: the only ones that read `parentPort` or `workerData`. */
-const ENTRIES = ["_watchdog_worker.ts", "store/_pg_entry.ts"];
+const ENTRIES = ["_watchdog_worker.ts", "store/_bridge_entry.ts"];
 
 test(
   "nothing starts on import: only the threads' entry modules read parentPort or workerData",
@@ -265,6 +288,36 @@ test(
       [],
       "import the other subsystem's mod.ts, or move the helper to the core",
     );
+  },
+);
+
+/**
+ * The store's backends: each implements the store's port (`store/types.ts`), and only the
+ * store opens them (its `mod.ts` and the bridge's thread, by the backend's module URL).
+ */
+const BACKEND_MODULES = ["store/sqlite.ts", "store/postgres.ts", "store/memory.ts"];
+
+test(
+  "nothing outside store/ imports a store backend's module: the rest sees the store's port",
+  { skip: !underDeno && "reads the sources" },
+  () => {
+    // Every module of store/ that exports a `backend` is listed, so a new one is guarded too.
+    const backends = librarySources().filter((file) =>
+      file.startsWith("store/") &&
+      /^export const backend\b/m.test(fs.readFileSync(path.join(root, file), "utf8"))
+    );
+    assert.deepEqual(
+      backends.sort(),
+      BACKEND_MODULES.filter((f) => f !== "store/sqlite.ts").sort(),
+    );
+    const arrows = librarySources().flatMap((file) =>
+      file.startsWith("store/")
+        ? []
+        : importsOf(file).filter((to) => BACKEND_MODULES.includes(to)).map((to) =>
+          `${file} -> ${to}`
+        )
+    );
+    assert.deepEqual(arrows, [], "import store/mod.ts (or the port, store/types.ts)");
   },
 );
 

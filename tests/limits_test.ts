@@ -19,12 +19,14 @@ test("a run id of 5,000 characters still gets the watchdog's checkpoints", async
   });
   const id = "session-" + "x".repeat(5000);
   const run = ac.startRun({ sessionId: id, caps: { timeSeconds: 1 } });
-  assert.equal(run.runId, id);
+  // An id past the ledger's key size is kept as its head and a hash, the same at every start.
+  assert.ok(id.startsWith(run.runId.split("…")[0]!), "the run id is the id's head");
+  assert.ok(new TextEncoder().encode(run.runId).length <= 512);
   run.preToolCall("long");
   assert.ok(blockUntil(() => record(run.checkpointFile)?.tier === 2), "written in the block");
   const r = record(run.checkpointFile)!;
   assert.equal(r.source, "watchdog");
-  assert.ok(id.startsWith(r.runId.slice(0, -1)), "the record shows the id's head");
+  assert.ok(id.startsWith(r.runId.split("…")[0]!), "the record shows the id's head");
   assert.deepEqual(log.records.filter((l) => l.level === "error"), []);
   await ac.close();
 });

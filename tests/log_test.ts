@@ -137,11 +137,34 @@ test(
     assert.ok(reads.includes(home), line);
     assert.ok(flags.includes(`--allow-write=${home}`), line);
     assert.ok(flags.includes("--allow-env"), line);
+    assert.ok(flags.includes("--allow-sys=hostname"), line);
     assert.equal(fs.existsSync(home), false);
     // With exactly those flags, the same host writes its checkpoint and says nothing.
     const again = await denoRun(flags, fixture("host_plain"), [home]);
     assert.equal(again.code, 0, again.stderr);
     assert.equal(again.stderr, "");
+    assert.ok(fs.existsSync(path.join(home, "agent-checkpoints", "plain.md")));
+  },
+);
+
+test(
+  "under Deno without the host name, one line on stderr says what is lost and names --allow-sys=hostname",
+  {
+    skip: !underDeno && "Deno's permissions",
+  },
+  async () => {
+    const home = path.join(tempHome(), "home");
+    const flags = [`--allow-read=${home},${path.resolve("..")}`, "--allow-write", "--allow-env"];
+    const { code, stdout, stderr } = await denoRun(flags, fixture("host_plain"), [home]);
+    assert.equal(code, 0, stderr);
+    assert.equal(stdout, "done\n");
+    const lines = stderr.split("\n").filter((l) => l !== "");
+    assert.equal(lines.length, 1, stderr);
+    assert.match(
+      lines[0]!,
+      /^agent-checkpoint: Deno denies the host name \(grant --allow-sys=hostname\)/,
+    );
+    assert.match(lines[0]!, /recorded without their machine/);
     assert.ok(fs.existsSync(path.join(home, "agent-checkpoints", "plain.md")));
   },
 );

@@ -52,7 +52,7 @@ test("a run is an invoke_agent span, its tool calls execute_tool children, its t
     });
     for (let turn = 0; turn < 19; turn++) {
       run.preLlmCall();
-      run.usage({ inputTokens: 100, outputTokens: 20 });
+      run.postLlmCall({ inputTokens: 100, outputTokens: 20 });
     }
     run.preToolCall("search", { callId: "c1" });
     run.postToolCall("search", { callId: "c1", ok: true });
@@ -372,11 +372,11 @@ test("the watchdog's stall, tool-timeout and deadline checkpoints are events on 
     await ac.tracingReady;
     const run = ac.startRun({ sessionId: "watched", caps: { timeSeconds: 1.5 } });
     run.preToolCall("slow_fetch", { callId: "c1", timeoutSeconds: 0.2 });
-    const deadline = run.deadline; // a deadline record at the time cap + the grace
+    const deadline = run.time.stopAtDeadline(); // a deadline record at the time cap + the grace
     const all = ["tool_timeout", "stall", "deadline"];
     assert.ok(await waitFor(() => all.every((k) => kinds.includes(k)), 30_000), kinds.join());
     assert.ok(await waitFor(() => deadline.aborted));
-    run.postToolCall("slow_fetch", { callId: "c1", error: run.toolSignal("c1").reason });
+    run.postToolCall("slow_fetch", { callId: "c1", error: run.time.toolSignal("c1").reason });
     await run.end({ status: "deadline" });
     await ac.close();
     await provider.forceFlush();
@@ -422,4 +422,39 @@ test("tool spans whose end never comes are bounded, and all are ended by the run
   } finally {
     trace.disable();
   }
+});
+
+test("a run started right after the keeper is made (before the API's import settles) gets its span, from its real start, with what it missed", async () => {
+  const [cmd, args] = scriptCommand(fixture("otel_first_run"), [tempHome()]);
+  const out = await new Promise<string>((resolve, reject) => {
+    const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"] });
+    let text = "";
+    child.stdout.on("data", (d) => text += d);
+    child.on("error", reject);
+    child.on("exit", (code) => code === 0 ? resolve(text) : reject(new Error(`exit ${code}`)));
+  });
+  const { startedAt, spans } = JSON.parse(out) as {
+    startedAt: number;
+    spans: {
+      name: string;
+      start: number;
+      parent?: string;
+      id: string;
+      events: string[];
+      status?: string;
+    }[];
+  };
+  const runs = spans.filter((s) => s.name === "invoke_agent researcher");
+  assert.equal(runs.length, 1, JSON.stringify(spans));
+  const span = runs[0]!;
+  // Its real start: when startRun was called, not when the API was loaded (a few ms either way).
+  assert.ok(Math.abs(span.start - startedAt) < 1000, `${span.start} vs ${startedAt}`);
+  assert.equal(span.status, "done");
+  assert.deepEqual(
+    span.events.filter((e) => e !== "agent_checkpoint.end"),
+    ["agent_checkpoint.tier", "agent_checkpoint.tier"],
+  );
+  assert.ok(span.events.includes("agent_checkpoint.end"));
+  const tool = spans.find((s) => s.name === "execute_tool search");
+  assert.equal(tool?.parent, span.id);
 });

@@ -218,7 +218,12 @@ test("docs/resume.md: a resumed attempt gets a fresh budget, as it says", async 
   const cut = first.startRun({ sessionId: "job", caps: { turns: 12 } });
   for (let i = 0; i < 11; i++) cut.preLlmCall(); // cut off one turn before its cap
   await first.close();
-  const again = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  // The cut-off attempt's process is this one, still running: only warn lets the retry go on.
+  const again = createAgentCheckpoint({
+    home,
+    env: {},
+    settings: { watchdog: false, on_duplicate: "warn" },
+  });
   const resumed = again.startRun({ sessionId: "job", caps: { turns: 12 } });
   const fresh = again.startRun({ sessionId: "fresh", caps: { turns: 12 } });
   assert.equal(resumed.attempt, 2);

@@ -3,6 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import { parseRecord } from "../_record.ts";
+import { createAgentCheckpoint } from "../mod.ts";
 import { fixture, runScript, tempHome } from "./_helpers.ts";
 
 interface Seen {
@@ -45,7 +46,8 @@ test("a cut-off run resumes in the next process: attempt, previous, the resume t
   });
   assert.equal(first.attempt, 1);
   assert.equal(first.previous, undefined);
-  assert.deepEqual(first.prologues.map(([call]) => call), [8]); // tier 2 on the penultimate turn
+  // Tier 1 at turn 5 of 10, tier 2 on the penultimate turn.
+  assert.deepEqual(first.prologues.map(([call]) => call), [5, 8]);
 
   const second = await attempt(home, {
     sessionId: "job",
@@ -94,6 +96,30 @@ test("a cut-off run resumes in the next process: attempt, previous, the resume t
   assert.equal(fourth.attempt, 1);
   assert.equal(fourth.previous, undefined);
   assert.deepEqual(fourth.prologues, []);
+});
+
+test("a retry of an attempt killed after one model call and an email is told 1 turn and the time it took", async () => {
+  for (const waitMs of [1200, 0]) {
+    const home = tempHome();
+    const killed = await runScript(fixture("killed_after_email"), [home, String(waitMs)]);
+    assert.equal(killed.code, null, killed.stderr); // SIGKILLed, not exited
+    const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+    try {
+      const run = ac.startRun({ sessionId: "mail", caps: { turns: 5 } });
+      assert.equal(run.attempt, 2);
+      const previous = run.previous!;
+      assert.equal(previous.turnsUsed, 1);
+      assert.equal(previous.usage?.inputTokens, 1200);
+      // Its receipt came at least waitMs after its start: whole seconds, or "under 1s", never 0s.
+      const time = waitMs >= 1000 ? "[1-9]\\d*s" : "under 1s";
+      assert.match(previous.summary, new RegExp(`after 1 of 5 turns and ${time}, 1280 tokens`));
+      const text = run.preLlmCall()!;
+      assert.ok(text.includes(previous.summary), text);
+      assert.match(text, /send_email .*: ok/);
+    } finally {
+      await ac.close();
+    }
+  }
 });
 
 test("resume: false starts every run fresh", async () => {

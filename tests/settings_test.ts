@@ -326,6 +326,8 @@ const SAMPLES: Record<string, [valid: unknown[], invalid: unknown[]]> = {
     1,
   ]]],
   effect_result_max_bytes: [[0, 4096, 65_536], [-1, 1.5, true, "4096"]],
+  journal: [[true, false], ["on", 1]],
+  journal_max_bytes: [[0, 1024, 67_108_864], [-1, 1.5, true, "64MiB"]],
 };
 
 test("settingsSchema and the checks agree on every key's valid and invalid values", () => {

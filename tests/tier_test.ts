@@ -21,8 +21,12 @@ const firstTurns = (caps: Input["caps"], settings?: Record<string, unknown>) => 
 const atSecond = (timeSeconds: number, s: number, settings: Record<string, unknown> = {}) =>
   dueTier({ caps: { timeSeconds }, turnsUsed: 0, elapsedSeconds: s, settings });
 
-test("dueTier() suppresses tier 1 on a 10-turn cap and fires tier 2 at turn 8", () => {
-  assert.deepEqual(firstTurns({ turns: 10 }), { 2: 8 });
+test("dueTier() fires tier 1 at turn 5 of a 10-turn cap (not tiny) and tier 2 at turn 8", () => {
+  assert.deepEqual(firstTurns({ turns: 10 }), { 1: 5, 2: 8 });
+});
+
+test("dueTier() suppresses tier 1 on a 9-turn cap (tiny) and fires tier 2 at turn 7", () => {
+  assert.deepEqual(firstTurns({ turns: 9 }), { 2: 7 });
 });
 
 test("dueTier() fires tier 1 at 50 and tier 2 at 90 of 100 turns", () => {
@@ -95,7 +99,7 @@ test("dueTier() suppresses tier 1 on tiny caps unless allow_tiny_tier1", () => {
   assert.equal(atSecond(299, 150, { allow_tiny_tier1: true }), 1);
   assert.equal(atSecond(300, 150), 1);
   assert.deepEqual(firstTurns({ turns: 11 }), { 1: 6, 2: 9 });
-  assert.deepEqual(firstTurns({ turns: 10 }, { allow_tiny_tier1: true }), { 1: 5, 2: 8 });
+  assert.deepEqual(firstTurns({ turns: 9 }, { allow_tiny_tier1: true }), { 1: 5, 2: 7 });
   // A tiny time cap silences tier 1 even when the turn cap is large.
   assert.equal(
     dueTier({ caps: { turns: 100, timeSeconds: 200 }, turnsUsed: 60, elapsedSeconds: 0 }),
@@ -153,7 +157,7 @@ test("dueTier() fires token and dollar tiers at the turn fractions", () => {
 });
 
 test("dueTier() fires tier 1 of tokens and dollars even beside a tiny turn cap", () => {
-  const caps = { turns: 10, usd: 1 };
+  const caps = { turns: 9, usd: 1 };
   assert.equal(dueTier({ caps, turnsUsed: 1, elapsedSeconds: 0, usdUsed: 0.5 }), 1);
   assert.equal(dueTier({ caps, turnsUsed: 5, elapsedSeconds: 0, usdUsed: 0 }), 0, "turns: tiny");
 });

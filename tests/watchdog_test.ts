@@ -92,16 +92,27 @@ test("kanban comments go out through commentModule during a block, and postComme
     settings: { allow_tiny_tier1: true },
     postComment: (c) => void hostComments.push({ ...c, at: Date.now() }),
   });
-  // Tier 1 at 2 s, tier 2 at 3.2 s: the worker may be late by a second and still post both.
-  const a = withModule.startRun({ sessionId: "s", taskId: "task-a", caps: { timeSeconds: 4 } });
-  const b = withHost.startRun({ sessionId: "s", taskId: "task-b", caps: { timeSeconds: 4 } });
+  // Both watchdogs running first: a thread started on a busy machine can take seconds, and
+  // one that first looks past tier 2 writes tier 2 alone.
+  for (const keeper of [withModule, withHost]) {
+    const warm = keeper.startRun({ sessionId: "warm", caps: { timeSeconds: 0.2 } });
+    warm.activity();
+    assert.ok(await waitFor(() => fs.existsSync(warm.checkpointFile), 60_000), "a watchdog runs");
+    await warm.end();
+  }
+  // Tier 1 at 5 s, tier 2 at 8 s: a look anywhere in those 3 s posts both.
+  const a = withModule.startRun({ sessionId: "s", taskId: "task-a", caps: { timeSeconds: 10 } });
+  const b = withHost.startRun({ sessionId: "s", taskId: "task-b", caps: { timeSeconds: 10 } });
   a.preLlmCall();
   b.preLlmCall();
   const blockedAt = Date.now();
   const posted = () =>
     fs.existsSync(sinkFile) ? fs.readFileSync(sinkFile, "utf8").trim().split("\n") : [];
   // Blocked until the module has posted tier 2 and the other keeper has written its file.
-  blockUntil(() => posted().length >= 2 && record(b.checkpointFile)?.tier === 2);
+  assert.ok(
+    blockUntil(() => posted().length >= 2 && record(b.checkpointFile)?.tier === 2, 60_000),
+    `tier 2 posted and written during the block: ${posted().length} posted`,
+  );
   const unblockedAt = Date.now();
   const lines = posted();
   const viaModule = lines.map((l) => JSON.parse(l));
@@ -502,8 +513,8 @@ test("a tool call past its deadline gets its tool_timeout record while the main 
   const ac = createAgentCheckpoint({ home: tempHome(), env: {} });
   const run = ac.startRun({ sessionId: "hung-tool", caps: { tokens: 1_000_000 } });
   run.preLlmCall();
-  run.usage({ inputTokens: 1200, outputTokens: 300, usd: 0.01 });
-  const signal = run.toolSignal("call_hang");
+  run.postLlmCall({ inputTokens: 1200, outputTokens: 300, usd: 0.01 });
+  const signal = run.time.toolSignal("call_hang");
   const started = Date.now();
   run.preToolCall("shell", { callId: "call_hang", timeoutSeconds: 0.5 });
   // One long synchronous call, lasting until the record is on disk (at most 20 s).
@@ -566,7 +577,7 @@ test("a call's signal aborts only once the watchdog's tool_timeout record is in 
   assert.ok(table.lockFile(slot, 20_000));
   run.preToolCall("fetch_page", { callId: "c1", timeoutSeconds: 0.1 });
   const seq = table.toolCount(slot) - 1;
-  const signal = run.toolSignal("c1");
+  const signal = run.time.toolSignal("c1");
   assert.ok(
     blockUntil(() => table.timedOut(slot, seq)),
     "the watchdog claimed the call's timeout record",
@@ -591,7 +602,7 @@ test("a run's deadline signal aborts only once the watchdog's deadline record is
   const table = ac.sharedRuns;
   const slot = run.slot;
   run.activity();
-  const signal = run.deadline; // at the time cap + 3 s
+  const signal = run.time.stopAtDeadline(); // at the time cap + 3 s
   assert.ok(await waitFor(() => record(run.checkpointFile)?.kind === "tier"), "tier 2 is written");
   // The main thread holds the run's file: the watchdog can claim the record but not yet write it.
   assert.ok(table.lockFile(slot, 20_000));
@@ -652,4 +663,46 @@ test("the stall record fires at its window, not before and not at twice it (on t
   } finally {
     await ac.close();
   }
+});
+
+test("a host that makes many keepers in one process is told once, in the log and on stderr", async () => {
+  const home = tempHome();
+  const many = await runScript(fixture("many_keepers"), [home, "6"]);
+  assert.equal(many.code, 0, many.stderr);
+  const said = many.stderr.split("\n").filter((l) => /keepers \(createAgentCheckpoint\)/.test(l));
+  assert.equal(said.length, 1, many.stderr);
+  assert.match(said[0]!, /^agent-checkpoint: 4 keepers .* make one keeper per process/);
+  const logged = JSON.parse(many.stdout) as string[];
+  assert.equal(logged.length, 1, many.stdout);
+  assert.match(logged[0]!, /^warn: 4 keepers/);
+  // A few keepers (each its own home, say) are fine: nothing is said.
+  const few = await runScript(fixture("many_keepers"), [tempHome(), "3"]);
+  assert.equal(few.code, 0, few.stderr);
+  assert.doesNotMatch(few.stderr, /keepers/);
+  assert.deepEqual(JSON.parse(few.stdout), []);
+});
+
+test("a hook that returns a tier's directive the watchdog claimed returns once its file is there", async () => {
+  const ac = createAgentCheckpoint({
+    home: tempHome(),
+    env: {},
+    settings: { allow_tiny_tier1: true, stall_window_seconds: 0 },
+  });
+  const table = ac.sharedRuns;
+  for (let round = 0; round < 5; round++) {
+    // Tier 1 at 0.5 s of a 1 s cap; this thread holds the run's file until the watchdog has
+    // claimed it, so the watchdog's write is still to come when the hook returns the directive.
+    const run = ac.startRun({ sessionId: `claimed-${round}`, caps: { timeSeconds: 1 } });
+    assert.ok(table.lockFile(run.slot, 20_000));
+    const claimed = blockUntil(() => table.tierClaimed(run.slot, 1));
+    table.unlockFile(run.slot);
+    assert.ok(claimed, `round ${round}: the watchdog claimed tier 1`);
+    const directive = run.preLlmCall();
+    const r = record(run.checkpointFile);
+    assert.ok(directive !== undefined, `round ${round}: the hook returned the directive`);
+    assert.ok(directive.includes(run.checkpointFile), `round ${round}: it names the file`);
+    assert.equal(r?.source, "watchdog", `round ${round}: the file was there when it returned`);
+    await run.end();
+  }
+  await ac.close();
 });

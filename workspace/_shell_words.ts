@@ -48,6 +48,12 @@ const ALWAYS = new Set([
   "shred",
   "patch",
   "rsync",
+  "ln",
+  "chmod",
+  "chown",
+  "chgrp",
+  "touch",
+  "mkdir",
 ]);
 const GIT_DESTRUCTIVE = new Set([
   "reset",
@@ -201,6 +207,25 @@ function commandIsDestructive(input: string[], depth: number): boolean {
       a === "--in-place" || a.startsWith("--in-place=") || /^-[A-Za-z]*i/.test(a)
     );
   }
+  if (name === "tar" || name === "bsdtar" || name === "gtar") {
+    // Extracting writes files; creating or appending writes the archive (`-f FILE`); listing
+    // (`-t`) writes nothing. Letters come bundled (`xzf`, `-xzf`) or as long options.
+    let letters = "";
+    for (const [i, a] of args.entries()) {
+      if (a.startsWith("--")) {
+        letters += { "--extract": "x", "--get": "x", "--create": "c", "--append": "r" }[a] ?? "";
+        if (a === "--file" || a.startsWith("--file=")) letters += "f";
+      } else if (a.startsWith("-") || (i === 0 && /^[A-Za-z]+$/.test(a))) letters += a;
+    }
+    return letters.includes("x") || (/[cruA]/.test(letters) && letters.includes("f"));
+  }
+  if (name === "unzip") return !args.some((a) => /^-[A-Za-z]*[lvtZ]/.test(a));
+  if (name === "awk" || name === "gawk") {
+    return args.some((a, i) =>
+      /^-i ?inplace$/.test(a) || a === "--include=inplace" ||
+      ((a === "-i" || a === "--include") && args[i + 1] === "inplace")
+    );
+  }
   if (name === "tee") return args.some((a) => !a.startsWith("-") && !HARMLESS_TARGETS.test(a));
   if (name === "find") {
     return args.some((a) => a === "-delete" || a === "-exec" || a === "-execdir");
@@ -226,4 +251,67 @@ function baseName(word: string | undefined): string | undefined {
   if (word === undefined) return undefined;
   const slash = word.lastIndexOf("/");
   return (slash >= 0 ? word.slice(slash + 1) : word).replace(/^\\/, "");
+}
+
+/** Commands whose words do not name the files they change (they change a tree, or many files). */
+const WHOLE_TREE = new Set(["git", "patch", "find", "xargs"]);
+
+/**
+ * What a shell command names: a test of whether a root-relative path is one
+ * of the command's words (or under one, or matched by one of its globs), or
+ * `"all"` when the command's words cannot say which files it changes (git,
+ * patch, find, xargs, `eval`, `$(…)`, or a command that cannot be tokenized).
+ * An archive's files (`tar -x`, `unzip`) keep their times, and are told by them. Relative words are matched as a path's tail, so a command run
+ * after a `cd` still names its files.
+ */
+export function namedPaths(command: string): "all" | ((rel: string) => boolean) {
+  // A name made by a command substitution cannot be read off the words.
+  if (command.includes("$(") || command.includes("`")) return "all";
+  let tokens: Token[];
+  try {
+    tokens = shellParse(command.replace(/\r?\n/g, " ; "), (key: string) => `$${key}`) as Token[];
+  } catch {
+    // unreadable: any file may be its
+    return "all";
+  }
+  const words: string[] = [];
+  const patterns: RegExp[] = [];
+  for (const t of tokens) {
+    if (typeof t === "string") {
+      if (t.includes("`")) return "all";
+      for (const w of t.split("=")) words.push(w);
+      const head = baseName(t);
+      if (head !== undefined && (WHOLE_TREE.has(head) || head === "eval")) return "all";
+    } else if ("op" in t && t.op === "glob") {
+      patterns.push(globRegExp(t.pattern ?? "*"));
+    }
+  }
+  const names = words
+    .filter((w) => w !== "" && !w.startsWith("-") && !w.startsWith("$"))
+    .map((w) => w.replace(/\/+$/, "").replace(/^(\.\/)+/, ""))
+    .filter((w) => w !== "" && w !== ".." && !w.includes("\0"));
+  if (names.includes(".") || names.includes("*")) return "all";
+  return (rel) => {
+    const parts = rel.split("/");
+    for (let k = 1; k <= parts.length; k++) {
+      // the file itself, or a directory it is under: by its tail, as a relative word may
+      // be relative to a directory the command changed to
+      const prefix = "/" + parts.slice(0, k).join("/");
+      for (const n of names) {
+        const word = "/" + n.replace(/^\/+/, "");
+        if (prefix.endsWith(word) || (n.startsWith("/") && word.endsWith(prefix))) return true;
+      }
+    }
+    return patterns.some((p) => p.test(rel));
+  };
+}
+
+function globRegExp(glob: string): RegExp {
+  let out = "";
+  for (const ch of glob.replace(/^(\.\/)+/, "")) {
+    if (ch === "*") out += "[^/]*";
+    else if (ch === "?") out += "[^/]";
+    else out += ch.replace(/[.+^${}()|[\]\\]/g, "\\$&");
+  }
+  return new RegExp(`(^|/)${out}$`);
 }

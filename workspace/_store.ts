@@ -166,8 +166,16 @@ const EXCLUDES = [
   ".svn/",
   ".jj/",
   ".DS_Store",
+  "# a rollback's file, written beside its place and renamed into it",
+  ".*.ac-rollback",
   "",
 ].join("\n");
+
+/** The directory names {@link EXCLUDES} leaves out wherever they are. */
+const NEVER_STORED_DIRS = new Set(
+  EXCLUDES.split("\n").filter((l) => l !== "" && !/[#*]/.test(l) && l !== ".DS_Store")
+    .map((l) => l.replace(/\/$/, "")),
+);
 
 // Store blobs exactly as on disk, whatever the project's .gitattributes say,
 // so a blob's id is the content hash the ledger records.
@@ -259,13 +267,20 @@ export class Git {
     if (o.index) env.GIT_INDEX_FILE = o.index;
     if (o.workTree) env.GIT_WORK_TREE = o.workTree;
     const config = o.excludesFile ? ["-c", `core.excludesFile=${o.excludesFile}`] : [];
-    const r = childProcess().spawnSync(this.bin, [...CONFIG, ...config, ...args], {
-      cwd: o.cwd ?? o.gitDir,
-      env,
-      input: o.input,
-      maxBuffer: o.maxBuffer ?? 256 * 1024 * 1024,
-      stdio: ["pipe", "pipe", "pipe"],
-    });
+    const spawn = () =>
+      childProcess().spawnSync(this.bin, [...CONFIG, ...config, ...args], {
+        cwd: o.cwd ?? o.gitDir,
+        env,
+        input: o.input,
+        maxBuffer: o.maxBuffer ?? 256 * 1024 * 1024,
+        stdio: ["pipe", "pipe", "pipe"],
+      });
+    let r = spawn();
+    // Another process's `git prune` removes an object directory once it is empty: one this
+    // command had just made for the object it writes. Writing objects is idempotent: again.
+    for (let again = 0; again < 3 && r.status !== 0 && lostObjectDir(r.stderr); again++) {
+      r = spawn();
+    }
     if (r.error) {
       const code = (r.error as NodeJS.ErrnoException).code;
       if (code === "ENOBUFS" && o.workTree) {
@@ -280,6 +295,10 @@ export class Git {
     return r.stdout as Buffer;
   }
 }
+
+/** Whether git's error says the directory it made for a new object was gone at once. */
+const lostObjectDir = (stderr: Buffer | string | null | undefined): boolean =>
+  /unable to create temporary file: No such file or directory/.test(String(stderr ?? ""));
 
 /** The git blob id of some bytes: the ledger's content hash. */
 export function blobId(content: Buffer): string {
@@ -302,6 +321,26 @@ export function diskHash(file: string | Buffer): string | null | undefined {
     : undefined;
   return content === undefined ? undefined : blobId(content);
 }
+
+/**
+ * {@link diskHash} of a root-relative path, never read through a symbolic
+ * link among its parents: a path under a linked directory is not in the
+ * project any more, so it counts as deleted (null).
+ */
+export function diskHashUnder(root: string, rel: Buffer): string | null | undefined {
+  const base = Buffer.from(root + "/");
+  for (let i = rel.indexOf(0x2f); i > 0; i = rel.indexOf(0x2f, i + 1)) {
+    const st = lstatSyncIfThere(Buffer.concat([base, rel.subarray(0, i)]));
+    if (st === undefined || !st.isDirectory()) return null;
+  }
+  return diskHash(Buffer.concat([base, rel]));
+}
+
+/**
+ * The ledger's mark of a file a shell command's run saw changed without naming it: possibly a
+ * hand edit made meanwhile, so never taken as the agent's (`"?" + content hash`).
+ */
+export const DURING = "?";
 
 /** The ledger's key for a root-relative path given as bytes. */
 export function ledgerKey(rel: Buffer): string {
@@ -373,6 +412,8 @@ export interface ProjectState {
   head?: string;
   /** The tree the index held when last written. */
   indexTree?: string;
+  /** The content hash of the newest snapshot's empty directories, as {@link emptyDirsOf} lists them. */
+  emptyDirs?: string;
   /** The hash of the excludes the index was staged with (others: it is staged anew). */
   excludes?: string;
   /** The ref's value when `ids` was read, the snapshot ids it lists, and their kinds. */
@@ -410,6 +451,52 @@ export interface SnapshotMeta {
   tool?: string;
   turn?: number;
   runId?: string;
+  /** The files over `max_file_size_mb`, left out of it. */
+  leftOut?: LeftOut[];
+  /** The empty directories of its tree (git stores none), as ledger keys; and whether all. */
+  emptyDirs?: { keys: string[]; complete: boolean };
+}
+
+/** A file over `max_file_size_mb`, left out of a snapshot: its ledger key, size and time then. */
+export interface LeftOut {
+  key: string;
+  size: number;
+  mtime: number;
+}
+
+/** At most this many left-out files are named in a snapshot's message. */
+const LEFT_OUT_MAX = 10_000;
+
+/** The files a snapshot left out for their size, as its commit message names them. */
+export function leftOutOf(message: string): Map<string, LeftOut> {
+  const out = new Map<string, LeftOut>();
+  for (const line of message.split("\n")) {
+    const m = /^left out: max_file_size_mb (\d+) ([\d.]+) (".*")$/.exec(line);
+    const key = m ? parseJsonIfValid(m[3] as string) : undefined;
+    if (m && typeof key === "string") {
+      out.set(key, { key, size: Number(m[1]), mtime: Number(m[2]) });
+    }
+  }
+  return out;
+}
+
+/** At most this many empty directories are named in a snapshot's message. */
+const EMPTY_DIRS_MAX = 10_000;
+
+/**
+ * The empty directories a snapshot's commit message names (ledger keys, sorted), and whether
+ * they are all of them (not so for a snapshot taken before they were recorded).
+ */
+export function emptyDirsOf(message: string): { keys: string[]; complete: boolean } {
+  const keys: string[] = [];
+  let count: string | undefined;
+  for (const line of message.split("\n")) {
+    if (line.startsWith("empty dirs: ")) count = line.slice("empty dirs: ".length);
+    if (!line.startsWith("empty dir: ")) continue;
+    const key = parseJsonIfValid(line.slice("empty dir: ".length));
+    if (typeof key === "string") keys.push(key);
+  }
+  return { keys, complete: count === String(keys.length) };
 }
 
 /** A snapshot's commit message: the reason, then one `key: value` line per fact. */
@@ -418,6 +505,16 @@ export function snapshotMessage(reason: string, root: string, meta: SnapshotMeta
   if (meta.tool !== undefined) lines.push(`tool: ${oneLine(meta.tool)}`);
   if (meta.turn !== undefined) lines.push(`turn: ${meta.turn}`);
   if (meta.runId !== undefined) lines.push(`run: ${oneLine(meta.runId)}`);
+  for (const f of (meta.leftOut ?? []).slice(0, LEFT_OUT_MAX)) {
+    lines.push(`left out: max_file_size_mb ${f.size} ${f.mtime} ${JSON.stringify(f.key)}`);
+  }
+  if (meta.emptyDirs !== undefined) {
+    const { keys, complete } = meta.emptyDirs;
+    lines.push(`empty dirs: ${complete ? keys.length : "not all listed"}`);
+    for (const key of keys.slice(0, EMPTY_DIRS_MAX)) {
+      lines.push(`empty dir: ${JSON.stringify(key)}`);
+    }
+  }
   return `${oneLine(reason)}\n\n${lines.join("\n")}\n`;
 }
 
@@ -452,7 +549,10 @@ export function keptIds(snapshots: { id: string; kind: SnapshotKind }[], max: nu
   return snapshots.filter((s) => ++seen[s.kind] <= max).map((s) => s.id);
 }
 
-/** The ledger: what the agent last wrote to each path (null: deleted it). */
+/**
+ * The ledger: what the agent last wrote to each path (null: deleted it; {@link DURING} and a
+ * hash: changed while a command ran, not known to be the agent's).
+ */
 export type Ledger = Record<string, string | null>;
 
 /** The project locks this process holds (taking one again is a no-op). */
@@ -494,21 +594,36 @@ export class Project {
 
   /** Run `body` on a view of this project that writes nothing to the store. */
   readOnlyView<T>(body: (view: Project) => T): T {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ws-view-"));
+    const view = this.openView();
     try {
-      fs.mkdirSync(path.join(dir, "objects"));
-      try {
-        const copy = path.join(dir, "index");
-        fs.copyFileSync(this.index, copy);
-        // Git tells a file changed within the index's own second by the index's
-        // time ("racily clean"): the copy must keep it.
-        const st = fs.statSync(this.index);
-        fs.utimesSync(copy, st.atime, st.mtime);
-      } catch { /* no index yet: staged from scratch */ }
-      return body(new Project(this.store, this.root, dir));
+      return body(view);
     } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
+      view.closeView();
     }
+  }
+
+  /**
+   * A view of this project that writes nothing to the store, needing no lock: its own index
+   * (a copy of the project's) and objects in a scratch directory; {@link Project.closeView}
+   * removes it.
+   */
+  openView(): Project {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ac-ws-view-"));
+    fs.mkdirSync(path.join(dir, "objects"));
+    try {
+      const copy = path.join(dir, "index");
+      fs.copyFileSync(this.index, copy);
+      // Git tells a file changed within the index's own second by the index's
+      // time ("racily clean"): the copy must keep it.
+      const st = fs.statSync(this.index);
+      fs.utimesSync(copy, st.atime, st.mtime);
+    } catch { /* no index yet: staged from scratch */ }
+    return new Project(this.store, this.root, dir);
+  }
+
+  /** Remove a view's scratch directory. */
+  closeView(): void {
+    if (this.scratch !== undefined) fs.rmSync(this.scratch, { recursive: true, force: true });
   }
 
   git(args: string[], o: GitCallOptions = {}): Buffer {
@@ -792,7 +907,7 @@ export class Project {
    * Bring the index up to date with the tree (honouring .gitignore, the
    * store's excludes and the size limits); returns whether anything changed.
    */
-  stage(limits: Limits): { changed: boolean; tooBig: Buffer[]; bytes: number } {
+  stage(limits: Limits): { changed: boolean; tooBig: Buffer[]; leftOut: LeftOut[]; bytes: number } {
     fs.mkdirSync(this.workDir, { recursive: true });
     const hash = nodeCrypto().createHash("sha1").update(limits.excludes).digest("hex").slice(0, 16);
     this.#excludesFile = this.excludesFile(hash, limits.excludes);
@@ -842,10 +957,13 @@ export class Project {
     // The tree's files: the index's, plus those not in it, less those deleted.
     const total = this.indexEntries() + others.size - deleted.size;
     if (total > limits.maxFiles) {
-      throw new GuardError(this.root, `the tree has more than ${limits.maxFiles} files`);
+      throw new GuardError(
+        this.root,
+        `the tree has more than ${limits.maxFiles} files (max_tree_files)`,
+      );
     }
     const unique = dedupe(candidates);
-    if (unique.length === 0) return { changed: false, tooBig: [], bytes: 0 };
+    if (unique.length === 0) return { changed: false, tooBig: [], leftOut: [], bytes: 0 };
     const rootBuf = Buffer.from(this.root + path.sep);
     const rootText = this.root + path.sep;
     // One lstat per changed path (all of them on the first snapshot): by its
@@ -860,6 +978,7 @@ export class Project {
     const add: Buffer[] = [];
     const drop: Buffer[] = [];
     const tooBig: Buffer[] = [];
+    const leftOut: LeftOut[] = [];
     const linked = symlinkedParent(rootBuf);
     let bytes = 0;
     for (const [i, p] of unique.entries()) {
@@ -883,10 +1002,12 @@ export class Project {
       }
       if (st.isFile() && st.size > limits.maxFileBytes) {
         tooBig.push(p);
+        leftOut.push({ key: ledgerKey(p), size: st.size, mtime: st.mtimeMs });
         drop.push(p);
         continue;
       }
-      if (st.isFile()) bytes += st.size;
+      // On disk, not content: a loose object takes whole blocks (4 KiB at least).
+      if (st.isFile()) bytes += Math.ceil((st.size + 1) / 4096) * 4096;
       add.push(p);
     }
     if (drop.length) {
@@ -907,7 +1028,7 @@ export class Project {
       });
     }
     if (this.scratch === undefined) this.store.grew(bytes);
-    return { changed: true, tooBig, bytes };
+    return { changed: true, tooBig, leftOut, bytes };
   }
 
   /**
@@ -951,15 +1072,61 @@ export class Project {
     return splitZ(out).map((p) => Buffer.concat([sub, p]));
   }
 
-  /** Stage and write the index as a tree; returns the tree id. */
-  writeTree(limits: Limits): { tree: string; changed: boolean } {
+  /**
+   * The tree's empty directories (those holding nothing), as sorted ledger keys, and whether all:
+   * git keeps no directories, so a snapshot names them in its message. Called once the index is
+   * staged, so a directory git lists as untracked holds no file a snapshot keeps; only those are
+   * walked.
+   */
+  emptyDirs(): { keys: string[]; complete: boolean } {
+    const listed = splitZ(
+      this.git([
+        "ls-files",
+        "-z",
+        "-o",
+        "--directory",
+        "--exclude-standard",
+        ...this.excludeStore(),
+      ]),
+    ).filter((p) => p[p.length - 1] === 0x2f);
+    const out: string[] = [];
+    let visits = 0;
+    const walk = (rel: Buffer): void => {
+      if (out.length >= EMPTY_DIRS_MAX || ++visits > EMPTY_DIRS_MAX * 10) return;
+      let entries: fs.Dirent<Buffer>[];
+      try {
+        entries = fs.readdirSync(Buffer.concat([Buffer.from(this.root + "/"), rel]), {
+          withFileTypes: true,
+          encoding: "buffer",
+        });
+      } catch {
+        return; // gone or unreadable meanwhile: not known to be empty
+      }
+      if (entries.length === 0) out.push(ledgerKey(rel));
+      for (const e of entries) {
+        // A nested repository's own `.git`, or what snapshots never store, is not the tree's.
+        if (e.isDirectory() && !NEVER_STORED_DIRS.has(e.name.toString("latin1"))) {
+          walk(Buffer.concat([rel, Buffer.from("/"), e.name]));
+        }
+      }
+    };
+    for (const p of listed) walk(p.subarray(0, p.length - 1));
+    const complete = out.length < EMPTY_DIRS_MAX && visits <= EMPTY_DIRS_MAX * 10;
+    return { keys: out.sort(), complete };
+  }
+
+  /** Stage and write the index as a tree; returns the tree id, and the files too big for it. */
+  writeTree(limits: Limits): { tree: string; changed: boolean; leftOut: LeftOut[] } {
     const state = this.state();
     const staged = this.stage(limits);
+    const leftOut = staged.leftOut;
+    // A view's index may be a copy taken while another process rewrote the project's.
     if (
-      !staged.changed && state.indexTree && fs.existsSync(this.index) &&
+      this.scratch === undefined && !staged.changed && state.indexTree &&
+      fs.existsSync(this.index) &&
       this.store.hasObject(state.indexTree)
     ) {
-      return { tree: state.indexTree, changed: false };
+      return { tree: state.indexTree, changed: false, leftOut };
     }
     let tree = this.gitAttempt(["write-tree"])?.toString().trim();
     if (tree === undefined) {
@@ -969,7 +1136,7 @@ export class Project {
       tree = this.git(["write-tree"]).toString().trim();
     }
     this.saveState({ ...this.state(), indexTree: tree });
-    return { tree, changed: true };
+    return { tree, changed: true, leftOut };
   }
 }
 
@@ -1372,7 +1539,10 @@ export class Store {
     if (dropped) this.prune();
     let size = this.measure();
     if (size <= limits.maxTotalBytes) return dropped;
-    let packed = false;
+    // Loose objects take whole blocks: packed, the same snapshots may well fit.
+    this.prune(true);
+    size = this.measure();
+    if (size <= limits.maxTotalBytes) return dropped;
     for (;;) {
       let progress = false;
       for (const p of this.projects()) {
@@ -1384,8 +1554,8 @@ export class Store {
           progress = true;
         });
       }
-      this.prune(!packed && fs.readdirSync(path.join(this.gitDir, "objects", "pack")).length > 0);
-      packed = true;
+      // What the dropped snapshots alone held is in the pack now: only a repack frees it.
+      this.prune(true);
       size = this.measure();
       if (size <= limits.maxTotalBytes || !progress) return dropped;
     }

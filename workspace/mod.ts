@@ -15,13 +15,18 @@ import * as path from "node:path";
 import process from "node:process";
 import { Buffer } from "node:buffer";
 import {
-  diskHash,
+  blobId,
+  diskHashUnder,
+  DURING,
+  emptyDirsOf,
   Git,
   GuardError,
   HOOK_LOCK_WAIT_MS,
   keptIds,
   type Ledger,
   ledgerKey,
+  type LeftOut,
+  leftOutOf,
   limitsOf,
   type Project,
   projectRootOf,
@@ -34,19 +39,23 @@ import {
   Store,
   toolsOf,
   type WorkspaceSettings,
+  writeAtomic,
 } from "./_store.ts";
 import {
   applyPlan,
   describe,
+  emptyDirSteps,
+  endJournal,
+  finishJournal,
   type PlanEntry,
   planRollback,
   relativeToRoot,
   resultPatch,
   treeChanges,
 } from "./_restore.ts";
-import { commandOf, filePathsOf, isDestructiveCommand } from "./_shell_words.ts";
+import { commandOf, filePathsOf, isDestructiveCommand, namedPaths } from "./_shell_words.ts";
 import { LockTimeout } from "./_lock.ts";
-import { readdirIfThere, realpathIfThere } from "../_file_ops.ts";
+import { jsonIfThere, lstatSyncIfThere, readdirIfThere, realpathIfThere } from "../_file_ops.ts";
 import { failOpen } from "../log.ts";
 import { moveIn, STATE_DIR_NAME, stateDir } from "../_home.ts";
 
@@ -94,8 +103,13 @@ interface Pending {
   base: string;
   /** The commit that keeps `base` from being pruned until the tool ends. */
   hold?: string;
+  /** Where `base` was staged when the project's lock was held by another process. */
+  view?: Project;
   paths: string[];
   shell: boolean;
+  /** A shell tool's command, and when it started (ms since the epoch). */
+  command?: string;
+  start?: number;
 }
 
 /**
@@ -136,6 +150,7 @@ export class Workspaces {
   readonly #said = new Set<string>();
   readonly #skip = new Map<string, string>();
   readonly #unknownTools = new Set<string>();
+  readonly #leftOutSaid = new Set<string>();
 
   /**
    * Set up the snapshots of one library instance; nothing is read or run yet.
@@ -182,6 +197,7 @@ export class Workspaces {
       const tools = toolsOf(this.#options.settings());
       const file = tools.file.has(tool);
       let shell = false;
+      let command: string | undefined;
       if (!file) {
         if (!tools.shell.has(tool)) {
           if (!this.#unknownTools.has(tool) && this.#unknownTools.size < 1000) {
@@ -196,7 +212,7 @@ export class Workspaces {
           }
           return undefined;
         }
-        const command = commandOf(input, tools.commandKeys);
+        command = commandOf(input, tools.commandKeys);
         if (command === undefined || !isDestructiveCommand(command)) return undefined;
         shell = true;
       }
@@ -217,19 +233,41 @@ export class Workspaces {
         // kept, and thrown once the other steps ran
         failure = error;
       }
-      // After waiting out the lock once, the tool is not held up a second time.
-      if (shell && !(failure instanceof LockTimeout)) {
+      if (shell) {
         try {
           // The tree before the command, to see afterwards what it changed.
           const store = this.#store() as Store;
           const project = store.project(root);
-          const { base, hold } = project.locked(() =>
-            store.writing(() => {
-              const base = project.writeTree(this.#limits()).tree;
-              return { base, hold: project.hold(base) };
-            })
-          );
-          this.#remember(key, { root, base, hold, paths: [], shell });
+          let taken: { base: string; hold?: string; view?: Project };
+          try {
+            // After waiting out the lock once, the tool is not held up a second time.
+            if (failure instanceof LockTimeout) throw failure;
+            taken = project.locked(() =>
+              store.writing(() => {
+                const base = project.writeTree(this.#limits()).tree;
+                return { base, hold: project.hold(base) };
+              })
+            );
+          } catch (error) {
+            if (!(error instanceof LockTimeout)) throw error;
+            // Another process holds the project: the command's changes are still seen, on a
+            // view of its own that needs no lock (the snapshot alone is skipped).
+            const view = project.openView();
+            try {
+              taken = { base: view.writeTree(this.#limits()).tree, view };
+            } catch (viewError) {
+              view.closeView();
+              throw viewError;
+            }
+          }
+          this.#remember(key, {
+            root,
+            ...taken,
+            paths: [],
+            shell,
+            ...(command === undefined ? {} : { command }),
+            start: Date.now(),
+          });
         } catch (error) {
           // kept, and thrown once the other steps ran
           failure ??= error;
@@ -259,9 +297,23 @@ export class Workspaces {
         if (options.ok !== false) this.afterWrite(dir, pending.paths, options.runId);
         return;
       }
+      const end = Date.now();
       const store = this.#store() as Store;
       const project = store.project(pending.root);
       let changes: ReturnType<typeof treeChanges>;
+      const view = pending.view;
+      if (view !== undefined) {
+        try {
+          const after = view.writeTree(this.#limits()).tree;
+          changes = after === pending.base ? [] : treeChanges(view, pending.base, after);
+        } finally {
+          view.closeView();
+        }
+        project.recordWrites(
+          commandWrites(pending.root, changes, pending.command, pending.start ?? 0, end),
+        );
+        return;
+      }
       try {
         changes = project.locked(() =>
           store.writing(() => {
@@ -285,13 +337,9 @@ export class Workspaces {
         );
         return;
       }
-      const entries: Ledger = {};
-      for (const c of changes) {
-        const abs = Buffer.concat([Buffer.from(pending.root + "/"), c.rel]);
-        const now = c.status === "D" ? diskHash(abs) : c.dstBlob;
-        if (now !== undefined) entries[ledgerKey(c.rel)] = now;
-      }
-      project.recordWrites(entries);
+      project.recordWrites(
+        commandWrites(pending.root, changes, pending.command, pending.start ?? 0, end),
+      );
     });
   }
 
@@ -306,7 +354,7 @@ export class Workspaces {
       for (const p of paths) {
         const rel = relativeToRoot(root, dir, p);
         if (rel === undefined || rel.length === 0) continue;
-        const hash = diskHash(Buffer.concat([Buffer.from(root + "/"), rel]));
+        const hash = diskHashUnder(root, rel);
         if (hash === undefined) continue;
         entries[ledgerKey(rel)] = hash;
       }
@@ -332,6 +380,7 @@ export class Workspaces {
           reason,
           runId === undefined ? {} : { runId },
         ));
+      this.#sayLeftOut(root, taken?.leftOut, runId);
       return taken ? { snapshot: taken.id, project: root } : undefined;
     });
   }
@@ -339,7 +388,9 @@ export class Workspaces {
   #remember(key: string, pending: Pending): void {
     // A host that never reports a tool's end must not grow this without bound.
     if (this.#pending.size >= 1000) {
-      this.#pending.delete(this.#pending.keys().next().value as string);
+      const oldest = this.#pending.keys().next().value as string;
+      this.#pending.get(oldest)?.view?.closeView();
+      this.#pending.delete(oldest);
     }
     this.#pending.set(key, pending);
   }
@@ -366,11 +417,40 @@ export class Workspaces {
         // Not looked at again by this instance: a huge tree is costly to list.
         this.#skip.set(error.root, error.message);
         this.#say("info", `workspace snapshots skip ${error.root}: ${error.message}`, runId);
+        // Kept for a rollback to say why there is nothing to roll back to.
+        const store = this.#store();
+        if (store?.movedIn) {
+          failOpen(() =>
+            writeAtomic(
+              path.join(store.project(error.root).dir, "guarded.json"),
+              JSON.stringify({ at: new Date().toISOString(), reason: error.message }) + "\n",
+            ), () => {});
+        }
         return undefined;
       }
       const message = error instanceof Error ? error.message : String(error);
       this.#say("warn", `workspace snapshot failed: ${message}`, runId);
       return undefined;
+    }
+  }
+
+  /** One log line per file left out of the snapshots for its size (per instance). */
+  #sayLeftOut(root: string, leftOut: LeftOut[] | undefined, runId?: string): void {
+    const mb = this.#limits().maxFileBytes / 1024 / 1024;
+    for (const f of leftOut ?? []) {
+      const id = `${root}\0${f.key}`;
+      if (this.#leftOutSaid.has(id) || this.#leftOutSaid.size >= 100_000) continue;
+      this.#leftOutSaid.add(id);
+      const name = f.key.startsWith("\0b64:")
+        ? showPath(Buffer.from(f.key.slice(6), "base64"))
+        : showPath(Buffer.from(f.key));
+      this.#say(
+        "info",
+        `workspace snapshots leave out ${path.join(root, name)}: ${
+          (f.size / 1024 / 1024).toFixed(1)
+        } MB, over max_file_size_mb (${mb}); a rollback never restores nor removes it`,
+        runId,
+      );
     }
   }
 
@@ -452,6 +532,7 @@ export class Workspaces {
           ...(tool === undefined ? {} : { tool }),
         },
       ));
+    this.#sayLeftOut(root, taken?.leftOut, runId);
     return taken?.created ? taken.id : undefined;
   }
 
@@ -469,6 +550,49 @@ export class Workspaces {
       throw error;
     }
   }
+}
+
+/** How far before a command's start a file's time still counts as within it (coarse clocks). */
+const MTIME_SLACK_MS = 2000;
+
+/**
+ * What a shell command wrote, file by file, for the ledger. A file deleted
+ * while it ran is the command's (putting it back destroys nothing). A changed
+ * file whose modification time is after the command ended was changed again
+ * since: not recorded. One whose time is well before the command started came
+ * with its time kept (`cp -p`, `mv`, `tar -x`): nobody's hand edit stamps an
+ * old time, so it is the command's. One changed while the command ran is the
+ * command's when the command names it (or cannot say what it changes: git,
+ * patch, find, xargs...); otherwise it may be a hand edit made meanwhile, and
+ * is recorded as "changed during the command" (a rollback keeps it unless
+ * told `--all`), never as the agent's.
+ */
+function commandWrites(
+  root: string,
+  changes: ReturnType<typeof treeChanges>,
+  command: string | undefined,
+  start: number,
+  end: number,
+): Ledger {
+  const named = command === undefined ? "all" : namedPaths(command);
+  const entries: Ledger = {};
+  for (const c of changes) {
+    const key = ledgerKey(c.rel);
+    if (c.status === "D") {
+      const now = diskHashUnder(root, c.rel);
+      if (now !== undefined) entries[key] = now;
+      continue;
+    }
+    // Undefined: gone since, or a name this runtime cannot pass to the file system (Deno's
+    // node:fs is lossy for non-UTF-8 bytes); the command's words decide alone.
+    const mtime = lstatSyncIfThere(Buffer.concat([Buffer.from(root + "/"), c.rel]))?.mtimeMs;
+    if (mtime !== undefined && mtime > end + 1) continue;
+    const old = mtime !== undefined && mtime < start - MTIME_SLACK_MS;
+    if (old || named === "all" || named(c.rel.toString("utf8"))) {
+      entries[key] = c.dstBlob;
+    } else entries[key] = DURING + c.dstBlob;
+  }
+  return entries;
 }
 
 function pendingKey(tool: string, callId: string | undefined, runId: string | undefined): string {
@@ -496,39 +620,57 @@ function takeSnapshot(
   limits: ReturnType<typeof limitsOf>,
   reason: string,
   meta: SnapshotMeta = {},
-): { id: string; created: boolean } | undefined {
+): { id: string; created: boolean; leftOut: LeftOut[] } | undefined {
   store.ensure();
   const project = store.project(root);
   return project.locked(() => {
+    const finished = finishInterrupted(project);
+    if (finished !== undefined) {
+      store.log(
+        `finished a rollback of ${root} that was interrupted: ${
+          finished.filter((e) => e.action !== "skip").length
+        } files restored or removed, ${
+          finished.filter((e) => e.action === "skip").length
+        } left as they are`,
+      );
+    }
     let dropped = false;
-    let taken: { id: string; created: boolean };
+    let taken: { id: string; created: boolean; leftOut: LeftOut[] };
     const done = store.beginWrite();
     try {
-      const { tree } = project.writeTree(limits);
+      const { tree, leftOut } = project.writeTree(limits);
+      const emptyDirs = project.emptyDirs();
+      const empties = emptiesHash(emptyDirs);
       const head = project.refHead();
       const all = head ? project.snapshotKinds() : [];
       const state = project.state();
       const newest = all[0]?.id;
       let unchanged = false;
       if (newest !== undefined) {
-        const newestTree = newest === state.head && state.lastTree
-          ? state.lastTree
-          : store.treeOf(newest);
-        if (newestTree === tree) {
-          if (newest !== state.head) project.saveState({ ...state, lastTree: tree, head: newest });
+        const known = newest === state.head && state.lastTree !== undefined;
+        const newestTree = known ? state.lastTree : store.treeOf(newest);
+        // An empty directory made or removed since is a change too: git's tree cannot show it.
+        const newestEmpties = known && state.emptyDirs !== undefined
+          ? state.emptyDirs
+          : emptiesHash(emptyDirsOf(project.git(["cat-file", "commit", newest]).toString("utf8")));
+        if (newestTree === tree && newestEmpties === empties) {
+          if (newest !== state.head || state.emptyDirs !== empties) {
+            project.saveState({ ...state, lastTree: tree, head: newest, emptyDirs: empties });
+          }
           unchanged = true;
         }
       }
-      if (unchanged) taken = { id: newest as string, created: false };
+      if (unchanged) taken = { id: newest as string, created: false, leftOut };
       else {
-        const id = store.writeCommit(tree, [], snapshotMessage(reason, root, meta));
+        const message = snapshotMessage(reason, root, { ...meta, leftOut, emptyDirs });
+        const id = store.writeCommit(tree, [], message);
         const next = [{ id, kind: meta.kind ?? "agent" as const }, ...all];
         const keep = keptIds(next, limits.maxSnapshots);
         const kinds = next.filter((s) => keep.includes(s.id)).map((s) => s.kind);
         project.setSnapshots(keep, tree, head, kinds);
-        project.saveState({ ...project.state(), lastTree: tree, head: id });
+        project.saveState({ ...project.state(), lastTree: tree, head: id, emptyDirs: empties });
         dropped = keep.length < next.length;
-        taken = { id, created: true };
+        taken = { id, created: true, leftOut };
       }
     } finally {
       done();
@@ -536,11 +678,41 @@ function takeSnapshot(
     if (dropped) store.prune();
     const estimate = store.estimate();
     if (estimate === undefined || estimate > limits.maxTotalBytes) {
-      if (store.measure() > limits.maxTotalBytes) store.enforce(limits, undefined);
+      const size = store.measure();
+      if (size > limits.maxTotalBytes) {
+        const dropped = store.enforce(limits, undefined);
+        const mib = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MiB`;
+        store.log(
+          `the snapshot store took ${mib(size)} on disk, over max_total_size_mb (${
+            mib(limits.maxTotalBytes)
+          }): repacked${dropped ? `, and dropped ${dropped} oldest snapshots` : ""}; now ${
+            mib(store.size())
+          }`,
+        );
+      }
     }
     project.compactLedger();
     return taken;
   });
+}
+
+/** A short hash of a list of empty directories, to see whether it changed. */
+const emptiesHash = (dirs: { keys: string[]; complete: boolean }) =>
+  blobId(Buffer.from(JSON.stringify(dirs))).slice(0, 16);
+
+/**
+ * Finish a rollback that was killed (see {@link finishJournal}), under the project's lock.
+ *
+ * @returns What it did, or undefined when no rollback was interrupted.
+ */
+function finishInterrupted(project: Project): PlanEntry[] | undefined {
+  if (project.scratch !== undefined) return undefined;
+  const ledger = project.ledger();
+  const done = finishJournal(project, ledger);
+  if (done === undefined) return undefined;
+  project.saveLedger(ledger);
+  endJournal(project);
+  return done;
 }
 
 /** How {@link rollback} and {@link rollbackDiff} find the store and the project. */
@@ -620,6 +792,8 @@ export function rollback(options: RollbackOptions): RollbackResult {
   const limits = limitsOf(options.settings ?? {});
   const only = onlyPath(project.root, options);
   const { before, done } = project.locked(() => {
+    // A rollback killed before is finished first, and what that did is said with this one.
+    const finished = finishInterrupted(project) ?? [];
     const taken = takeSnapshot(
       project.store,
       project.root,
@@ -629,13 +803,25 @@ export function rollback(options: RollbackOptions): RollbackResult {
     );
     const current = project.state().lastTree ?? project.writeTree(limits).tree;
     const ledger = project.ledger();
+    const message = project.git(["cat-file", "commit", target.id]).toString("utf8");
     const plan = planRollback(project, current, target.tree, ledger, {
       all: options.all === true,
       ...(only === undefined ? {} : { only }),
+      leftOut: leftOutOf(message),
     });
-    const done = applyPlan(project, plan, ledger);
+    const dirTarget = { id: target.id, tree: target.tree, only };
+    const done = applyPlan(project, plan, ledger, dirTarget);
+    // Git keeps no directories: the snapshot's message names its empty ones.
+    done.push(...emptyDirSteps(project, done, dirTarget));
     project.saveLedger(ledger);
-    return { before: taken?.id, done };
+    endJournal(project);
+    // Unchanged since the target: the snapshot "taken first" is the target itself, not news.
+    const before = taken?.id === target.id ? undefined : taken?.id;
+    const seen = new Set(done.map((e) => e.rel.toString("latin1")));
+    return {
+      before,
+      done: [...finished.filter((e) => !seen.has(e.rel.toString("latin1"))), ...done],
+    };
   });
   return {
     project: project.root,
@@ -696,12 +882,14 @@ function preview(
     const plan = planRollback(view, current, target.tree, view.ledger(), {
       all: options.all === true,
       ...(only === undefined ? {} : { only }),
+      leftOut: leftOutOf(view.git(["cat-file", "commit", target.id]).toString("utf8")),
     });
+    const dirs = emptyDirSteps(view, plan, { id: target.id, tree: target.tree, only }, true);
     const result: RollbackResult & { patch?: string } = {
       project: project.root,
       snapshot: target,
       dryRun: true,
-      ...summarize(plan),
+      ...summarize([...plan, ...dirs]),
     };
     if (withPatch) {
       result.patch = resultPatch(view, current, plan);
@@ -746,8 +934,15 @@ function openProject(options: RollbackOptions): { project: Project; target: Snap
   const root = projectRootOf(options.project ?? process.cwd());
   const project = store.project(root);
   const snapshots = store.exists() ? project.snapshots() : [];
-  if (snapshots.length === 0) throw new RangeError(`No snapshots of ${root}`);
+  if (snapshots.length === 0) throw new RangeError(noSnapshots(project));
   return { project, target: findSnapshot(root, snapshots, String(options.target ?? 1)) };
+}
+
+/** "No snapshots", and why when a guard kept the tree out. */
+function noSnapshots(project: Project): string {
+  const note = jsonIfThere(path.join(project.dir, "guarded.json")) as { reason?: unknown } | null;
+  const why = typeof note?.reason === "string" ? `: it was not snapshotted, ${note.reason}` : "";
+  return `No snapshots of ${project.root}${why}`;
 }
 
 /**
@@ -819,7 +1014,7 @@ export function listSnapshots(
   const root = projectRootOf(options.project ?? process.cwd());
   const project = store.project(root);
   const snapshots = store.exists() ? project.snapshots() : [];
-  if (snapshots.length === 0) throw new RangeError(`No snapshots of ${root}`);
+  if (snapshots.length === 0) throw new RangeError(noSnapshots(project));
   let n = 0;
   const entries = snapshots.map((s, i) => {
     const older = snapshots[i + 1];

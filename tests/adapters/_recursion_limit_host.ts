@@ -9,12 +9,12 @@ import process from "node:process";
 import { createAgent } from "npm:langchain@1";
 import { tool } from "npm:@langchain/core@1/tools";
 import { createAgentCheckpoint } from "../../mod.ts";
-import { checkpointMiddleware } from "../../adapters/langchain.ts";
+import { agentCheckpointMiddleware } from "../../adapters/langchain.ts";
 import { tempHome } from "../_helpers.ts";
 import { ScriptedChatModel, toolsThenAnswer } from "./_langchain_fake.ts";
 
 const ac = createAgentCheckpoint({ home: tempHome(), env: {}, logger: () => {} });
-const checkpoint = checkpointMiddleware(ac, { maxTurns: 12 });
+const checkpoint = agentCheckpointMiddleware(ac, { maxTurns: 12 });
 const search = tool(() => "found", {
   name: "search",
   description: "Search.",

@@ -176,7 +176,7 @@ for (const v of VERSIONS) {
     const m = model(v, 12);
     const cp = checkpointed(ac, { sessionId: "enforced", maxSteps: 12, tokens: 5_000, ai: v.ai });
     let atAbort: string | undefined;
-    cp.run.budgetSignal.addEventListener("abort", () => {
+    cp.run.signal.addEventListener("abort", () => {
       atAbort = fs.readFileSync(cp.run.checkpointFile, "utf8");
     });
     const params = {

@@ -15,7 +15,7 @@ import { MockLanguageModelV4 } from "npm:ai@7.0.173/test";
 import { type AgentCheckpoint, createAgentCheckpoint } from "../../mod.ts";
 import { checkpointed } from "../../adapters/ai_sdk.ts";
 import { parseRecord } from "../../_record.ts";
-import { blockFor, captureLog, sleep, tempHome, waitFor } from "../_helpers.ts";
+import { blockUntil, captureLog, sleep, tempHome, waitFor } from "../_helpers.ts";
 
 // deno-lint-ignore no-explicit-any
 type Any = any;
@@ -239,7 +239,9 @@ for (const v of VERSIONS) {
         prompt: "Build it.",
         tools: {
           build: tool(v, () => {
-            blockFor(4000); // past tier 2 of a 3 s cap (2.4 s)
+            // Past tier 2 of a 3 s cap (2.4 s), until the watchdog's file shows it (bounded).
+            const file = cp.run.checkpointFile;
+            blockUntil(() => fs.existsSync(file) && record(file).tier === 2, 60_000);
             blockEnded = Date.now();
             during = record(cp.run.checkpointFile);
             return "built";

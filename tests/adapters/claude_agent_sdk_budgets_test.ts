@@ -7,38 +7,22 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
-import * as path from "node:path";
-import process from "node:process";
 import { createSdkMcpServer, type Options, tool } from "npm:@anthropic-ai/claude-agent-sdk@0.x";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { parseRecord } from "../../_record.ts";
 import { checkpointedQuery } from "../../adapters/claude_agent_sdk.ts";
-import { type MessagesServer, startMessagesServer } from "../fixtures/messages_server.ts";
+import {
+  claudeOffline,
+  type MessagesServer,
+  startMessagesServer,
+} from "../fixtures/messages_server.ts";
 import { tempHome } from "../_helpers.ts";
 
 const TIER1 = "CHECKPOINT-TIER-ONE";
 const TIER2 = "CHECKPOINT-TIER-TWO";
 
-function offline(server: MessagesServer, cwd: string, extra: Options = {}): Options {
-  const config = fs.mkdtempSync(path.join(cwd, ".claude-"));
-  return {
-    cwd,
-    settingSources: [],
-    permissionMode: "dontAsk",
-    env: {
-      PATH: process.env.PATH ?? "/usr/bin:/bin",
-      HOME: config,
-      CLAUDE_CONFIG_DIR: config,
-      ANTHROPIC_BASE_URL: server.url,
-      ANTHROPIC_API_KEY: "dummy",
-      DISABLE_TELEMETRY: "1",
-      DISABLE_AUTOUPDATER: "1",
-      DISABLE_ERROR_REPORTING: "1",
-      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
-    },
-    ...extra,
-  };
-}
+const offline = (server: MessagesServer, cwd: string, extra: Options = {}): Options =>
+  claudeOffline(server, cwd, extra);
 
 const quick = createSdkMcpServer({
   name: "t",
@@ -129,7 +113,7 @@ test("an enforced token cap stops the query at its next hook, then its abort con
       options: offline(server, cwd, { allowedTools: ["mcp__t__ping"], mcpServers: { t: quick } }),
     });
     let kindAtAbort: string | undefined;
-    q.run.budgetSignal.addEventListener("abort", () => {
+    q.run.signal.addEventListener("abort", () => {
       kindAtAbort = parseRecord(fs.readFileSync(q.run.checkpointFile))?.kind;
     });
     try {

@@ -8,12 +8,15 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import process from "node:process";
 import { createSdkMcpServer, type Options, tool } from "npm:@anthropic-ai/claude-agent-sdk@0.x";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { parseRecord } from "../../_record.ts";
 import { checkpointedQuery } from "../../adapters/claude_agent_sdk.ts";
-import { type MessagesServer, startMessagesServer } from "../fixtures/messages_server.ts";
+import {
+  claudeOffline,
+  type MessagesServer,
+  startMessagesServer,
+} from "../fixtures/messages_server.ts";
 import { blockFor, captureLog, tempHome } from "../_helpers.ts";
 
 const TIER1 = "CHECKPOINT-TIER-ONE";
@@ -24,27 +27,8 @@ const record = (file: string) =>
 
 const count = (haystack: string, needle: string) => haystack.split(needle).length - 1;
 
-/** Options that keep the SDK's CLI offline, in its own temp config, talking to `server`. */
-function offline(server: MessagesServer, cwd: string, extra: Options = {}): Options {
-  const config = fs.mkdtempSync(path.join(cwd, ".claude-"));
-  return {
-    cwd,
-    settingSources: [],
-    permissionMode: "dontAsk",
-    env: {
-      PATH: process.env.PATH ?? "/usr/bin:/bin",
-      HOME: config,
-      CLAUDE_CONFIG_DIR: config,
-      ANTHROPIC_BASE_URL: server.url,
-      ANTHROPIC_API_KEY: "dummy",
-      DISABLE_TELEMETRY: "1",
-      DISABLE_AUTOUPDATER: "1",
-      DISABLE_ERROR_REPORTING: "1",
-      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
-    },
-    ...extra,
-  };
-}
+const offline = (server: MessagesServer, cwd: string, extra: Options = {}): Options =>
+  claudeOffline(server, cwd, extra);
 
 /** An in-process tool answering at once. */
 const quick = createSdkMcpServer({
@@ -197,7 +181,9 @@ test("a tool that blocks the main thread past a crossing gets the watchdog's fil
     env: {},
     settings: { allow_tiny_tier1: true, watchdog_poll_seconds: 0.05 },
   });
-  const timeSeconds = 8; // time-axis crossings: tier 1 at 4 s, tier 2 at 6.4 s
+  // Time-axis crossings: tier 1 at 10 s, tier 2 at 16 s. Wide apart, so a CLI that starts late on
+  // a busy machine (load 12 and more) still reaches the tool before a crossing it can block past.
+  const timeSeconds = 20;
   const started = Date.now();
   let file = "";
   let seen: { tier: 1 | 2; blockedAt: number; record: ReturnType<typeof record> } | undefined;
@@ -208,8 +194,8 @@ test("a tool that blocks the main thread past a crossing gets the watchdog's fil
       // Block past the next crossing, whenever the tool gets to run: on a
       // loaded machine the CLI may start late, past tier 1's.
       const blockedAt = Date.now();
-      const tier = blockedAt - started < 3800 ? 1 : 2;
-      blockFor(started + (tier === 1 ? 4000 : 6400) + 500 - Date.now());
+      const tier = blockedAt - started < 9500 ? 1 : 2;
+      blockFor(started + (tier === 1 ? 10_000 : 16_000) + 500 - Date.now());
       seen = { tier, blockedAt, record: record(file) }; // read before the main thread is free
       return Promise.resolve({ content: [{ type: "text" as const, text: "unblocked" }] });
     })],
@@ -222,6 +208,7 @@ test("a tool that blocks the main thread past a crossing gets the watchdog's fil
     file = q.run.checkpointFile;
     for await (const _ of q) { /* drain */ }
     assert.ok(seen, "the tool ran");
+    assert.ok(seen.blockedAt - started < 15_500, "the tool ran before the last crossing");
     const r = seen.record;
     assert.ok(r, "the file existed while the tool blocked the main thread");
     assert.equal(r.source, "watchdog");
@@ -362,7 +349,7 @@ test("deadline: true stops the query at the time cap and ends the run deadline",
     await assert.rejects(async () => {
       for await (const _ of q) { /* drain */ }
     });
-    assert.ok(q.run.deadline.aborted);
+    assert.ok(q.run.time.stopAtDeadline().aborted);
     const r = record(q.run.checkpointFile);
     assert.equal(r?.end?.status, "deadline");
   } finally {

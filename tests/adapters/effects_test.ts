@@ -24,7 +24,7 @@ import { checkpointedRun } from "../../adapters/openai_agents.ts";
 import { createAgent } from "npm:langchain@1";
 import { tool as lcTool } from "npm:@langchain/core@1/tools";
 import { AIMessage } from "npm:@langchain/core@1/messages";
-import { checkpointedReactAgent, checkpointMiddleware } from "../../adapters/langchain.ts";
+import { agentCheckpointMiddleware, checkpointedReactAgent } from "../../adapters/langchain.ts";
 import { ScriptedChatModel } from "./_langchain_fake.ts";
 import {
   createSdkMcpServer,
@@ -32,10 +32,12 @@ import {
   tool as claudeTool,
 } from "npm:@anthropic-ai/claude-agent-sdk@0.x";
 import { checkpointedQuery } from "../../adapters/claude_agent_sdk.ts";
-import { type MessagesServer, startMessagesServer } from "../fixtures/messages_server.ts";
+import {
+  claudeOffline,
+  type MessagesServer,
+  startMessagesServer,
+} from "../fixtures/messages_server.ts";
 import * as fs from "node:fs";
-import * as path from "node:path";
-import process from "node:process";
 import { captureLog, tempHome, waitFor } from "../_helpers.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -80,7 +82,13 @@ async function retried(
     await waitFor(() => ledgerClosed(home), 30_000),
     "the first keeper let go of the ledger",
   );
-  const second = createAgentCheckpoint({ home, env: {}, settings, logger: log.logger });
+  // The dead attempt's process is this one, still running: only warn lets its retry go on here.
+  const second = createAgentCheckpoint({
+    home,
+    env: {},
+    settings: { ...settings, on_duplicate: "warn" },
+    logger: log.logger,
+  });
   try {
     const resumed = await attempt(second, 2, seen);
     return { seen, resumed, logs: log.records.map((r) => r.message) };
@@ -289,7 +297,7 @@ const promptOf = (model: ScriptedChatModel, call: number) =>
 test("langchain createAgent: a retried run replays the tool done from its receipt, and the tool of unknown outcome sees the same key", async () => {
   const out = await retried(async (ac, n, seen) => {
     const model = chatModel();
-    const checkpoint = checkpointMiddleware(ac, {
+    const checkpoint = agentCheckpointMiddleware(ac, {
       sessionId: "fx-lc",
       maxTurns: 6,
       replay: ["send_email", "charge"],
@@ -327,26 +335,8 @@ test("langgraph createReactAgent: a retried run replays the tool done from its r
 // Claude Agent SDK: its CLI, offline, against a scripted Messages API
 
 /** Options that keep the SDK's CLI offline, in its own temp config, talking to `server`. */
-function offlineClaude(server: MessagesServer, cwd: string, extra: Options = {}): Options {
-  const config = fs.mkdtempSync(path.join(cwd, ".claude-"));
-  return {
-    cwd,
-    settingSources: [],
-    permissionMode: "dontAsk",
-    env: {
-      PATH: process.env.PATH ?? "/usr/bin:/bin",
-      HOME: config,
-      CLAUDE_CONFIG_DIR: config,
-      ANTHROPIC_BASE_URL: server.url,
-      ANTHROPIC_API_KEY: "dummy",
-      DISABLE_TELEMETRY: "1",
-      DISABLE_AUTOUPDATER: "1",
-      DISABLE_ERROR_REPORTING: "1",
-      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
-    },
-    ...extra,
-  };
-}
+const offlineClaude = (server: MessagesServer, cwd: string, extra: Options = {}): Options =>
+  claudeOffline(server, cwd, extra);
 
 test("claude-agent-sdk: a retried run replays the tool done from its receipt, and the tool of unknown outcome sees the same key in the hook input", async () => {
   const cwd = tempHome();

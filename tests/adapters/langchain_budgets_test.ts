@@ -9,8 +9,8 @@ import { createAgent } from "npm:langchain@1";
 import { tool } from "npm:@langchain/core@1/tools";
 import { AIMessage } from "npm:@langchain/core@1/messages";
 import {
+  agentCheckpointMiddleware,
   checkpointedReactAgent,
-  checkpointMiddleware,
   stepsForCreateAgent,
 } from "../../adapters/langchain.ts";
 import { waitFor } from "../_helpers.ts";
@@ -40,7 +40,7 @@ test("createAgent: usage_metadata reaches the token tiers at the right call", as
   const agent = createAgent({
     model,
     tools: [search],
-    middleware: [checkpointMiddleware(ac, { maxTurns: 20, tokens: 10_000 })],
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 20, tokens: 10_000 })],
   });
   await agent.invoke({ messages: [{ role: "user", content: "Go" }] }, {
     configurable: { thread_id: "lc-tokens" },
@@ -99,7 +99,7 @@ for (const kind of ["createAgent", "createReactAgent"] as const) {
         const agent = createAgent({
           model,
           tools: [hanging(seen)],
-          middleware: [checkpointMiddleware(ac, { maxTurns: 10 })],
+          middleware: [agentCheckpointMiddleware(ac, { maxTurns: 10 })],
         });
         await agent.invoke(input, { configurable: { thread_id: "lc-hang" } });
       } else {
@@ -153,7 +153,7 @@ test("createAgent: an enforced token cap stops the run before its next model cal
   const agent = createAgent({
     model,
     tools: [search],
-    middleware: [checkpointMiddleware(ac, { maxTurns: 20, tokens: 5_000 })],
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 20, tokens: 5_000 })],
   });
   await assert.rejects(
     agent.invoke({ messages: [{ role: "user", content: "Go" }] }, {

@@ -8,8 +8,8 @@ import { AIMessage } from "npm:@langchain/core@1/messages";
 import { CompiledStateGraph, MemorySaver } from "npm:@langchain/langgraph@1";
 import { createReactAgent } from "npm:@langchain/langgraph@1/prebuilt";
 import {
+  agentCheckpointMiddleware,
   checkpointedReactAgent,
-  checkpointMiddleware,
   recursionLimitForReactAgent,
   stepsForCreateAgent,
 } from "../../adapters/langchain.ts";
@@ -49,7 +49,7 @@ test("createAgent, cap 12: the prologue reaches the model at 6 and 10 turns used
     model,
     tools: [search],
     systemPrompt: "Be brief.",
-    middleware: [checkpointMiddleware(ac, { maxTurns: 12 }), own],
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 12 }), own],
   });
   const state = await agent.invoke(userInput, {
     configurable: { thread_id: "lc-cap12" },
@@ -77,7 +77,7 @@ test("createAgent: the prologue can ride on the system prompt or the newest tool
       model,
       tools: [search],
       systemPrompt: "Be brief.",
-      middleware: [checkpointMiddleware(ac, { maxTurns: 12, placement })],
+      middleware: [agentCheckpointMiddleware(ac, { maxTurns: 12, placement })],
     });
     const state = await agent.invoke(userInput, {
       configurable: { thread_id: `lc-${placement}` },
@@ -103,7 +103,7 @@ test("createAgent: the middleware stops the agent at maxTurns and the run ends c
   const agent = createAgent({
     model,
     tools: [search],
-    middleware: [checkpointMiddleware(ac, { maxTurns: 3 })],
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 3 })],
   });
   const state = await agent.invoke(userInput, {
     configurable: { thread_id: "lc-capped" },
@@ -122,7 +122,7 @@ test("createAgent: a recursionLimit too small for maxTurns is a log line and a l
   const agent = createAgent({
     model,
     tools: [search],
-    middleware: [checkpointMiddleware(ac, { maxTurns: 12 })],
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 12 })],
   });
   // LangGraph's default recursionLimit of 25 allows 10 turns with this middleware.
   const state = await agent.invoke(userInput, { configurable: { thread_id: "lc-default" } });
@@ -156,7 +156,7 @@ test("createAgent: LangGraph's default recursionLimit is said on stderr once per
 
 test("createAgent: the middleware's withRecursionLimit() gives the invocation enough steps, keeping the rest of its config", async () => {
   const { ac, log, recordOf } = make();
-  const checkpoint = checkpointMiddleware(ac, { maxTurns: 12 });
+  const checkpoint = agentCheckpointMiddleware(ac, { maxTurns: 12 });
   const config = { configurable: { thread_id: "lc-limit" }, tags: ["mine"] };
   const fixed = checkpoint.withRecursionLimit(config);
   assert.deepEqual(fixed, { ...config, recursionLimit: stepsForCreateAgent(12) });
@@ -181,7 +181,7 @@ test("createAgent: tool calls are reported with call ids; a throwing tool is fai
   const agent = createAgent({
     model,
     tools: [search],
-    middleware: [checkpointMiddleware(ac, { maxTurns: 4 })], // tier 2 from 2 turns used: a file
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 4 })], // tier 2 from 2 turns used: a file
   });
   const state = await agent.invoke(userInput, { configurable: { thread_id: "lc-tools" } });
   const errorMessage = state.messages.find((m) =>
@@ -213,7 +213,7 @@ test("createAgent: a run another middleware cut short is ended by the session's 
   const agent = createAgent({
     model: new ScriptedChatModel((call) => toolsThenAnswer(1)(call === 0 ? 0 : 1)),
     tools: [search],
-    middleware: [checkpointMiddleware(ac, { maxTurns: 2 }), stopper],
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 2 }), stopper],
   });
   const config = { configurable: { thread_id: "lc-stale" } };
   await agent.invoke(userInput, config); // jumps to the end after one call: afterAgent is skipped
@@ -234,7 +234,10 @@ test("createAgent: a model error ends the run failed and reaches the caller", as
   const model = new ScriptedChatModel(() => {
     throw new Error("provider down");
   });
-  const agent = createAgent({ model, middleware: [checkpointMiddleware(ac, { maxTurns: 2 })] });
+  const agent = createAgent({
+    model,
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 2 })],
+  });
   await assert.rejects(
     agent.invoke(userInput, { configurable: { thread_id: "lc-broken" } }),
     /provider down/,
@@ -263,7 +266,7 @@ test("createAgent: a tool that blocks the main thread past a crossing still gets
   const agent = createAgent({
     model,
     tools: [compile],
-    middleware: [checkpointMiddleware(ac, { maxTurns: 12, timeSeconds: 4 })],
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 12, timeSeconds: 4 })],
   });
   await agent.invoke(userInput, { configurable: { thread_id: "lc-blocked" }, recursionLimit: 40 });
   assert.ok(during, "the file existed when the block ended");
@@ -286,7 +289,7 @@ test("createAgent: deadline: true stops the run at the time cap with a deadline 
   const agent = createAgent({
     model,
     tools: [wait],
-    middleware: [checkpointMiddleware(ac, { maxTurns: 2, timeSeconds: 1, deadline: true })],
+    middleware: [agentCheckpointMiddleware(ac, { maxTurns: 2, timeSeconds: 1, deadline: true })],
   });
   const started = Date.now();
   await assert.rejects(agent.invoke(userInput, { configurable: { thread_id: "lc-deadline" } }));
@@ -303,14 +306,17 @@ test("createAgent: bad caps are a TypeError at the call", async () => {
   const { ac } = make();
   for (const maxTurns of [0, Number.NaN, "12", -1, 1.5, undefined]) {
     assert.throws(
-      () => checkpointMiddleware(ac, { maxTurns: maxTurns as number }),
+      () => agentCheckpointMiddleware(ac, { maxTurns: maxTurns as number }),
       TypeError,
       String(maxTurns),
     );
   }
-  assert.throws(() => checkpointMiddleware(ac, { maxTurns: 3, timeSeconds: -1 }), /timeSeconds/);
   assert.throws(
-    () => checkpointMiddleware(ac, { maxTurns: 3, placement: "top" as "user" }),
+    () => agentCheckpointMiddleware(ac, { maxTurns: 3, timeSeconds: -1 }),
+    /timeSeconds/,
+  );
+  assert.throws(
+    () => agentCheckpointMiddleware(ac, { maxTurns: 3, placement: "top" as "user" }),
     /placement/,
   );
   await ac.close();

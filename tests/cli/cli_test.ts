@@ -220,7 +220,7 @@ test("show of an unknown run exits 1 (not found), naming ls", async () => {
   assert.equal(code, 1);
   assert.match(
     stderr,
-    /^agent-checkpoint: no checkpoint file for run "nope" in .* \(see agent-checkpoint ls\)\n$/,
+    /^agent-checkpoint: no such run "nope": no run ledger, and no checkpoint file in .* \(see agent-checkpoint ls\)\n$/,
   );
 });
 
@@ -316,6 +316,122 @@ test("the command runs as a program, with its exit codes", async () => {
     bad.stderr,
     'agent-checkpoint: unknown command "frob" (see agent-checkpoint --help)\n',
   );
+});
+
+test("a home that does not exist is a usage error naming it; show of an unknown run says no such run", async () => {
+  const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+  const program = fileURLToPath(new URL(`../../scripts/cli${ext}`, import.meta.url));
+  const missing = path.join(tempHome(), "does-not-exist");
+  for (const args of [["ls"], ["audit"], ["show", "r1"], ["snapshots"], ["ls", "--json"]]) {
+    const r = await runScript(program, [...args, "--home", missing]);
+    assert.equal(r.code, 2, `${args.join(" ")}: ${r.stdout}`);
+    assert.equal(r.stdout, "");
+    assert.ok(r.stderr.includes(`the home ${missing} (--home) does not exist`), r.stderr);
+    assert.ok(!fs.existsSync(missing), "a mistyped home is not made");
+  }
+  const viaEnv = await runScript(program, ["ls"], { env: { HERMES_HOME: missing } });
+  assert.equal(viaEnv.code, 2);
+  assert.match(viaEnv.stderr, /\(\$HERMES_HOME\) does not exist/);
+  // A home with a ledger: an unknown run is "no such run", exit 1; a finished run with no file
+  // points at its ledger record and never says a file is still to come.
+  const home = tempHome();
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  await ac.startRun({ sessionId: "quick", caps: { turns: 50 } }).end({ status: "done" });
+  await ac.close();
+  const unknown = await runScript(program, ["show", "nope", "--home", home]);
+  assert.equal(unknown.code, 1);
+  assert.match(
+    unknown.stderr,
+    /^agent-checkpoint: no such run "nope": not in the run ledger, and no checkpoint file in /,
+  );
+  const done = await runScript(program, ["show", "quick", "--home", home]);
+  assert.equal(done.code, 0, done.stderr);
+  assert.match(done.stdout, /^Run quick: ended done/);
+  assert.doesNotMatch(done.stdout, /no checkpoint file yet/);
+  assert.match(
+    done.stdout,
+    /no checkpoint file: the run ended before a tier.*the ledger's record above/,
+  );
+});
+
+test("explain exits 0 on a sound home whose config.yaml names no plugins.enabled list: a note about Hermes's plugin", async () => {
+  const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+  const program = fileURLToPath(new URL(`../../scripts/cli${ext}`, import.meta.url));
+  const home = tempHome();
+  writeConfig(
+    home,
+    "agent:\n  max_turns: 40\nplugins:\n  entries:\n    agent-checkpoint:\n      config: { mode: notify }\n",
+  );
+  const r = await runScript(program, ["explain", "--home", home]);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(
+    r.stdout,
+    /no plugins\.enabled list naming it: .*Hermes does not load its own Python plugin; this library works without it/,
+  );
+  assert.match(r.stdout, /^No problems found\.$/m);
+});
+
+test("rollback --run RUN undoes a whole run, keeping hand edits; rollback diff --run shows it first", async () => {
+  const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+  const program = fileURLToPath(new URL(`../../scripts/cli${ext}`, import.meta.url));
+  const home = tempHome();
+  const dir = fs.realpathSync(tempHome());
+  const file = (name: string) => path.join(dir, name);
+  fs.writeFileSync(file("a.txt"), "a, as the user left it\n");
+  fs.writeFileSync(file("b.txt"), "b, as the user left it\n");
+  fs.writeFileSync(file("c.txt"), "c, as the user left it\n");
+  const ac = createAgentCheckpoint({
+    home,
+    env: { PATH: process.env.PATH },
+    settings: { watchdog: false, workspace_snapshots: true },
+  });
+  const run = ac.startRun({ sessionId: "job", caps: { turns: 50 }, workspace: dir });
+  const tool = (name: string, input: Record<string, unknown>, act: () => void) => {
+    run.preLlmCall();
+    run.preToolCall(name, { callId: name + JSON.stringify(input), input });
+    act();
+    run.postToolCall(name, { callId: name + JSON.stringify(input), ok: true });
+  };
+  tool("write_file", { path: "a.txt" }, () => fs.writeFileSync(file("a.txt"), "a, by the agent\n"));
+  tool("bash", { command: "rm b.txt" }, () => fs.rmSync(file("b.txt")));
+  tool("write_file", { path: "c.txt" }, () => fs.writeFileSync(file("c.txt"), "c, by the agent\n"));
+  tool("write_file", { path: "new.txt" }, () => fs.writeFileSync(file("new.txt"), "made\n"));
+  await run.end();
+  await ac.close();
+  fs.writeFileSync(file("c.txt"), "c, then fixed by hand\n");
+
+  const diff = await runScript(program, ["rollback", "diff", "--run", "job", "--home", home], {
+    cwd: dir,
+  });
+  assert.equal(diff.code, 0, diff.stderr);
+  assert.match(diff.stdout, /would restore +a\.txt/);
+  assert.equal(fs.readFileSync(file("a.txt"), "utf8"), "a, by the agent\n", "diff changes nothing");
+
+  const undone = await runScript(program, ["rollback", "--run", "job", "--home", home, "--json"], {
+    cwd: dir,
+  });
+  assert.equal(undone.code, 0, undone.stderr);
+  const r = JSON.parse(undone.stdout);
+  assert.deepEqual([...r.restored].sort(), ["a.txt", "b.txt"]);
+  assert.deepEqual(r.removed, ["new.txt"]);
+  assert.deepEqual(r.skipped.map((s: { path: string }) => s.path), ["c.txt"]);
+  assert.equal(fs.readFileSync(file("a.txt"), "utf8"), "a, as the user left it\n");
+  assert.equal(fs.readFileSync(file("b.txt"), "utf8"), "b, as the user left it\n");
+  assert.equal(fs.readFileSync(file("c.txt"), "utf8"), "c, then fixed by hand\n");
+  assert.equal(fs.existsSync(file("new.txt")), false);
+
+  const unknown = await runScript(program, ["rollback", "--run", "other", "--home", home], {
+    cwd: dir,
+  });
+  assert.equal(unknown.code, 1);
+  assert.match(
+    unknown.stderr,
+    /no snapshot of run "other" in this project \(its snapshots are of job\)/,
+  );
+  const both = await runScript(program, ["rollback", "2", "--run", "job", "--home", home], {
+    cwd: dir,
+  });
+  assert.equal(both.code, 2);
 });
 
 /** Writes a checkpoint file for `runId` whose record has `extra` (an end, an attempt …). */
@@ -840,4 +956,54 @@ test("each helper once: isMapping, the non-empty text test, and --home's resolut
     fs.readFileSync(path.join(root, "cli", f), "utf8")
   ).join("\n");
   assert.equal(/resolveHome\(parsed\.values/.test(cliSources), false, "--home via homeOption");
+});
+
+test("ls shows a retried run's attempt with its retries, in text and --json", async () => {
+  const ext = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+  const program = fileURLToPath(new URL(`../../scripts/cli${ext}`, import.meta.url));
+  const home = tempHome();
+  const log = path.join(home, "events.jsonl");
+  // What steers a supervisor of its own stays out: this run is the command line's alone.
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v !== undefined && !/^(AGENT_CHECKPOINT_|HERMES_)/.test(k)) env[k] = v;
+  }
+  // A command that SIGKILLs itself on its first two attempts, then finishes: three attempts.
+  const worker = scriptCommand(fixture("retried_worker"), [home, log, "2", "1"]).flat();
+  const [cmd, argv] = scriptCommand(fixture("supervise_cli"), [
+    ...["--retries", "3", "--retry-delay", "0.1", "--deadline", "120", "--run-id", "redriven"],
+    ...["--home", home, "--", ...worker],
+  ]);
+  const code = await new Promise<number | null>((resolve) => {
+    const child = spawn(cmd, argv, { env, stdio: "ignore" });
+    const timer = setTimeout(() => child.kill("SIGKILL"), 180_000);
+    child.on("close", (c) => {
+      clearTimeout(timer);
+      resolve(c);
+    });
+  });
+  assert.equal(code, 0);
+  // A run never retried beside it: its one attempt, no retries.
+  const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+  await ac.startRun({ sessionId: "once", caps: { turns: 5 } }).end({ status: "done" });
+  await ac.close();
+  const text = await runScript(program, ["ls", "--home", home]);
+  assert.equal(text.code, 0, text.stderr);
+  const row = (id: string) => text.stdout.split("\n").find((l) => l.startsWith(`${id} `)) ?? "";
+  assert.match(row("redriven"), / 3 \(2 retries\) /, text.stdout);
+  assert.match(row("once"), / 1 +\d/, text.stdout);
+  const json = await runScript(program, ["ls", "--home", home, "--json"]);
+  assert.equal(json.code, 0, json.stderr);
+  const runs = JSON.parse(json.stdout).runs as {
+    runId: string;
+    attempt: number;
+    attemptCount: number;
+    retries: number;
+  }[];
+  const pick = (id: string) => runs.find((r) => r.runId === id);
+  assert.deepEqual(
+    [pick("redriven")?.attempt, pick("redriven")?.attemptCount, pick("redriven")?.retries],
+    [3, 3, 2],
+  );
+  assert.deepEqual([pick("once")?.attemptCount, pick("once")?.retries], [1, 0]);
 });

@@ -13,15 +13,15 @@ async function treeHome(): Promise<string> {
   const ac = createAgentCheckpoint({ home, env: {}, settings: { enforce: ["usd"] } });
   const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1, turns: 50 } });
   lead.preLlmCall();
-  lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
+  lead.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
   const a = ac.startRun({ sessionId: "helper-a", parent: lead });
   a.preLlmCall();
-  a.usage({ inputTokens: 1000, outputTokens: 500, usd: 0.3 });
+  a.postLlmCall({ inputTokens: 1000, outputTokens: 500, usd: 0.3 });
   const b = ac.startRun({ sessionId: "helper-b", parent: lead });
   b.preLlmCall();
-  b.usage({ inputTokens: 2000, outputTokens: 500, usd: 0.6 });
+  b.postLlmCall({ inputTokens: 2000, outputTokens: 500, usd: 0.6 });
   b.preLlmCall(); // the tree passed $1.00: every run of it stops
-  assert.equal(lead.budgetSignal.aborted, true);
+  assert.equal(lead.signal.aborted, true);
   for (const run of [a, b, lead]) await run.end();
   await ac.close();
   // One run that is in no tree: it gets no parent and counts toward no tree.

@@ -75,7 +75,28 @@ export async function cutOffInside(home: string, store: RunStore, runs: HeldRun[
   };
   const end = Date.now() + 30_000;
   while (!await inFlight()) {
-    if (Date.now() > end) throw new Error("the held runs' tool calls never reached the ledger");
+    if (Date.now() > end) {
+      // What this store and a store opened now read: a stale read apart from a missing write.
+      const fresh = openStore({
+        home,
+        settings: loadSettings({ home, env: {} }).settings,
+        mode: "read",
+      });
+      const seen = [];
+      for (const r of runs) {
+        const of = (v: Awaited<ReturnType<RunStore["latest"]>>) =>
+          v &&
+          `attempt ${v.record.attempt}, ${v.record.status}, ${v.record.inFlight.length} in flight`;
+        seen.push(
+          `${r.sessionId.slice(0, 12)}: ${of(await store.latest(r.sessionId))} | fresh: ${
+            of(await fresh?.latest(r.sessionId))
+          } (attempt before: ${before.get(r.sessionId)})`,
+        );
+      }
+      await fresh?.close();
+      child.kill("SIGKILL");
+      throw new Error(`the held runs' tool calls never reached the ledger: ${seen.join("; ")}`);
+    }
     await new Promise((r) => setTimeout(r, 20));
   }
   const exited = new Promise((r) => child.once("exit", r));
@@ -108,6 +129,13 @@ export async function makeRetried(): Promise<Omit<Fleet, "live" | "ac"> & { live
   const fourth = ac.startRun({ sessionId: "retried", caps: { turns: 20 } });
   fourth.preLlmCall();
   await fourth.end({ status: "aborted", summary: "stopped by hand" });
+  // An end the busy ledger could not take at once (the watchdog's commit every 0.1 s) goes to the
+  // watchdog's next commit: the views below read the ledger once it is there.
+  const deadline = Date.now() + 30_000;
+  while ((await store.latest("retried"))?.record.end?.status !== "aborted") {
+    if (Date.now() > deadline) throw new Error("the fourth attempt's end never reached the ledger");
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
   return {
     home,
     settings,

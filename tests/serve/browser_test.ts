@@ -232,11 +232,16 @@ test(
         await page.textContent('#status-filter [data-status="cut-off"]') ?? "",
         /\(\+3 earlier attempts\)/,
       );
-      // The tool in flight: its whole name and its age in the label, its call id in the tooltip.
-      const busy = page.locator('#rows [data-run="busy"] .meta');
-      assert.match(await busy.textContent() ?? "", new RegExp(`in ${LONG_TOOL} \\d+s`));
+      // The tool in flight: its whole name and its age on a line of its own, shown whole (not
+      // cut by an ellipsis), its call id in the tooltip.
+      const inflight = page.locator('#rows [data-run="busy"] .inflight');
+      assert.match(await inflight.textContent() ?? "", new RegExp(`^in ${LONG_TOOL} \\d+s$`));
+      assert.ok(
+        await inflight.evaluate((e) => e.scrollWidth <= e.clientWidth && e.clientWidth > 0),
+        "the in-flight line is shown whole",
+      );
       assert.match(
-        await busy.getAttribute("title") ?? "",
+        await page.locator('#rows [data-run="busy"] .meta').getAttribute("title") ?? "",
         /in flight: .* \(call id call-long\) since /,
       );
       await page.locator("#d-attempts").filter({ hasText: "cut off" }).waitFor();
@@ -369,10 +374,10 @@ test(
     const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
     const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
     lead.preLlmCall();
-    lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
+    lead.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
     const helper = ac.startRun({ sessionId: "helper", parent: lead });
     helper.preLlmCall();
-    helper.usage({ inputTokens: 1000, outputTokens: 500, usd: 0.3 });
+    helper.postLlmCall({ inputTokens: 1000, outputTokens: 500, usd: 0.3 });
     await helper.end();
     await lead.end();
     await ac.close();

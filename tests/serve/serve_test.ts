@@ -2,6 +2,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as http from "node:http";
+import * as os from "node:os";
 import * as path from "node:path";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -35,9 +36,10 @@ function raw(
   method: string,
   p: string,
   headers: Record<string, string> = {},
+  base = server.url,
 ): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = http.request(new URL(p, server.url), { method, headers }, (res) => {
+    const req = http.request(new URL(p, base), { method, headers }, (res) => {
       let body = "";
       res.on("data", (d) => body += d);
       res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
@@ -235,7 +237,7 @@ test("token and dollar caps are drawn against the use the run reported", async (
   const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
   const run = ac.startRun({ sessionId: "priced", caps: { turns: 10, tokens: 10_000, usd: 2 } });
   run.preLlmCall();
-  run.usage({ inputTokens: 3000, outputTokens: 1000, usd: 0.5 });
+  run.postLlmCall({ inputTokens: 3000, outputTokens: 1000, usd: 0.5 });
   await run.end({ status: "done" });
   await ac.close();
   const body = await answerOf<RunsPayload>(home, "/api/runs");
@@ -432,6 +434,44 @@ test("serve on an address beyond the loopback prints a warning", async () => {
   }
 });
 
+test("serve on every address still refuses a foreign Host name, and takes --allow-host", async () => {
+  const cli = await startCli([
+    "--port",
+    "0",
+    "--host",
+    "0.0.0.0",
+    "--allow-host",
+    "runs.example.internal, other.example:7433, [fd00::7]",
+    "--home",
+    fleet.home,
+  ]);
+  try {
+    assert.ok(cli.url, JSON.stringify(cli.out()));
+    const base = `http://127.0.0.1:${new URL(cli.url!).port}/`;
+    const status = async (name: string) =>
+      (await raw("GET", "/api/runs", { Host: name }, base)).status;
+    // A name a page elsewhere rebinds to this machine: refused, whatever the bind.
+    assert.equal(await status("evil.example"), 421);
+    assert.equal(await status(`evil.example:${new URL(base).port}`), 421);
+    // The machine's own names and addresses, the loopback, the bound address, the allow list.
+    const own = Object.values(os.networkInterfaces()).flat().map((a) => a!.address)
+      .filter((a) => !a.includes(":"));
+    for (const name of ["localhost", "127.0.0.1", "0.0.0.0", os.hostname(), ...own]) {
+      assert.equal(await status(`${name}:80`), 200, name);
+    }
+    assert.equal(await status("runs.example.internal"), 200);
+    assert.equal(await status("OTHER.example:7433"), 200);
+    assert.equal(await status("[fd00::7]:80"), 200);
+    assert.equal(await status("[fd00::8]:80"), 421);
+  } finally {
+    cli.child.kill("SIGTERM");
+    await cli.exited;
+  }
+  const bad = await startCli(["--allow-host", "a b/c", "--home", fleet.home]);
+  assert.equal(await bad.exited, 2);
+  assert.match(bad.out().stderr, /--allow-host takes host names separated by commas/);
+});
+
 test("serve refuses a bad port and a store that is not a PostgreSQL URL", async () => {
   for (
     const [args, reason] of [
@@ -451,10 +491,10 @@ test("a tree of runs sharing one budget: each row names its parent, and a run's 
   const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
   const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
   lead.preLlmCall();
-  lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
+  lead.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
   const helper = ac.startRun({ sessionId: "helper", parent: lead });
   helper.preLlmCall();
-  helper.usage({ inputTokens: 1000, outputTokens: 500, usd: 0.3 });
+  helper.postLlmCall({ inputTokens: 1000, outputTokens: 500, usd: 0.3 });
   await helper.end();
   await lead.end();
   const solo = ac.startRun({ sessionId: "solo" });

@@ -10,6 +10,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { randomBytes } from "node:crypto";
+import { execFileSync } from "node:child_process";
 import { loadDriver, type Sql } from "../../store/postgres.ts";
 
 /** The server the tests use. */
@@ -90,6 +91,62 @@ export async function freshSchema(): Promise<
       } finally {
         await sql.end({ timeout: 1 });
       }
+    },
+  };
+}
+
+/** This machine's PostgreSQL binaries, when a test may start a server of its own (needs root). */
+function pgBin(): string | undefined {
+  if (process.platform !== "linux" || process.getuid?.() !== 0) return undefined;
+  const root = "/usr/lib/postgresql";
+  const version = (fs.existsSync(root) ? fs.readdirSync(root) : []).sort().at(-1);
+  const bin = version === undefined ? "" : path.join(root, version, "bin");
+  return bin !== "" && fs.existsSync(path.join(bin, "initdb")) ? bin : undefined;
+}
+
+/** Why a test that stops and starts a server of its own cannot run here, else false. */
+export const skipPrivateServer: boolean | string = skipFleet ||
+  (!pgBin() && "no PostgreSQL binaries to start a server of its own (needs root)");
+
+/**
+ * A PostgreSQL server of the test's own on loopback, started: one a test may stop, restart or
+ * kill, never the machine's shared one. `ctl` runs its `pg_ctl` (`ctl("-w", "-m", "fast",
+ * "stop")`); `remove` stops it at once and deletes its files.
+ */
+export function privateServer(salt: number): {
+  url: string;
+  ctl(...args: string[]): void;
+  remove(): void;
+} {
+  const bin = pgBin()!;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ac-pg-"));
+  fs.chownSync(dir, Number(execFileSync("id", ["-u", "postgres"], { encoding: "utf8" })), 0);
+  const port = 20_000 + ((process.pid + salt) % 20_000);
+  const asPostgres = (tool: string, ...args: string[]) =>
+    execFileSync("runuser", ["-u", "postgres", "--", path.join(bin, tool), ...args], {
+      stdio: "ignore",
+    });
+  const ctl = (...args: string[]) =>
+    asPostgres(
+      "pg_ctl",
+      "-D",
+      path.join(dir, "data"),
+      "-o",
+      `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`,
+      "-l",
+      path.join(dir, "log"),
+      ...args,
+    );
+  asPostgres("initdb", "-D", path.join(dir, "data"), "-A", "trust");
+  ctl("-w", "start");
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    ctl,
+    remove() {
+      try {
+        ctl("-w", "-m", "immediate", "stop");
+      } catch { /* already stopped */ }
+      fs.rmSync(dir, { recursive: true, force: true });
     },
   };
 }

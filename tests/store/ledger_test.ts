@@ -14,6 +14,12 @@ import { clearStore } from "../../workspace/mod.ts";
 import { openStore, storeFile } from "../../store/mod.ts";
 import { sqliteDriver } from "../../_sqlite.ts";
 import {
+  LedgerProgress,
+  type LedgerStore,
+  type RunRecord,
+  type WriteBatch,
+} from "../../_ledger.ts";
+import {
   captureLog,
   fixture,
   runScript,
@@ -418,4 +424,40 @@ test("clearing the workspace snapshots keeps the run ledger beside them", async 
   clearStore({ home });
   assert.equal(fs.existsSync(path.join(home, "agent-checkpoint", "store")), false);
   assert.deepEqual((await ls(home)).map((r) => [r.runId, r.status]), [["kept", "done"]]);
+});
+
+test("an end handed to the watchdog's commit is never put back to live by a record made from its slot before it", async () => {
+  const stored = new Map<string, string>();
+  let fail = true;
+  const store = {
+    write(batch: WriteBatch): Promise<void> {
+      if (fail) {
+        fail = false;
+        return Promise.reject(new Error("database is locked"));
+      }
+      for (const r of batch.records) stored.set(`${r.attempt} ${r.runId}`, r.status);
+      return Promise.resolve();
+    },
+    prune: () => Promise.resolve(0),
+    close: () => Promise.resolve(),
+  } as LedgerStore;
+  const progress = new LedgerProgress(
+    store,
+    () => {},
+    { machine: "m", pid: 1, start: "" } as never,
+  );
+  const record = (runId: string, status: string) =>
+    ({ runId, attempt: 1, status, updatedAt: Date.now() }) as unknown as RunRecord;
+  // The host's thread found the store busy for an end and handed it on; the slot was still due,
+  // so a live record of the same attempt is made after it.
+  progress.take(record("ended", "capped"));
+  progress.take(record("ended", "live"));
+  progress.take(record("other", "live"));
+  // A failed commit puts the batch back behind what came meanwhile: a live record again.
+  const failing = progress.flush(Date.now(), 1, false);
+  progress.take(record("ended", "live"));
+  await failing;
+  await progress.flush(Date.now() + 60_000, 1, false);
+  assert.equal(stored.get("1 ended"), "capped");
+  assert.equal(stored.get("1 other"), "live");
 });

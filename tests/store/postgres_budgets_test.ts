@@ -15,10 +15,10 @@ test("the fleet store keeps tokens and cost; ls and audit over it show them", {
     const home = tempHome();
     const ac = createAgentCheckpoint({ home, env: {}, settings: { store: db.url } });
     const a = ac.startRun({ sessionId: "a", caps: { usd: 5 } });
-    a.usage({ inputTokens: 9000, outputTokens: 3000, usd: 0.42 });
+    a.postLlmCall({ inputTokens: 9000, outputTokens: 3000, usd: 0.42 });
     await a.end();
     const b = ac.startRun({ sessionId: "b" });
-    b.usage({ inputTokens: 1000, outputTokens: 0 });
+    b.postLlmCall({ inputTokens: 1000, outputTokens: 0 });
     await b.end({ status: "failed" });
     const c = ac.startRun({ sessionId: "c" }); // no use reported
     await c.end();

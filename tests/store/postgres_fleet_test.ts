@@ -152,7 +152,16 @@ test(
       const dir = tempHome();
       const go = path.join(dir, "go");
       const hold = path.join(dir, "hold");
-      const plan = { sessionId: "kanban-7", turns: 10, calls: 1, go, hold, end: "done" };
+      // warn: the later start runs, told that the earlier is live (the default refuses it).
+      const plan = {
+        sessionId: "kanban-7",
+        turns: 10,
+        calls: 1,
+        go,
+        hold,
+        end: "done",
+        settings: { on_duplicate: "warn" },
+      };
       const a = launch("pg_attempt", [tempHome(), JSON.stringify(plan)], {
         AGENT_CHECKPOINT_STORE: db.url,
       });

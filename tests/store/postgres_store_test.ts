@@ -2,13 +2,10 @@
 // connections at once, the same answers as the embedded store, and the command line over it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import * as os from "node:os";
 import { admin, freshSchema, skipFleet } from "./_pg.ts";
 import { openPgStore, PG_SCHEMA_VERSION, type PgRunStore } from "../../store/postgres.ts";
-import { openSqliteStore, storeFile } from "../../store/sqlite.ts";
-import type { HostId, RunRecord, RunStore, RunView } from "../../store/types.ts";
+import type { HostId, RunRecord } from "../../store/types.ts";
 import { thisHost } from "../../store/_host.ts";
-import { sqliteDriver } from "../../_sqlite.ts";
 import { tempHome } from "../_helpers.ts";
 import { auditCommand, lsCommand, showCommand } from "../../cli/_checkpoints.ts";
 import { memoryIo } from "../../cli/_io.ts";
@@ -111,97 +108,8 @@ test("starts of one run id over many connections at once get distinct attempts, 
   }
 });
 
-/** What a view shows, without what differs by engine (nothing should). */
-const shown = (v: RunView) => ({
-  runId: v.record.runId,
-  attempt: v.record.attempt,
-  status: v.record.status,
-  turns: v.record.turnsUsed,
-  state: v.state,
-  end: v.record.end,
-  heartbeat: v.heartbeat?.at,
-});
-
-test("the same records give the same answers as the embedded store", {
-  skip: skipFleet || (sqliteDriver() ? false : "no SQLite driver"),
-}, async () => {
-  const db = await freshSchema();
-  const pg = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
-  const lite = openSqliteStore({ file: storeFile(tempHome()), hostTimeoutSeconds: 30 });
-  const gone: HostId = { machine: os.hostname(), pid: 2 ** 22 + 7, start: "x/1" }; // no such pid
-  const far: HostId = { machine: "far-away", pid: 4242, start: "" };
-  const me = thisHost();
-  const t = Date.now() - 120_000;
-  const beat = Date.now();
-  const steps = async (store: RunStore) => {
-    await store.startAttempt(record("a", me, t));
-    await store.startAttempt(record("b", gone, t + 1));
-    await store.startAttempt(record("c", far, t + 2));
-    await store.startAttempt(record("d", me, t + 3));
-    await store.write({
-      records: [
-        record("a", me, t, { turnsUsed: 3, updatedAt: t + 10 }),
-        record("d", me, t + 3, {
-          status: "failed",
-          end: { status: "failed", at: t + 11 },
-          updatedAt: t + 11,
-        }),
-        // A late live record of d in the same batch: its end stays.
-        record("d", me, t + 3, { turnsUsed: 9, updatedAt: t + 12 }),
-      ],
-      heartbeat: { host: me, at: beat, intervalSeconds: 1 },
-    });
-    await store.write({ records: [record("d", me, t + 3, { turnsUsed: 9, updatedAt: t + 13 })] });
-    const retried = await store.startAttempt(record("d", far, t + 20));
-    assert.equal(retried.attempt, 2);
-    assert.equal(retried.previous?.record.status, "failed");
-    await store.write({
-      records: [
-        record("d", far, t + 20, {
-          attempt: 2,
-          status: "done",
-          end: { status: "done", at: t + 30 },
-          updatedAt: t + 30,
-        }),
-      ],
-    });
-    return {
-      all: (await store.list()).map(shown),
-      attempts: (await store.list({ runId: "d" })).map(shown),
-      earlier: (await store.list({ earlierOf: ["d", "a", "nothing"] })).map(shown),
-      none: (await store.list({ earlierOf: [] })).map(shown),
-      live: (await store.list({ state: "live" })).map(shown),
-      cut: (await store.list({ state: "cut-off" })).map(shown),
-      far: (await store.list({ machine: "far-away" })).map(shown),
-      summary: await store.summary(),
-      pruned: await store.prune(Date.now(), 10),
-      after: (await store.list()).map(shown),
-    };
-  };
-  try {
-    const fromPg = await steps(pg);
-    const fromLite = await steps(lite);
-    assert.deepEqual(fromPg, fromLite);
-    // And what they agree on is right.
-    assert.deepEqual(fromPg.summary.byState, { live: 1, ended: 1, "cut-off": 2 });
-    assert.deepEqual(fromPg.attempts.map((v) => [v.attempt, v.status]), [[2, "done"], [
-      1,
-      "failed",
-    ]]);
-    assert.deepEqual(fromPg.after.map((v) => v.runId).sort(), ["a", "b", "c"]);
-    // The earlier attempts of the runs asked for: d's first; a has none.
-    assert.deepEqual(fromPg.earlier.map((v) => [v.runId, v.attempt, v.status]), [[
-      "d",
-      1,
-      "failed",
-    ]]);
-    assert.deepEqual(fromPg.none, []);
-  } finally {
-    await pg.close();
-    await lite.close();
-    await db.drop();
-  }
-});
+// The same answers as the embedded store (and the in-memory one): the store's contract,
+// tests/store/contract_test.ts.
 
 test("file content is kept, bounded by store_file_max_kb, and an end never undone across batches", {
   skip: skipFleet,

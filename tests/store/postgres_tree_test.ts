@@ -9,9 +9,16 @@ import { memoryIo } from "../../cli/_io.ts";
 import { captureLog, fixture, runScript, tempHome } from "../_helpers.ts";
 import { START_WAIT_MS } from "../../store/mod.ts";
 import { admin, freshSchema, skipFleet } from "./_pg.ts";
+import {
+  assertAbortedWithin1s,
+  assertUnknownCostStopped,
+  costlessAt,
+  PER_CALL,
+  runTree,
+} from "../_tree_procs.ts";
 
 test(
-  "a parent and 8 children in 3 processes, each with its own home, share a $1.00 cap through the fleet store: spend stops within one call, and the store's tree total is the runs' own sum",
+  "a parent and 8 children in 3 processes, each with its own home, share a $1.00 cap through the fleet store: spend stops within one call, every run, the idle parent included, aborts within 1 s of the cap, and the store's tree total is the runs' own sum",
   {
     skip: skipFleet,
   },
@@ -25,25 +32,12 @@ test(
       });
       const parent = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
       parent.preLlmCall();
-      parent.usage({ inputTokens: 100, outputTokens: 50, usd: 0.05 });
-      const env = { ...parent.childEnv(), AGENT_CHECKPOINT_STORE: db.url };
-      const perCall = 0.03;
-      const results = await Promise.all([0, 1].map((p) =>
-        runScript(
-          fixture("tree_children"),
-          [
-            tempHome(), // a home of its own: the tree's totals come from the database alone
-            JSON.stringify({ children: [0, 1, 2, 3].map((c) => `child-${p}-${c}`), usd: perCall }),
-          ],
-          { env, timeoutMs: 120_000 },
-        )
-      ));
-      for (const r of results) assert.equal(r.code, 0, r.stderr);
-      const children = results.flatMap((r) =>
-        JSON.parse(r.stdout) as { runId: string; spent: number; stopped: boolean; tree: boolean }[]
-      );
-      assert.equal(children.length, 8);
-      const spent = 0.05 + children.reduce((sum, c) => sum + c.spent, 0);
+      parent.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.05 });
+      const env = { ...parent.budget.childEnv(), AGENT_CHECKPOINT_STORE: db.url };
+      const perCall = PER_CALL;
+      // Each process a home of its own: the tree's totals come from the database alone.
+      const tree = await runTree(parent, env, tempHome);
+      const { children, spent } = tree;
       assert.ok(spent >= 1, `the tree spent $${spent.toFixed(2)}`);
       assert.ok(spent <= 1 + perCall + 1e-9, `the tree spent $${spent.toFixed(2)}`);
       console.log(
@@ -55,12 +49,12 @@ test(
         assert.equal(c.stopped, true, `${c.runId} was stopped`);
         assert.equal(c.tree, true, `${c.runId}'s file names the tree's totals`);
       }
-      parent.preLlmCall();
-      assert.equal(
-        parent.budgetSignal.aborted,
-        true,
+      // The parent made no call since its children began: it learns of their spend by itself.
+      assert.ok(
+        tree.parentAbortedAt !== undefined,
         "the parent is stopped by its children's spend",
       );
+      assertAbortedWithin1s("PostgreSQL", tree, Math.min(...children.map((c) => c.abortedAt!)));
       await parent.end();
       await ac.close();
       const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
@@ -97,6 +91,53 @@ test(
   },
 );
 
+test(
+  "a child's call of unknown cost midway stops the whole tree of 3 processes through the fleet store under an enforced dollar cap: never counted as $0, every run aborted within 1 s, the stored totals keep the known dollars",
+  {
+    skip: skipFleet,
+  },
+  async () => {
+    const db = await freshSchema();
+    try {
+      const ac = createAgentCheckpoint({
+        home: tempHome(),
+        env: {},
+        settings: { store: db.url, enforce: ["usd"], progress_interval_seconds: 0.2 },
+      });
+      const parent = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
+      parent.preLlmCall();
+      parent.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.05 });
+      const env = { ...parent.budget.childEnv(), AGENT_CHECKPOINT_STORE: db.url };
+      const tree = await runTree(parent, env, tempHome, "child-1-2");
+      assertUnknownCostStopped(tree);
+      assertAbortedWithin1s("PostgreSQL, a call of unknown cost", tree, costlessAt(tree));
+      await parent.end();
+      await ac.close();
+      const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+      try {
+        const rows = await store.tree("lead");
+        assert.equal(rows.length, 9);
+        const total = rows.reduce((sum, r) => sum + r.use.usd, 0);
+        assert.ok(
+          Math.abs(total - tree.spent) < 1e-9,
+          `store $${total} vs runs' own $${tree.spent}`,
+        );
+        assert.deepEqual(rows.find((r) => r.runId === "child-1-2")?.use.unpriced, [
+          "(no model named)",
+        ]);
+        const root = (await store.latest("lead"))?.record;
+        // The root's stored totals keep the known dollars and say which calls' cost is unknown.
+        assert.ok((root?.tree?.totals?.usd ?? 0) >= 0.05, JSON.stringify(root?.tree));
+        assert.deepEqual(root?.tree?.totals?.unpriced, ["(no model named)"]);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await db.drop();
+    }
+  },
+);
+
 test("with the fleet store away, a tree's runs go on from what their process knows: an enforced cap still stops them, and no hook waits long", async () => {
   const log = captureLog();
   const ac = createAgentCheckpoint({
@@ -113,16 +154,16 @@ test("with the fleet store away, a tree's runs go on from what their process kno
   const helper = ac.startRun({ sessionId: "helper", parent: lead });
   let calls = 0;
   let slowest = 0;
-  while (!helper.budgetSignal.aborted && calls < 100) {
+  while (!helper.signal.aborted && calls < 100) {
     const t = performance.now();
     helper.preLlmCall();
     slowest = Math.max(slowest, performance.now() - t);
-    if (helper.budgetSignal.aborted) break;
-    helper.usage({ inputTokens: 100, outputTokens: 50, usd: 0.3 });
+    if (helper.signal.aborted) break;
+    helper.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.3 });
     calls++;
   }
   assert.equal(calls, 4, "the fourth call passed $1.00; the fifth never started");
-  assert.equal(lead.budgetSignal.aborted, true, "the lead is stopped by its child's spend");
+  assert.equal(lead.signal.aborted, true, "the lead is stopped by its child's spend");
   // Bounded, not fast: the first look may wait for the store's answer, never beyond its bound.
   assert.ok(slowest < START_WAIT_MS + 5000, `the slowest hook took ${slowest.toFixed(0)} ms`);
   await helper.end();
@@ -150,8 +191,8 @@ test(
       });
       const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
       lead.preLlmCall();
-      lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.5 });
-      const env = { ...lead.childEnv(), AGENT_CHECKPOINT_STORE: db.url }; // the lead roots a tree
+      lead.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.5 });
+      const env = { ...lead.budget.childEnv(), AGENT_CHECKPOINT_STORE: db.url }; // the lead roots a tree
       const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
       try {
         const spentInStore = async () =>
@@ -165,7 +206,7 @@ test(
         );
         assert.ok(Number(rows[0]?.n) >= 1, "the lead's connection was cut");
         lead.preLlmCall();
-        lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
+        lead.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.2 });
         assert.ok(
           await until(async () => await spentInStore() >= 0.7 - 1e-9),
           "the lead's $0.70 reached the store after its connection was cut",
@@ -185,7 +226,7 @@ test(
         // Every run's end is in the store: a child process's last writes are not lost at its close.
         const inStore = await spentInStore();
         assert.ok(Math.abs(inStore - spent) < 1e-9, `store $${inStore} vs runs' own $${spent}`);
-        const views = await store.trees({ root: "lead" });
+        const views = await store.trees.list({ root: "lead" });
         assert.deepEqual(views.map((v) => v.state).sort(), ["ended", "ended", "ended", "ended"]);
       } finally {
         await store.close();
@@ -214,9 +255,9 @@ test(
         settings: { store: db.url, enforce: ["usd"], progress_interval_seconds: 0.2 },
       });
       const lead = ac.startRun({ sessionId: "lead", caps: { usd: 1 } });
-      const env = { ...lead.childEnv(), AGENT_CHECKPOINT_STORE: db.url };
+      const env = { ...lead.budget.childEnv(), AGENT_CHECKPOINT_STORE: db.url };
       lead.preLlmCall();
-      lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.4 });
+      lead.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.4 });
       // Another holder of the tree's lock (a process stopped inside its admission, say).
       let release!: () => void;
       const released = new Promise<void>((resolve) => release = resolve);
@@ -240,8 +281,8 @@ test(
       console.log(
         `a model call behind a tree's lock held elsewhere waited ${waited.toFixed(0)} ms`,
       );
-      assert.equal(lead.budgetSignal.aborted, false);
-      lead.usage({ inputTokens: 100, outputTokens: 50, usd: 0.4 });
+      assert.equal(lead.signal.aborted, false);
+      lead.postLlmCall({ inputTokens: 100, outputTokens: 50, usd: 0.4 });
       // The lock let go: the store still counts the tree; a child elsewhere sees the lead's $0.80.
       const r = await runScript(
         fixture("tree_children"),

@@ -8,6 +8,7 @@ import process from "node:process";
 import { execFileSync, spawn } from "node:child_process";
 import { listProjects, rollback, rollbackDiff, Workspaces } from "../../workspace/mod.ts";
 import { processStart } from "../../workspace/_lock.ts";
+import { Git } from "../../workspace/_store.ts";
 import { fixture, README, scriptCommand, tempHome } from "../_helpers.ts";
 import { rollbackCommand } from "../../cli/_workspace.ts";
 import { memoryIo } from "../../cli/_io.ts";
@@ -264,4 +265,32 @@ test("rollback diff into a pipe closed early (| head -1) stops quietly", async (
   assert.match(first, /^rollback diff: to snapshot [0-9a-f]{12}/);
   assert.equal(stderr, "", "no stack trace, no error");
   assert.ok(code === 0 || code === 141, `exit status ${code}`);
+});
+
+test("a git call whose new object's directory another process's prune just removed is made again", () => {
+  // Stands in for git: the first two calls fail as git does when `git prune` in another process
+  // removed the object directory it had just made; the third writes its object.
+  const dir = tempHome();
+  const calls = path.join(dir, "calls");
+  const bin = path.join(dir, "git");
+  fs.writeFileSync(
+    bin,
+    `#!/bin/sh\necho x >> "${calls}"\nif [ "$(wc -l < "${calls}")" -lt 3 ]; then\n` +
+      `  echo "error: unable to create temporary file: No such file or directory" >&2\n` +
+      `  exit 128\nfi\necho 0123abcd\n`,
+    { mode: 0o755 },
+  );
+  const git = new Git(bin, process.env);
+  assert.equal(
+    git.run(["hash-object", "-w", "--stdin"], { gitDir: dir }).toString().trim(),
+    "0123abcd",
+  );
+  assert.equal(fs.readFileSync(calls, "utf8").split("\n").filter(Boolean).length, 3);
+  // Any other failure is not taken for it: said at once.
+  fs.writeFileSync(
+    bin,
+    `#!/bin/sh\necho x >> "${calls}"\necho "fatal: bad object" >&2\nexit 128\n`,
+  );
+  assert.throws(() => git.run(["cat-file", "-p", "x"], { gitDir: dir }), /bad object/);
+  assert.equal(fs.readFileSync(calls, "utf8").split("\n").filter(Boolean).length, 4);
 });

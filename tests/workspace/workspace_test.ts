@@ -248,7 +248,8 @@ test("files a destructive command deleted are restored; files it created are rem
   // The rollback snapshotted the tree first, so it can be rolled back itself.
   assert.ok(r.before);
   const undo = rollback({ home, project: dir, target: r.before });
-  assert.deepEqual(undo.removed.sort(), ["gone.txt", "sub/deep.txt"]);
+  // sub/ was not there when that snapshot was taken: emptied, it goes too.
+  assert.deepEqual(undo.removed.sort(), ["gone.txt", "sub/", "sub/deep.txt"]);
   assert.deepEqual(undo.restored, ["made.txt"]);
 });
 
@@ -574,6 +575,18 @@ test("destructive shell commands are found by tokenizing", () => {
     ["echo 'rm -rf /' # not run", false],
     ["dd if=/dev/zero of=x bs=1 count=1", true],
     ["python -c 'print(1)'", false],
+    ["ln -sf /etc/passwd a.txt", true],
+    ["tar -xf x.tar", true],
+    ["tar xzf x.tgz", true],
+    ["tar --extract --file=x.tar", true],
+    ["tar -czf out.tgz src", true],
+    ["tar -tf x.tar", false],
+    ["unzip -o x.zip", true],
+    ["unzip -l x.zip", false],
+    ["awk -i inplace '{print}' f", true],
+    ["gawk -i inplace '{print}' f", true],
+    ["awk '{print}' f", false],
+    ["chmod +x run.sh", true],
   ];
   for (const [command, expected] of table) {
     assert.equal(isDestructiveCommand(command), expected, command);
@@ -817,7 +830,7 @@ test("max_tree_files sets the file limit (200,000 by default) and the skip is lo
   assert.equal(over.ws.beforeWrite(many, 1), undefined);
   assert.equal(over.ws.beforeWrite(many, 2), undefined);
   assert.deepEqual(over.logs, [
-    `info: workspace snapshots skip ${many}: the tree has more than 7 files`,
+    `info: workspace snapshots skip ${many}: the tree has more than 7 files (max_tree_files)`,
   ]);
   const fits = setup({ max_tree_files: 8 });
   assert.ok(fits.ws.beforeWrite(many, 1));
@@ -831,7 +844,7 @@ test("max_tree_files sets the file limit (200,000 by default) and the skip is lo
   write(many, "ninth", "n");
   assert.equal(fits.ws.beforeWrite(many, 4), undefined);
   assert.deepEqual(fits.logs, [
-    `info: workspace snapshots skip ${many}: the tree has more than 8 files`,
+    `info: workspace snapshots skip ${many}: the tree has more than 8 files (max_tree_files)`,
   ]);
 });
 

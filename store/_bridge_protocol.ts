@@ -1,8 +1,8 @@
 /**
- * The protocol between the main thread's fleet store (`_pg_bridge.ts`) and
- * its connection thread (`_pg_worker.ts`): what the thread starts with, the
- * messages each way, and the shared state word. Either side imports it; neither
- * imports the other.
+ * The protocol between the main thread's side of the store's bridge
+ * (`_bridge.ts`) and the store's thread (`_bridge_worker.ts`), for any
+ * backend: what the thread starts with, the messages each way, and the
+ * shared state word. Either side imports it; neither imports the other.
  *
  * @module
  */
@@ -10,16 +10,19 @@ import type { MessagePort } from "node:worker_threads";
 import type { TreeRow } from "../_tree.ts";
 import type {
   AttemptStart,
+  BackendOptions,
   EffectBatch,
   EffectRow,
   HostId,
+  JournalBatch,
+  JournalEntry,
   RunRecord,
   RunView,
   StartOptions,
   WriteBatch,
 } from "./types.ts";
 
-/** The longest a run's start waits for the fleet store's answer, ms. */
+/** The longest a run's start waits for the store's answer, ms. */
 export const START_WAIT_MS = 2000;
 /** @internal The state word: not yet known, reachable, away. */
 export const STATE_UNKNOWN = 0;
@@ -32,15 +35,16 @@ export const STATE_DOWN = 2;
  * The mark of the store thread's own start data: its entry module starts the thread's work
  * only with it, never in a host's worker that imports the library.
  */
-export const PG_ENTRY = "agent-checkpoint/pg-store";
+export const BRIDGE_ENTRY = "agent-checkpoint/store-thread";
 
 /** @internal What the store thread starts with. */
 export interface BridgeData {
-  /** {@linkcode PG_ENTRY}: the data is the store thread's. */
-  entry: typeof PG_ENTRY;
-  url: string;
-  hostTimeoutSeconds: number;
-  fileMaxKb: number;
+  /** {@linkcode BRIDGE_ENTRY}: the data is the store thread's. */
+  entry: typeof BRIDGE_ENTRY;
+  /** The URL of the backend's module: the thread imports it, and opens its `backend`. */
+  backend: string;
+  /** What the backend opens its store with. */
+  options: BackendOptions;
   /** This process: the store thread's connection holds its lease. */
   host: HostId;
   /** [answers posted, state, statements sent]. */
@@ -62,6 +66,8 @@ export type ToBridge =
   | { type: "latest"; id: number; runId: string }
   | { type: "effects"; id: number; batch: EffectBatch }
   | { type: "effectsOf"; id: number; runId: string }
+  | { type: "journal"; id: number; batch: JournalBatch }
+  | { type: "journalOf"; id: number; runId: string }
   | { type: "drain"; id: number; ms: number }
   | { type: "close"; ms: number }
   | { type: "port"; port: MessagePort }
@@ -91,7 +97,7 @@ export type FromBridge =
  *
  * @example
  * ```ts
- * import { isBridgeData } from "./_pg_protocol.ts";
+ * import { isBridgeData } from "./_bridge_protocol.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(isBridgeData(undefined), false);
@@ -100,8 +106,14 @@ export type FromBridge =
  */
 export function isBridgeData(data: unknown): data is BridgeData {
   return typeof data === "object" && data !== null &&
-    (data as { entry?: unknown }).entry === PG_ENTRY;
+    (data as { entry?: unknown }).entry === BRIDGE_ENTRY;
 }
 
-/** @internal Store thread to main thread, through the worker's own channel: an effect batch's commit. */
-export type EffectsDone = { type: "effected"; id: number; error?: string };
+/** @internal Store thread to main thread, through the worker's own channel: an effect (or journal) batch's commit. */
+export type EffectsDone = {
+  type: "effected";
+  id: number;
+  error?: string;
+  /** A journal read's entries. */
+  entries?: JournalEntry[];
+};

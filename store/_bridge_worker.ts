@@ -1,9 +1,10 @@
 /**
- * The fleet store's connection thread for the main thread (see
- * `_pg_bridge.ts`): it answers a run's start (attempt number, previous
- * record) through a port the main thread reads synchronously, and writes the
- * main thread's records (ends, records at exit) and checkpoint files' content
- * in order, batched, kept in memory (bounded) while the database is away.
+ * The store's thread (see `_bridge.ts`), for any backend that implements the
+ * store's port: it opens the backend's store, answers a run's start (attempt
+ * number, previous record) through a port the main thread reads
+ * synchronously, and writes the main thread's records (ends, records at
+ * exit) and checkpoint files' content in order, batched, kept in memory
+ * (bounded) while the store is away.
  *
  * @module
  */
@@ -11,10 +12,11 @@ import type { MessagePort } from "node:worker_threads";
 import { errorText } from "../log.ts";
 // The same bounds as the embedded store's worker: the records that wait in memory, the
 // longest wait between two tries.
-import { MAX_BACKLOG, MAX_BACKOFF_MS } from "../_ledger.ts";
+import { MAX_BACKLOG } from "../_ledger.ts";
 import { formatDuration } from "../template.ts";
-import { openPgStore, type PgRunStore, readForStore } from "./postgres.ts";
-import type { Heartbeat, HostId, RunRecord, WriteBatch } from "./types.ts";
+import { readForStore } from "./_content.ts";
+import { BACKENDS } from "./_backends.ts";
+import type { Backend, Heartbeat, HostId, RunRecord, RunStore, WriteBatch } from "./types.ts";
 import {
   type BridgeData,
   type EffectsDone,
@@ -24,28 +26,66 @@ import {
   STATE_DOWN,
   STATE_UP,
   type ToBridge,
-} from "./_pg_protocol.ts";
+} from "./_bridge_protocol.ts";
+
+/** How often a store that is away is tried again, ms: at most this long after it answers again. */
+const PROBE_MS = 1000;
 
 /**
- * The store thread's work, over the data the main thread's fleet store started it with. Its
- * entry module (`_pg_entry.ts`) calls it in the thread started for it; nothing on import.
+ * The store thread's work, over the data the main thread's side started it with: a backend
+ * not among those a setting can name is imported first, and the messages that came meanwhile
+ * are taken in order. Its
+ * entry module (`_bridge_entry.ts`) calls it in the thread started for it; nothing on import.
  * @internal
  */
 export function bridge(parent: MessagePort, data: BridgeData): void {
+  // A backend a store setting can name is in this thread's static graph (Deno, importing the
+  // library by URL, fetched it with the library): taken at once. Any other is imported by URL.
+  const known = BACKENDS.find((b) => b.module === data.backend);
+  if (known) {
+    const take = serve(parent, data, known);
+    parent.on("message", take);
+    return;
+  }
+  const early: ToBridge[] = [];
+  let take: ((message: ToBridge) => void) | undefined;
+  parent.on("message", (message: ToBridge) => take ? take(message) : early.push(message));
+  import(data.backend).then((module: { backend: Backend }) => {
+    take = serve(parent, data, module.backend);
+    for (const message of early.splice(0)) take(message);
+  }).catch((error) => {
+    // Starts then wait their bound and go on from their local files; said once, here.
+    Atomics.store(new Int32Array(data.flag), 1, STATE_DOWN);
+    parent.postMessage(
+      {
+        type: "log",
+        level: "error",
+        message: `the fleet store's thread could not load its backend (${errorText(error)})`,
+      } satisfies FromBridge,
+    );
+  });
+}
+
+/** The store's thread's work over its backend's store: what takes each message. */
+function serve(
+  parent: MessagePort,
+  data: BridgeData,
+  backend: Backend,
+): (message: ToBridge) => void {
   /** The lease connection ended: it is taken again at once, not at the next batch. */
   let relock = false;
-  const store: PgRunStore = openPgStore({
-    url: data.url,
-    hostTimeoutSeconds: data.hostTimeoutSeconds,
-    fileMaxKb: data.fileMaxKb,
-    // This thread's connection holds the process's lease: the server lets it go when the process
-    // dies or the connection ends, and every other machine then knows its runs are cut off.
-    lease: data.host,
-    onLeaseLost: () => {
+  // This thread's connection holds the process's lease (a backend with leases): the server lets
+  // it go when the process dies or the connection ends, and every other machine then knows its
+  // runs are cut off.
+  const store: RunStore = backend.open(data.options, {
+    host: data.host,
+    lost: () => {
       relock = true;
       soon();
     },
   });
+  /** Reach the store (and take the lease again): a backend without leases reads one record. */
+  const ping = (): Promise<unknown> => store.leases?.renew() ?? store.latest("");
   const flag = new Int32Array(data.flag);
   const reply = data.reply;
   const log = (level: "info" | "warn" | "error", message: string) =>
@@ -77,7 +117,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
   };
 
   const up = () => {
-    Atomics.store(flag, 2, store.roundTrips);
+    Atomics.store(flag, 2, store.roundTrips ?? 0);
     Atomics.store(flag, 1, STATE_UP);
     if (down) {
       down = false;
@@ -97,15 +137,18 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
   const fail = (error: unknown, waiting: number) => {
     Atomics.store(flag, 1, STATE_DOWN);
     failures++;
-    const wait = Math.min(MAX_BACKOFF_MS, 500 * 2 ** Math.min(10, failures - 1));
+    // A bounded probe, not a wait that grows to 30 s: the live runs' leases and
+    // heartbeats are back within PROBE_MS of the server answering, so they never read as cut
+    // off for long after an outage. A try against a server that is away fails fast (refused).
+    const wait = Math.min(PROBE_MS, 500 * 2 ** Math.min(10, failures - 1));
     if (!down) {
       down = true;
       log(
         "warn",
         `the fleet store at ${store.location} cannot be reached (${
           errorText(error)
-        }); runs start from their local files, and ${waiting} record(s) wait in memory (at most ${MAX_BACKLOG}); tried again with a growing wait of up to ${
-          formatDuration(MAX_BACKOFF_MS / 1000)
+        }); runs start from their local files, and ${waiting} record(s) wait in memory (at most ${MAX_BACKLOG}); tried again every ${
+          formatDuration(PROBE_MS / 1000)
         }`,
       );
     }
@@ -120,7 +163,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
   /** The runs whose attempt lost them, said once each (bounded). */
   const lost = new Set<string>();
   const sayLost = () => {
-    for (const f of store.takeFenced()) {
+    for (const f of store.leases?.takeFenced() ?? []) {
       const k = `${f.attempt}\u0000${f.runId}`;
       if (lost.has(k)) continue;
       if (lost.size > 10_000) lost.clear();
@@ -169,9 +212,9 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
         const again = relock;
         relock = false;
         if (batch.size > 0 || heartbeat) await store.write(write);
-        else if (down || again) await store.ping(); // away, or the lease to take again
+        else if (down || again) await ping(); // away, or the lease to take again
         sayLost();
-        if (contents.size > 0) {
+        if (contents.size > 0 && store.files) {
           const byHost = new Map<
             string,
             { host: HostId; files: { runId: string; content: string }[] }
@@ -182,7 +225,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
             entry.files.push({ runId, content: f.content });
             byHost.set(k, entry);
           }
-          for (const entry of byHost.values()) await store.writeFiles(entry.host, entry.files);
+          for (const entry of byHost.values()) await store.files.write(entry.host, entry.files);
         }
         up();
         if (prune) {
@@ -201,7 +244,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
         for (const [k, f] of files) contents.set(k, f);
         files = contents;
         beat ??= heartbeat;
-        if (!store.leased) relock = true;
+        if (store.leases && !store.leases.held) relock = true;
         fail(error, records.size);
       }
     })().finally(() => {
@@ -234,9 +277,9 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
    * Trees: joins, reads and admissions one after another, in the order the
    * main thread posted them (a run's join before its first look).
    */
-  let trees: Promise<void> = Promise.resolve();
+  let treeOps: Promise<void> = Promise.resolve();
   const inOrder = (op: () => Promise<void>) => {
-    trees = trees.then(op).catch((error) =>
+    treeOps = treeOps.then(op).catch((error) =>
       log("error", `the fleet store's thread failed: ${errorText(error)}`)
     );
   };
@@ -246,7 +289,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
   const join = async () => {
     for (const [runId, place] of [...joins]) {
       try {
-        await store.joinTree(runId, place.root, place.parent);
+        await trees().join(runId, place.root, place.parent);
         joins.delete(runId);
         joinsFailing = false;
       } catch (error) {
@@ -295,7 +338,18 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
     }, 0);
   };
 
-  parent.on("message", async (message: ToBridge) => {
+  /** The store's trees, or the failure a backend without them gives each look. */
+  const trees = () => {
+    if (!store.trees) throw new Error(`the ${backend.engine} store keeps no trees of runs`);
+    return store.trees;
+  };
+  /** The store's effects, or the failure a backend without them gives. */
+  const effectsOf = () => {
+    if (!store.effects) throw new Error(`the ${backend.engine} store keeps no side effects`);
+    return store.effects;
+  };
+
+  return async (message: ToBridge) => {
     try {
       switch (message.type) {
         case "start": {
@@ -303,7 +357,14 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
             // What this thread was told before the start goes first: an end of the same id.
             if (records.size > 0 && !down) await flush();
             const t = Date.now();
-            const started = await store.startAttempt(message.record, message.options);
+            const started = await store.startAttempt(message.record, message.options).catch(
+              (error) => {
+                // A start that must know the holder is tried once more on a new connection: the
+                // first try may have met the one a server restart ended, as the database is back.
+                if ((message.options?.onDuplicate ?? "warn") === "warn") throw error;
+                return store.startAttempt(message.record, message.options);
+              },
+            );
             up();
             answer({ type: "started", id: message.id, started });
             if (late.delete(message.id)) {
@@ -338,7 +399,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
           // Written at once, in order with each other: an intent waits for nothing else.
           effects = effects.then(async () => {
             try {
-              await store.writeEffects(message.batch);
+              await effectsOf().write(message.batch);
               up();
               parent.postMessage({ type: "effected", id: message.id } satisfies EffectsDone);
             } catch (error) {
@@ -350,9 +411,45 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
           });
           break;
         }
+        case "journal": {
+          // In order with the effects: one queue of commits the main thread waits for.
+          effects = effects.then(async () => {
+            try {
+              if (!store.journal) throw new Error(`the ${backend.engine} store keeps no journal`);
+              await store.journal.write(message.batch);
+              up();
+              parent.postMessage({ type: "effected", id: message.id } satisfies EffectsDone);
+            } catch (error) {
+              parent.postMessage(
+                { type: "effected", id: message.id, error: errorText(error) } satisfies EffectsDone,
+              );
+              fail(error, records.size);
+            }
+          });
+          break;
+        }
+        case "journalOf": {
+          // After the writes posted before it: a read sees what this process journaled.
+          effects = effects.then(async () => {
+            try {
+              if (!store.journal) throw new Error(`the ${backend.engine} store keeps no journal`);
+              const entries = await store.journal.read(message.runId);
+              up();
+              parent.postMessage(
+                { type: "effected", id: message.id, entries } satisfies EffectsDone,
+              );
+            } catch (error) {
+              parent.postMessage(
+                { type: "effected", id: message.id, error: errorText(error) } satisfies EffectsDone,
+              );
+              fail(error, records.size);
+            }
+          });
+          break;
+        }
         case "effectsOf": {
           try {
-            const rows = await store.effects(message.runId);
+            const rows = await effectsOf().read(message.runId);
             up();
             answer({ type: "effectsOf", id: message.id, rows });
           } catch (error) {
@@ -373,7 +470,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
           inOrder(async () => {
             try {
               await join();
-              const rows = await store.tree(root);
+              const rows = await trees().read(root);
               up();
               answer({ type: "tree", id, rows });
             } catch (error) {
@@ -389,7 +486,7 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
             let asked = false;
             try {
               await join();
-              await store.admit(root, (rows) => {
+              await trees().admit(root, (rows) => {
                 asked = true;
                 answer({ type: "tree", id, rows });
                 return decision(id);
@@ -435,7 +532,8 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
           (message.port as { unref?: () => void }).unref?.();
           break;
         case "file": {
-          const content = readForStore(message.file, data.fileMaxKb);
+          if (!store.files) break; // a backend that keeps no files
+          const content = readForStore(message.file, data.options.fileMaxKb);
           if (content !== undefined) {
             files.set(message.runId, { host: message.host, content });
             soon();
@@ -468,5 +566,5 @@ export function bridge(parent: MessagePort, data: BridgeData): void {
     } catch (error) {
       log("error", `the fleet store's thread failed: ${errorText(error)}`);
     }
-  });
+  };
 }

@@ -1,8 +1,11 @@
 /**
- * The main thread's side of the fleet store. `startRun` is synchronous, and
- * with PostgreSQL the attempt number and the previous record come over the
- * network; so the main thread never holds a connection. A thread of the
- * store's own (`_pg_worker.ts`, started from `_pg_entry.ts`) owns it: a run's start is posted to that
+ * The store's bridge: it carries any store that implements the store's
+ * asynchronous port (a {@linkcode Backend}'s) to the host's thread, whose
+ * hooks are synchronous. `startRun` is synchronous, and with a store over the
+ * network the attempt number and the previous record come over the network;
+ * so the main thread never holds a connection. A thread of the store's own
+ * (`_bridge_worker.ts`, started from `_bridge_entry.ts`, which imports the
+ * backend's module) owns it: a run's start is posted to that
  * thread and its answer read from a port with a bounded `Atomics.wait`
  * (one round trip, {@linkcode START_WAIT_MS} at most, and not at all while
  * the database is known to be away: the run then starts from its local file
@@ -21,28 +24,39 @@ import {
 import type { CheckpointEvent } from "../_writer.ts";
 import type { TreeRow } from "../_tree.ts";
 import { thisHost } from "./_host.ts";
-import { openPgStore, type PgRunStore, pgTarget } from "./postgres.ts";
 import {
+  BRIDGE_ENTRY,
   type BridgeData,
   type EffectsDone,
   type FromBridge,
   type FromWatchdog,
-  PG_ENTRY,
   START_WAIT_MS,
   STATE_DOWN,
   STATE_UNKNOWN,
   STATE_UP,
   type ToBridge,
-} from "./_pg_protocol.ts";
+} from "./_bridge_protocol.ts";
 // In the static module graph so that Deno, importing the library by URL, fetches the store
 // thread's module with it. Outside the store thread the entry does nothing.
-import "./_pg_entry.ts";
+import "./_bridge_entry.ts";
 
 export { START_WAIT_MS };
 import type {
   AttemptStart,
+  Backend,
+  BackendOptions,
   EffectBatch,
   EffectRow,
+  EffectsPort,
+  JournalBatch,
+  JournalEntry,
+  JournalPort,
+  LedgerEffects,
+  LedgerJournal,
+  LedgerRelay,
+  LedgerStore,
+  LedgerSync,
+  LedgerTrees,
   ListQuery,
   RunRecord,
   RunStore,
@@ -50,6 +64,7 @@ import type {
   StartOptions,
   StoreSummary,
   SummaryQuery,
+  TreesPort,
   WriteBatch,
 } from "./types.ts";
 
@@ -68,7 +83,7 @@ export const CLOSE_WAIT_MS = 5000;
 /** The store thread's entry module, next to this one (`.ts` under Deno, `.js` when built). */
 function workerUrl(): URL {
   const url = new URL(
-    import.meta.url.endsWith(".ts") ? "./_pg_entry.ts" : "./_pg_entry.js",
+    import.meta.url.endsWith(".ts") ? "./_bridge_entry.ts" : "./_bridge_entry.js",
     import.meta.url,
   );
   if (url.protocol === "file:") return url;
@@ -77,7 +92,7 @@ function workerUrl(): URL {
   );
 }
 
-/** The fleet store with the embedded store's synchronous calls the supervisor makes. */
+/** A bridged store with the embedded store's synchronous calls the supervisor makes. */
 export interface SyncFleetStore {
   /** The newest record of a run id. */
   latestSync(runId: string): RunView | undefined;
@@ -89,9 +104,11 @@ export interface SyncFleetStore {
   closeSync(): void;
 }
 
-/** What the main thread's fleet store needs. */
-export interface PgBridgeOptions {
-  /** The `postgres://` URL. */
+/** What the store's bridge needs. */
+export interface BridgeOptions {
+  /** The backend whose store the bridge carries. */
+  backend: Backend;
+  /** The `store` setting's URL. */
   url: string;
   /** A heartbeat older than this many seconds means its process is gone. */
   hostTimeoutSeconds: number;
@@ -102,34 +119,97 @@ export interface PgBridgeOptions {
 }
 
 /**
- * The fleet store as the main thread sees it: synchronous starts (bounded),
- * writes that never wait. Reads (`list`, `latest`, `summary`) go through a
- * connection of the main thread's own, made on first use; the core never
- * reads.
+ * A store as the main thread sees it through the bridge: synchronous starts
+ * (bounded), writes that never wait. Reads (`list`, `latest`, `summary`) go
+ * through a store of the main thread's own, which connects on first use; the
+ * core never reads.
  */
-export class PgBridge implements RunStore {
-  readonly engine = "postgres";
+export class StoreBridge implements RunStore, LedgerStore {
+  readonly engine: string;
   readonly location: string;
-  readonly #options: PgBridgeOptions;
+  readonly #options: BridgeOptions;
   readonly #worker: Worker;
   readonly #port: MessagePort;
   readonly #flag: Int32Array;
   #seq = 0;
   #closed = false;
-  #reader: PgRunStore | undefined;
+  readonly #reader: RunStore;
 
-  /** @internal Use {@linkcode openPgBridge}. */
-  constructor(options: PgBridgeOptions) {
+  /** {@linkcode LedgerStore.sync}: starts waited for (bounded), records handed on. */
+  readonly sync: LedgerSync = {
+    write: (batch) => void this.write(batch),
+    writeEach: (records, heartbeat) => {
+      const batch: WriteBatch = { records: [...records] };
+      if (heartbeat) batch.heartbeat = heartbeat;
+      void this.write(batch);
+    },
+    startAttempt: (record, options) => this.startAttemptSync(record, options),
+    latest: (runId) => this.latestSync(runId),
+  };
+  // No leases here: the store's thread says in the log which attempts lost their run.
+  /** {@linkcode LedgerStore.effects}, when the backend keeps them. */
+  readonly effects?: EffectsPort & LedgerEffects;
+  /** {@linkcode LedgerStore.journal}, when the backend keeps one. */
+  readonly journal?: JournalPort & LedgerJournal;
+  /** {@linkcode LedgerStore.trees}, when the backend keeps them. */
+  readonly trees?: TreesPort & LedgerTrees;
+  /** {@linkcode LedgerStore.relay}: what is handed to the store's thread. */
+  readonly relay: LedgerRelay;
+
+  /** @internal Use {@linkcode openBridge}. */
+  constructor(options: BridgeOptions) {
     this.#options = options;
-    this.location = pgTarget(options.url).location;
+    this.engine = options.backend.engine;
+    this.location = options.backend.locate(options.url);
+    // Nothing over the network until a read: it says what the backend keeps.
+    this.#reader = options.backend.open(this.#backendOptions());
+    const reader = this.#reader;
+    if (reader.effects) {
+      const effects = reader.effects;
+      this.effects = {
+        write: (batch) => this.writeEffects(batch),
+        read: (runId) => effects.read(runId),
+        readSync: (runId) => this.effectsSync(runId),
+      };
+    }
+    if (reader.journal) {
+      this.journal = {
+        write: (batch) => this.writeJournal(batch),
+        // Through the store's thread, as a write is: a backend whose data lives in that thread
+        // (the in-memory one) answers there.
+        read: (runId) => this.readJournal(runId),
+      };
+    }
+    const trees = reader.trees;
+    if (trees) {
+      this.trees = {
+        // Reads of every tree go through the main thread's own store, as other reads do.
+        list: (query) => trees.list(query),
+        read: (root) => trees.read(root),
+        join: (runId, root, parent) => trees.join(runId, root, parent),
+        admit: (root, decide) => trees.admit(root, decide),
+        readSync: (root) => this.treeSync(root),
+        admitSync: (root, decide) => this.admitSync(root, decide),
+        writeSync: (record) => this.writeTreeSync(record),
+        joinSync: (runId, root, parent) => this.joinTreeSync(runId, root, parent),
+      };
+    }
     const { port1, port2 } = new MessageChannel();
     this.#port = port1;
     this.#flag = new Int32Array(new SharedArrayBuffer(12));
+    const flag = this.#flag;
+    this.relay = {
+      fileWritten: (event) => this.fileWritten(event),
+      drainSync: () => this.drainSync(),
+      watchdogPort: () => this.watchdogPort(),
+      get statements() {
+        return Atomics.load(flag, 2);
+      },
+    };
     const data: BridgeData = {
-      entry: PG_ENTRY,
-      url: options.url,
-      hostTimeoutSeconds: options.hostTimeoutSeconds,
-      fileMaxKb: options.fileMaxKb,
+      entry: BRIDGE_ENTRY,
+      backend: options.backend.module,
+      options: this.#backendOptions(),
       host: thisHost(),
       flag: this.#flag.buffer as SharedArrayBuffer,
       reply: port2,
@@ -187,7 +267,10 @@ export class PgBridge implements RunStore {
    * when the answer does not come in time, the attempt starts at
    * `minAttempt` (the local file's count) without a previous record, with one
    * log line per outage; its record reaches the database with the next batch
-   * after it returns.
+   * after it returns. A start that must know the holder (`on_duplicate`
+   * `refuse` or `take-over`) asks the database even while it is known to be
+   * away, so one made just after the server is back (before the thread's next
+   * probe) is refused or fenced as it should be, not run beside the holder.
    */
   startAttemptSync(record: RunRecord, options?: StartOptions): AttemptStart {
     // The store thread says in the log why, once per outage.
@@ -195,7 +278,8 @@ export class PgBridge implements RunStore {
       attempt: Math.max(1, Math.floor(options?.minAttempt ?? 1)),
     });
     if (this.#closed) throw new Error("the fleet store is closed");
-    if (Atomics.load(this.#flag, 1) === STATE_DOWN) return provisional();
+    const holderMatters = (options?.onDuplicate ?? "warn") !== "warn";
+    if (Atomics.load(this.#flag, 1) === STATE_DOWN && !holderMatters) return provisional();
     const id = ++this.#seq;
     const message: ToBridge = { type: "start", id, record };
     if (options) message.options = options;
@@ -235,7 +319,7 @@ export class PgBridge implements RunStore {
   /** Effect batches posted and not yet answered, by id. */
   readonly #effectsWaiting = new Map<
     number,
-    { resolve: () => void; reject: (error: Error) => void }
+    { resolve: (entries: JournalEntry[] | undefined) => void; reject: (error: Error) => void }
   >();
 
   /**
@@ -249,8 +333,34 @@ export class PgBridge implements RunStore {
     const id = ++this.#seq;
     return new Promise<void>((resolve, reject) => {
       if (this.#effectsWaiting.size === 0) this.#worker.ref();
-      this.#effectsWaiting.set(id, { resolve, reject });
+      this.#effectsWaiting.set(id, { resolve: () => resolve(), reject });
       this.#worker.postMessage({ type: "effects", id, batch } satisfies ToBridge);
+    });
+  }
+
+  /**
+   * Write journal entries: posted to the store thread in order with the
+   * effects; resolves once they are committed, as an effect batch does.
+   */
+  writeJournal(batch: JournalBatch): Promise<void> {
+    if (this.#closed) return Promise.reject(new Error("the fleet store is closed"));
+    if (batch.entries.length === 0) return Promise.resolve();
+    const id = ++this.#seq;
+    return new Promise<void>((resolve, reject) => {
+      if (this.#effectsWaiting.size === 0) this.#worker.ref();
+      this.#effectsWaiting.set(id, { resolve: () => resolve(), reject });
+      this.#worker.postMessage({ type: "journal", id, batch } satisfies ToBridge);
+    });
+  }
+
+  /** The journal of a run id, read by the store's thread in order with the writes before it. */
+  readJournal(runId: string): Promise<JournalEntry[]> {
+    if (this.#closed) return Promise.reject(new Error("the fleet store is closed"));
+    const id = ++this.#seq;
+    return new Promise<JournalEntry[]>((resolve, reject) => {
+      if (this.#effectsWaiting.size === 0) this.#worker.ref();
+      this.#effectsWaiting.set(id, { resolve: (entries) => resolve(entries ?? []), reject });
+      this.#worker.postMessage({ type: "journalOf", id, runId } satisfies ToBridge);
     });
   }
 
@@ -259,7 +369,7 @@ export class PgBridge implements RunStore {
     if (!waiting) return;
     this.#effectsWaiting.delete(message.id);
     if (this.#effectsWaiting.size === 0 && !this.#closed) this.#worker.unref();
-    if (message.error === undefined) waiting.resolve();
+    if (message.error === undefined) waiting.resolve(message.entries);
     else waiting.reject(new Error(message.error));
   }
 
@@ -280,11 +390,6 @@ export class PgBridge implements RunStore {
     }
     if (answer.error !== undefined) throw new Error(answer.error);
     return answer.rows ?? [];
-  }
-
-  /** The effects recorded for a run id, through the main thread's reading connection. */
-  effects(runId: string): Promise<EffectRow[]> {
-    return this.#read().effects(runId);
   }
 
   /**
@@ -454,12 +559,15 @@ export class PgBridge implements RunStore {
     return answer?.type === "drained" && answer.waiting === 0;
   }
 
-  #read(): PgRunStore {
-    this.#reader ??= openPgStore({
+  #backendOptions(): BackendOptions {
+    return {
       url: this.#options.url,
       hostTimeoutSeconds: this.#options.hostTimeoutSeconds,
       fileMaxKb: this.#options.fileMaxKb,
-    });
+    };
+  }
+
+  #read(): RunStore {
     return this.#reader;
   }
 
@@ -501,20 +609,23 @@ export class PgBridge implements RunStore {
     this.#effectsWaiting.clear();
     await this.#worker.terminate();
     this.#port.close();
-    await this.#reader?.close();
+    await this.#reader.close();
   }
 }
 
 /**
- * Open the main thread's side of the fleet store: it starts the store's
- * thread, which connects on its own. Throws on a URL that cannot be read.
+ * Open the main thread's side of the store's bridge: it starts the store's
+ * thread, which opens the backend's store and connects on its own. Throws on
+ * a URL the backend cannot read.
  *
  * @example
  * ```ts
- * import { openPgBridge } from "./_pg_bridge.ts";
+ * import { openBridge } from "./_bridge.ts";
+ * import { backend } from "./postgres.ts";
  * import assert from "node:assert/strict";
  *
- * const store = openPgBridge({
+ * const store = openBridge({
+ *   backend,
  *   url: "postgres://u:pw@db.invalid/fleet",
  *   hostTimeoutSeconds: 30,
  *   fileMaxKb: 256,
@@ -523,39 +634,43 @@ export class PgBridge implements RunStore {
  * await store.close();
  * ```
  */
-export function openPgBridge(options: PgBridgeOptions): PgBridge {
-  return new PgBridge(options);
+export function openBridge(options: BridgeOptions): StoreBridge {
+  return new StoreBridge(options);
 }
 
 /**
- * The fleet store as the watchdog thread sees it: each interval's batch is
+ * A bridged store as the watchdog thread sees it: each interval's batch is
  * handed to the store thread of its process, which keeps it (in order,
  * bounded) until the database takes it; so `write` resolves at once.
  *
  * @example
  * ```ts
  * import { MessageChannel } from "node:worker_threads";
- * import { PortStore } from "./_pg_bridge.ts";
+ * import { PortStore } from "./_bridge.ts";
  * import assert from "node:assert/strict";
  *
  * const { port1, port2 } = new MessageChannel();
  * const got = new Promise((resolve) => port2.once("message", resolve));
- * const store = new PortStore(port1, "postgres://db/fleet");
+ * const store = new PortStore(port1, "postgres://db/fleet", "postgres");
  * await store.write({ records: [] , heartbeat: { host: { machine: "m", pid: 1, start: "" }, at: 1, intervalSeconds: 1 } });
  * assert.equal((await got as { type: string }).type, "batch");
  * await store.close();
  * port2.close();
  * ```
  */
-export class PortStore {
-  readonly engine = "postgres";
+export class PortStore implements LedgerStore {
+  readonly engine: string;
   readonly location: string;
   readonly #port: MessagePort;
 
-  /** @param port The port the store thread listens on. @param location Where the store is, to show. */
-  constructor(port: MessagePort, location: string) {
+  /**
+   * @param port The port the store thread listens on. @param location Where the store is, to
+   * show. @param engine Which engine.
+   */
+  constructor(port: MessagePort, location: string, engine: string) {
     this.#port = port;
     this.location = location;
+    this.engine = engine;
   }
 
   /** Hand a batch to the store thread. */

@@ -1,0 +1,111 @@
+/**
+ * The run journal as the stores keep it: each body once, by the sha256 of its
+ * text, compressed (zlib's deflate, which Deno and Node both have); and an
+ * entry from its table's columns, as every backend reads it back.
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+import { deflateSync, inflateSync } from "node:zlib";
+import type { JournalEntry } from "./types.ts";
+
+/**
+ * The key a body is kept under: the sha256 of its text (hex).
+ *
+ * @example
+ * ```ts
+ * import { bodyKey } from "./_journal.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(bodyKey("{}"), bodyKey("{}"));
+ * assert.match(bodyKey('"hi"'), /^[0-9a-f]{64}$/);
+ * ```
+ */
+export function bodyKey(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}
+
+/**
+ * A body as a store keeps it: its text, compressed.
+ *
+ * @example
+ * ```ts
+ * import { packBody, unpackBody } from "./_journal.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const text = JSON.stringify({ role: "assistant", content: "step ".repeat(200) });
+ * const packed = packBody(text);
+ * assert.ok(packed.length < text.length);
+ * assert.equal(unpackBody(packed), text);
+ * ```
+ */
+export function packBody(text: string): Uint8Array {
+  return new Uint8Array(deflateSync(new TextEncoder().encode(text)));
+}
+
+/**
+ * A kept body's text (see {@linkcode packBody}).
+ *
+ * @example
+ * ```ts
+ * import { packBody, unpackBody } from "./_journal.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(unpackBody(packBody('{"text":"héllo"}')), '{"text":"héllo"}');
+ * ```
+ */
+export function unpackBody(packed: Uint8Array): string {
+  return new TextDecoder().decode(inflateSync(packed));
+}
+
+/**
+ * A journal entry from its table's columns (`run_id`, `attempt`, `kind`,
+ * `idx`, `key`, `tool`, `usage`, `at`) and its body's text.
+ *
+ * @example
+ * ```ts
+ * import { journalOf } from "./_journal.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const entry = journalOf({
+ *   run_id: "r", attempt: 2, kind: "model", idx: 0, key: "ab", tool: null, usage: null, at: 5,
+ * }, '{"text":"hi"}');
+ * assert.deepEqual(entry, {
+ *   runId: "r", attempt: 2, kind: "model", index: 0, key: "ab", body: '{"text":"hi"}', at: 5,
+ * });
+ * ```
+ */
+export function journalOf(row: Record<string, unknown>, body: string): JournalEntry {
+  const out: JournalEntry = {
+    runId: String(row.run_id),
+    attempt: Number(row.attempt),
+    kind: row.kind === "tool" ? "tool" : "model",
+    index: Number(row.idx),
+    key: String(row.key),
+    body,
+    at: Number(row.at),
+  };
+  if (typeof row.tool === "string") out.tool = row.tool;
+  if (typeof row.usage === "string") out.usage = row.usage;
+  return out;
+}
+
+/**
+ * Entries in the order every store reads them back: by attempt, kind (model first), index.
+ *
+ * @example
+ * ```ts
+ * import { journalOrder } from "./_journal.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const e = (attempt: number, kind: "model" | "tool", index: number) =>
+ *   ({ runId: "r", attempt, kind, index, key: "k", body: "{}", at: 0 });
+ * const sorted = [e(2, "model", 0), e(1, "tool", 0), e(1, "model", 1), e(1, "model", 0)]
+ *   .sort(journalOrder).map((x) => `${x.attempt}${x.kind[0]}${x.index}`);
+ * assert.deepEqual(sorted, ["1m0", "1m1", "1t0", "2m0"]);
+ * ```
+ */
+export function journalOrder(a: JournalEntry, b: JournalEntry): number {
+  return a.attempt - b.attempt || (a.kind === b.kind ? 0 : a.kind === "model" ? -1 : 1) ||
+    a.index - b.index;
+}

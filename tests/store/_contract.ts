@@ -1,0 +1,241 @@
+/**
+ * The store's contract: what every backend of the store's port answers alike.
+ * The embedded store, the PostgreSQL store and the in-memory store each run
+ * these steps (`contract_test.ts`), and the answers of any two are the same.
+ */
+import assert from "node:assert/strict";
+import * as os from "node:os";
+import type { HostId, RunRecord, RunStore, RunView } from "../../store/types.ts";
+import { thisHost } from "../../store/_host.ts";
+
+/** A record of a run, as a run's start and progress make it. */
+export const record = (
+  runId: string,
+  host: HostId,
+  at: number,
+  extra: Partial<RunRecord> = {},
+): RunRecord => ({
+  runId,
+  attempt: 1,
+  dialect: "kanban",
+  caps: { turns: { value: 40, source: "host" } },
+  turnsUsed: 0,
+  elapsedSeconds: 0,
+  tier: 0,
+  inFlight: [],
+  recent: [],
+  notes: [],
+  host,
+  status: "live" as const,
+  startedAt: at,
+  updatedAt: at,
+  ...extra,
+});
+
+/** What a view shows, without what differs by engine (nothing should). */
+export const shown = (v: RunView) => ({
+  runId: v.record.runId,
+  attempt: v.record.attempt,
+  status: v.record.status,
+  turns: v.record.turnsUsed,
+  state: v.state,
+  end: v.record.end,
+  heartbeat: v.heartbeat?.at,
+});
+
+/**
+ * Records: starts, batches, ends never undone, retries, listings, counts and
+ * pruning. Every store given the same steps gives the same answers.
+ */
+export async function recordSteps(store: RunStore, beat: number) {
+  const gone: HostId = { machine: os.hostname(), pid: 2 ** 22 + 7, start: "x/1" }; // no such pid
+  const far: HostId = { machine: "far-away", pid: 4242, start: "" };
+  const me = thisHost();
+  const t = beat - 120_000;
+  await store.startAttempt(record("a", me, t));
+  await store.startAttempt(record("b", gone, t + 1));
+  await store.startAttempt(record("c", far, t + 2));
+  await store.startAttempt(record("d", me, t + 3));
+  await store.write({
+    records: [
+      record("a", me, t, { turnsUsed: 3, updatedAt: t + 10 }),
+      record("d", me, t + 3, {
+        status: "failed",
+        end: { status: "failed", at: t + 11 },
+        updatedAt: t + 11,
+      }),
+      // A late live record of d in the same batch: its end stays.
+      record("d", me, t + 3, { turnsUsed: 9, updatedAt: t + 12 }),
+    ],
+    heartbeat: { host: me, at: beat, intervalSeconds: 1 },
+  });
+  await store.write({ records: [record("d", me, t + 3, { turnsUsed: 9, updatedAt: t + 13 })] });
+  const retried = await store.startAttempt(record("d", far, t + 20));
+  assert.equal(retried.attempt, 2);
+  assert.equal(retried.previous?.record.status, "failed");
+  await store.write({
+    records: [
+      record("d", far, t + 20, {
+        attempt: 2,
+        status: "done",
+        end: { status: "done", at: t + 30 },
+        updatedAt: t + 30,
+      }),
+    ],
+  });
+  return {
+    all: (await store.list()).map(shown),
+    attempts: (await store.list({ runId: "d" })).map(shown),
+    earlier: (await store.list({ earlierOf: ["d", "a", "nothing"] })).map(shown),
+    none: (await store.list({ earlierOf: [] })).map(shown),
+    live: (await store.list({ state: "live" })).map(shown),
+    cut: (await store.list({ state: "cut-off" })).map(shown),
+    far: (await store.list({ machine: "far-away" })).map(shown),
+    summary: await store.summary(),
+    pruned: await store.prune(Date.now(), 10),
+    after: (await store.list()).map(shown),
+  };
+}
+
+/** What every store's answers to {@linkcode recordSteps} must say, whatever the engine. */
+export function checkRecordAnswers(got: Awaited<ReturnType<typeof recordSteps>>): void {
+  assert.deepEqual(got.summary.byState, { live: 1, ended: 1, "cut-off": 2 });
+  assert.deepEqual(got.attempts.map((v) => [v.attempt, v.status]), [[2, "done"], [1, "failed"]]);
+  assert.deepEqual(got.after.map((v) => v.runId).sort(), ["a", "b", "c"]);
+  // The earlier attempts of the runs asked for: d's first; a has none.
+  assert.deepEqual(got.earlier.map((v) => [v.runId, v.attempt, v.status]), [["d", 1, "failed"]]);
+  assert.deepEqual(got.none, []);
+}
+
+/**
+ * Leases, effects and trees, each a capability a store offers whole: the
+ * steps a store of all three answers alike.
+ */
+export async function capabilitySteps(store: RunStore, t: number) {
+  const me = thisHost();
+  const gone: HostId = { machine: os.hostname(), pid: 2 ** 22 + 9, start: "x/1" };
+  const out: Record<string, unknown> = {};
+  // Leases: a run taken from a live attempt whose process is gone fences that attempt.
+  assert.ok(store.leases, `the ${store.engine} store offers leases`);
+  await store.startAttempt(record("lease", gone, t - 200_000));
+  const taken = await store.startAttempt(record("lease", me, t));
+  out.taken = [taken.attempt, taken.fenced ?? false, taken.previous?.state];
+  await store.write({
+    records: [record("lease", gone, t - 200_000, { turnsUsed: 7, updatedAt: t + 1 })],
+  });
+  out.fenced = store.leases.takeFenced().map((f) => [f.runId, f.attempt, f.holder]);
+  out.fencedAgain = store.leases.takeFenced();
+  out.leaseLatest = shown((await store.latest("lease"))!);
+  // Effects: an intent kept until its receipt; a receipt never undone by a later intent.
+  assert.ok(store.effects, `the ${store.engine} store offers effects`);
+  await store.effects.write({
+    intents: [
+      { runId: "fx", key: "k1", tool: "send", inputDigest: "d1", attempt: 1, at: t },
+      {
+        runId: "fx",
+        key: "k2",
+        tool: "pay",
+        inputDigest: "d2",
+        callId: "c2",
+        attempt: 1,
+        at: t + 1,
+      },
+    ],
+    receipts: [],
+  });
+  await store.effects.write({
+    intents: [],
+    receipts: [{
+      runId: "fx",
+      key: "k1",
+      tool: "send",
+      ok: true,
+      result: '"sent"',
+      attempt: 1,
+      at: t + 2,
+    }],
+  });
+  await store.effects.write({
+    intents: [
+      { runId: "fx", key: "k1", tool: "send", inputDigest: "d9", attempt: 2, at: t + 3 },
+      { runId: "fx", key: "k2", tool: "pay", inputDigest: "d2", attempt: 2, at: t + 4 },
+    ],
+    receipts: [],
+  });
+  out.effects = await store.effects.read("fx");
+  out.noEffects = await store.effects.read("nothing");
+  // Trees: joined runs read as the tree's rows; an admission writes what it decides.
+  assert.ok(store.trees, `the ${store.engine} store offers trees`);
+  await store.startAttempt(
+    record("root", me, t + 10, { caps: { usd: { value: 1, source: "host" } } }),
+  );
+  await store.startAttempt(
+    record("kid", me, t + 11, { caps: { usd: { value: 1, source: "host" } } }),
+  );
+  await store.trees.join("root", "root", undefined);
+  await store.trees.join("kid", "root", "root");
+  await store.trees.admit("root", (rows) => {
+    out.admitSaw = rows.map((r) => [r.runId, r.parentId ?? null]).sort();
+    return record("kid", me, t + 11, {
+      caps: { usd: { value: 1, source: "host" } },
+      turnsUsed: 2,
+      updatedAt: t + 12,
+    });
+  });
+  out.treeRows = (await store.trees.read("root"))
+    .map((r) => [r.runId, r.parentId ?? null, r.use.turns]).sort();
+  out.treeList = (await store.trees.list({ root: "root" })).map(shown);
+  out.noTree = await store.trees.read("nothing");
+  return out;
+}
+
+/**
+ * The run journal, a capability a store offers whole: entries of two
+ * attempts, a body shared by both kept once, an entry written twice kept as
+ * first written, every attempt's read back in order; a run pruned takes its
+ * journal with it.
+ */
+export async function journalSteps(store: RunStore, t: number) {
+  assert.ok(store.journal, `the ${store.engine} store offers a journal`);
+  const me = thisHost();
+  const long = JSON.stringify({ role: "assistant", content: "step ".repeat(5000) });
+  const entry = (attempt: number, kind: "model" | "tool", index: number, body: string) => ({
+    runId: "jr",
+    attempt,
+    kind,
+    index,
+    key: `${kind}-${index}`,
+    ...(kind === "tool" ? { tool: "append" } : {}),
+    body,
+    ...(kind === "model" ? { usage: '{"inputTokens":10,"outputTokens":2}' } : {}),
+    at: t + index,
+  });
+  await store.startAttempt(record("jr", me, t));
+  // Written out of order, in two batches: read back by attempt, kind, index.
+  await store.journal.write({
+    entries: [
+      entry(1, "tool", 0, '"ok 0"'),
+      entry(1, "model", 1, long),
+      entry(1, "model", 0, "{}"),
+    ],
+  });
+  await store.journal.write({
+    entries: [
+      entry(2, "model", 0, "{}"),
+      entry(2, "model", 1, long),
+      // Already there: kept as it was.
+      entry(1, "model", 0, '"changed"'),
+    ],
+  });
+  await store.journal.write({ entries: [] });
+  const out: Record<string, unknown> = {};
+  out.entries = await store.journal.read("jr");
+  out.none = await store.journal.read("nothing");
+  // Pruned with the run's records once it ended.
+  await store.write({
+    records: [record("jr", me, t, { status: "done", end: { status: "done", at: t + 1 } })],
+  });
+  out.pruned = await store.prune(Date.now() + 1000, 10);
+  out.after = await store.journal.read("jr");
+  return out;
+}

@@ -1,0 +1,205 @@
+// The store's contract, run against every backend of the store's port: the embedded store,
+// the PostgreSQL store (when a server is there) and the in-memory one. Each answers alike;
+// and the store's bridge carries a backend it was never written for (the in-memory one) to
+// the host's thread.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { freshSchema, skipFleet } from "./_pg.ts";
+import {
+  capabilitySteps,
+  checkRecordAnswers,
+  journalSteps,
+  record,
+  recordSteps,
+} from "./_contract.ts";
+import { openPgStore } from "../../store/postgres.ts";
+import { openSqliteStore, storeFile } from "../../store/sqlite.ts";
+import { memoryBackend } from "../../store/memory.ts";
+import { openBridge } from "../../store/_bridge.ts";
+import { thisHost } from "../../store/_host.ts";
+import type { RunStore } from "../../store/types.ts";
+import { sqliteDriver } from "../../_sqlite.ts";
+import { tempHome, waitFor } from "../_helpers.ts";
+
+/** Each backend's store, fresh, and what to do after. */
+interface Opened {
+  store: RunStore;
+  done(): Promise<void>;
+}
+
+let fresh = 0;
+const memory = (): Promise<Opened> => {
+  const store = memoryBackend.open({
+    url: `memory://contract-${++fresh}`,
+    hostTimeoutSeconds: 30,
+    fileMaxKb: 4,
+  });
+  return Promise.resolve({ store, done: () => store.close() });
+};
+const sqlite = (): Promise<Opened> => {
+  const store = openSqliteStore({ file: storeFile(tempHome()), hostTimeoutSeconds: 30 });
+  return Promise.resolve({ store, done: () => store.close() });
+};
+const postgres = async (): Promise<Opened> => {
+  const db = await freshSchema();
+  const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+  return {
+    store,
+    done: async () => {
+      await store.close();
+      await db.drop();
+    },
+  };
+};
+
+/** The stores this machine can run the contract on. */
+const BACKENDS: [string, () => Promise<Opened>][] = [
+  ["memory", memory],
+  ...(sqliteDriver() ? [["sqlite", sqlite] as [string, () => Promise<Opened>]] : []),
+  ...(skipFleet ? [] : [["postgres", postgres] as [string, () => Promise<Opened>]]),
+];
+
+/** Every backend's answers to the same steps, at the same moment: each checked, all alike. */
+async function alike<T>(steps: (store: RunStore) => Promise<T>, check?: (got: T) => void) {
+  const answers: [string, T][] = [];
+  for (const [name, open] of BACKENDS) {
+    const { store, done } = await open();
+    try {
+      answers.push([name, await steps(store)]);
+    } finally {
+      await done();
+    }
+  }
+  for (const [name, got] of answers) {
+    check?.(got);
+    assert.deepEqual(got, answers[0]![1], `${name} answers as ${answers[0]![0]} does`);
+  }
+  return answers.map(([name]) => name);
+}
+
+test("records: every store gives the same answers to the same records", async () => {
+  const beat = Date.now();
+  const ran = await alike((store) => recordSteps(store, beat), checkRecordAnswers);
+  assert.ok(ran.includes("memory"));
+});
+
+test("leases, effects and trees: every store gives the same answers", async () => {
+  const t = Date.now();
+  await alike((store) => capabilitySteps(store, t), (got) => {
+    // A start from a live attempt whose process is gone takes it, and fences it.
+    assert.deepEqual(got.taken, [2, true, "cut-off"]);
+    assert.deepEqual(got.fenced, [["lease", 1, 2]]);
+    assert.deepEqual(got.fencedAgain, []);
+    const effects = got.effects as { key: string; inputDigest: string; attempt: number }[];
+    // k1's receipt stays over the later intent; k2's intent is the newest attempt's.
+    assert.deepEqual(effects.map((e) => [e.key, e.inputDigest, e.attempt]), [
+      ["k1", "d1", 1],
+      ["k2", "d2", 2],
+    ]);
+    assert.deepEqual(got.noEffects, []);
+    assert.deepEqual(got.admitSaw, [["kid", "root"], ["root", null]]);
+    assert.deepEqual(got.treeRows, [["kid", "root", 2], ["root", null, 0]]);
+    assert.deepEqual(got.noTree, []);
+  });
+});
+
+test("the journal: every store keeps each attempt's entries alike, bodies once, pruned with the run", async () => {
+  const t = Date.now() - 10_000;
+  await alike((store) => journalSteps(store, t), (got) => {
+    const entries = got.entries as { attempt: number; kind: string; index: number; body: string }[];
+    assert.deepEqual(entries.map((e) => [e.attempt, e.kind, e.index]), [
+      [1, "model", 0],
+      [1, "model", 1],
+      [1, "tool", 0],
+      [2, "model", 0],
+      [2, "model", 1],
+    ]);
+    assert.equal(entries[0]!.body, "{}", "an entry written again is kept as first written");
+    assert.equal(entries[1]!.body, entries[4]!.body);
+    assert.deepEqual(got.none, []);
+    assert.equal(got.pruned, 1);
+    assert.deepEqual(got.after, []);
+  });
+});
+
+test("the bridge carries a backend written only against the port to the host's thread", async () => {
+  // The in-memory backend, in the store's thread: starts, reads, effects and trees answered
+  // synchronously on this thread through it, as the PostgreSQL store's are.
+  const bridge = openBridge({
+    backend: memoryBackend,
+    url: "memory://bridged",
+    hostTimeoutSeconds: 30,
+    fileMaxKb: 4,
+  });
+  try {
+    assert.equal(bridge.engine, "memory");
+    // Its thread starts (and, under Deno's test runner, its modules are checked first): a
+    // first read may come too late for its bound; the thread says it is there once it answers.
+    try {
+      bridge.sync.latest("nothing");
+    } catch { /* late: waited for below */ }
+    assert.ok(await waitFor(() => bridge.reachable === true, 60_000), "the store's thread answers");
+    const me = thisHost();
+    const t = Date.now();
+    const first = bridge.sync.startAttempt(record("br", me, t));
+    assert.equal(first.attempt, 1);
+    bridge.sync.write({ records: [record("br", me, t, { turnsUsed: 4, updatedAt: t + 1 })] });
+    assert.equal(bridge.relay.drainSync(), true);
+    assert.equal(bridge.sync.latest("br")?.record.turnsUsed, 4);
+    const second = bridge.sync.startAttempt(record("br", me, t + 5), { minAttempt: 1 });
+    assert.equal(second.attempt, 2);
+    assert.equal(second.previous?.record.turnsUsed, 4);
+    await bridge.effects!.write({
+      intents: [{ runId: "br", key: "k", tool: "send", inputDigest: "d", attempt: 2, at: t }],
+      receipts: [],
+    });
+    assert.deepEqual(bridge.effects!.readSync("br").map((e) => e.key), ["k"]);
+    await bridge.journal!.write({
+      entries: [{ runId: "br", attempt: 2, kind: "model", index: 0, key: "d", body: "{}", at: t }],
+    });
+    assert.deepEqual((await bridge.journal!.read("br")).map((e) => [e.kind, e.body]), [[
+      "model",
+      "{}",
+    ]]);
+    bridge.trees!.joinSync("br", "br", undefined);
+    assert.deepEqual(bridge.trees!.readSync("br").map((r) => r.runId), ["br"]);
+    let saw: string[] = [];
+    bridge.trees!.admitSync("br", (rows) => {
+      saw = rows.map((r) => r.runId);
+      return undefined;
+    });
+    assert.deepEqual(saw, ["br"]);
+  } finally {
+    await bridge.close();
+  }
+});
+
+test("a backend of records only: the bridge offers no other group, and its starts still work", async () => {
+  const { backend } = await import("../fixtures/records_only_backend.ts");
+  const bridge = openBridge({
+    backend,
+    url: "records-only://one",
+    hostTimeoutSeconds: 30,
+    fileMaxKb: 4,
+  });
+  try {
+    // Each group whole or not at all: a caller tests the group, and finds none.
+    assert.equal(bridge.effects, undefined);
+    assert.equal(bridge.journal, undefined);
+    assert.equal(bridge.trees, undefined);
+    try {
+      bridge.sync.latest("nothing");
+    } catch { /* late: waited for below */ }
+    assert.ok(await waitFor(() => bridge.reachable === true, 60_000), "the store's thread answers");
+    const me = thisHost();
+    const t = Date.now();
+    assert.equal(bridge.sync.startAttempt(record("only", me, t)).attempt, 1);
+    assert.equal(bridge.sync.startAttempt(record("only", me, t + 1)).attempt, 2);
+    // A checkpoint file's content, for a backend that keeps no files: nothing, and no failure.
+    bridge.relay.fileWritten({ runId: "only", file: "/nonexistent/only.md" } as never);
+    assert.equal(bridge.relay.drainSync(), true);
+    assert.equal(bridge.sync.latest("only")?.record.attempt, 2);
+  } finally {
+    await bridge.close();
+  }
+});
