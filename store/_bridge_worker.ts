@@ -212,7 +212,8 @@ function serve(
         const again = relock;
         relock = false;
         if (batch.size > 0 || heartbeat) await store.write(write);
-        else if (down || again) await ping(); // away, or the lease to take again
+        // Away, the lease to take again, or a prune that must not be the store's first word.
+        else if (down || again || prune) await ping();
         sayLost();
         if (contents.size > 0 && store.files) {
           const byHost = new Map<
@@ -231,9 +232,16 @@ function serve(
         if (prune) {
           const { before, limit } = prune;
           prune = undefined;
-          await store.prune(before, limit).catch((error) =>
-            log("warn", `pruning the fleet store failed: ${errorText(error)}`)
-          );
+          await store.prune(before, limit).catch(async (error) => {
+            // A server gone since the write above is an outage, said once as such; the prune
+            // waits for the next write that lands. Only a prune the server refused is its own.
+            if (await ping().then(() => true, () => false)) {
+              log("warn", `pruning the fleet store failed: ${errorText(error)}`);
+            } else {
+              prune ??= { before, limit };
+              fail(error, records.size);
+            }
+          });
         }
       } catch (error) {
         // Back in, in order, behind nothing: newer ones taken meanwhile come after.

@@ -16,7 +16,8 @@ import {
   waitFor,
 } from "../_helpers.ts";
 import { admin, freshSchema, PG_URL, skipFleet } from "./_pg.ts";
-import { openPgStore, type PgRunStore } from "../../store/postgres.ts";
+import { backend as pgBackend, openPgStore, type PgRunStore } from "../../store/postgres.ts";
+import { openBridge, PortStore } from "../../store/_bridge.ts";
 import { runState, type RunView } from "../../store/types.ts";
 import { createAgentCheckpoint } from "../../mod.ts";
 import { main } from "../../cli/mod.ts";
@@ -234,6 +235,31 @@ test("a wrong store URL: hooks unharmed, one log line, the local file still writ
   await ac.close();
   assert.equal(about().length, 2, about().map((r) => r.message).join("\n"));
   assert.match(about()[1]!.message, /did not take 3 record\(s\) before close/);
+});
+
+test("a prune that is the store's first word to an unreachable server says the outage, once", async () => {
+  // The watchdog asks for its prune at a process's start, before any record may be waiting: the
+  // store's thread must say that the server cannot be reached, not that a prune failed.
+  const said: string[] = [];
+  const bridge = openBridge({
+    backend: pgBackend,
+    url: "postgres://postgres@127.0.0.1:1/nowhere",
+    hostTimeoutSeconds: 30,
+    fileMaxKb: 4,
+    log: (_level, message) => said.push(message),
+  });
+  try {
+    const port = bridge.watchdogPort();
+    assert.ok(port, "the bridge gives the watchdog a port");
+    await new PortStore(port, bridge.location, bridge.engine).prune(Date.now(), 10);
+    assert.ok(await waitFor(() => said.length >= 1, 60_000), "the store's thread says something");
+    // Its retries go by (every second at most); none of them is said again.
+    await waitFor(() => said.length >= 2, 2500);
+    assert.deepEqual(said.length, 1, said.join("\n"));
+    assert.match(said[0]!, /postgres:\/\/postgres@127\.0\.0\.1:1\/nowhere cannot be reached/);
+  } finally {
+    await bridge.close();
+  }
 });
 
 /** A run's state as a machine that is not this one sees it: from its heartbeat alone. */
