@@ -329,7 +329,11 @@ function ledgerStart(
   return failOpen((): LedgerStart => {
     const host = parts.host();
     const now = nowMs();
-    const started = startIn(store, recordOf(info, table, host, now), {
+    // The start row is the run as it began: any record made of the run later, on either thread
+    // and whatever its clock read, is not older (the store keeps the newer of a live run's two).
+    const first = recordOf(info, table, host, now);
+    first.updatedAt = first.startedAt;
+    const started = startIn(store, first, {
       minAttempt: fromFile ? fromFile.previous.attempt + 1 : 1,
       fresh: settings.resume === false,
       heartbeat: {

@@ -522,7 +522,9 @@ export function recordOf(
     host,
     status: "live",
     startedAt: Math.round(start),
-    updatedAt: Math.round(now),
+    // Never before the run began: a record the watchdog made from a look that began before the
+    // run did is newer than the run's start row, which the store must not keep over it.
+    updatedAt: Math.round(Math.max(now, start)),
   };
   if (info.taskId !== undefined) record.taskId = info.taskId;
   if (info.generation !== undefined && info.generation > 1) record.generation = info.generation;
@@ -703,7 +705,11 @@ export class LedgerProgress {
     const source = this.#source;
     const count = this.#dueCount;
     if (!source) return;
-    const { shared, infoOf, now } = source;
+    const { shared, infoOf } = source;
+    // Stamped when they are made, not when the look began: a look may wait (a busy machine, the
+    // store's first open) while the host's thread records a start or a tree's use, and the store
+    // keeps no record of a live run over a newer one. Made now, what they show is newer.
+    const now = Math.max(source.now, nowMs());
     const due = this.#due;
     for (let i = 0; i < count; i += 2) {
       const slot = due[i]!, stamp = due[i + 1]!;

@@ -86,7 +86,15 @@ export async function cutOffInside(home: string, store: RunStore, runs: HeldRun[
       for (const r of runs) {
         const of = (v: Awaited<ReturnType<RunStore["latest"]>>) =>
           v &&
-          `attempt ${v.record.attempt}, ${v.record.status}, ${v.record.inFlight.length} in flight`;
+          `attempt ${v.record.attempt}, ${v.record.status}, ${v.record.inFlight.length} in flight (${
+            JSON.stringify({
+              recent: v.record.recent.map((c) => `${c.tool}:${c.status}`),
+              turns: v.record.turnsUsed,
+              startedAt: v.record.startedAt,
+              updatedAt: v.record.updatedAt,
+              fileState: v.record.fileState,
+            })
+          })`;
         seen.push(
           `${r.sessionId.slice(0, 12)}: ${of(await store.latest(r.sessionId))} | fresh: ${
             of(await fresh?.latest(r.sessionId))

@@ -16,9 +16,13 @@ import { sqliteDriver } from "../../_sqlite.ts";
 import {
   LedgerProgress,
   type LedgerStore,
+  recordOf,
   type RunRecord,
   type WriteBatch,
 } from "../../_ledger.ts";
+import { nowMs, RunTable } from "../../_run_table.ts";
+import { thisHost } from "../../store/_host.ts";
+import type { RunInfo } from "../../_writer.ts";
 import {
   captureLog,
   fixture,
@@ -460,4 +464,44 @@ test("an end handed to the watchdog's commit is never put back to live by a reco
   await progress.flush(Date.now() + 60_000, 1, false);
   assert.equal(stored.get("1 ended"), "capped");
   assert.equal(stored.get("1 other"), "live");
+});
+
+test("a look that began before a run did still puts the run's tool in flight over its start row", async () => {
+  // The watchdog reads its clock as a look begins; on a busy machine the host's thread may start
+  // a run, record its start and enter a tool before that look reaches the run. What the look
+  // then makes of the run is newer than the start row, and the store must keep it.
+  const home = tempHome();
+  const store = openStore({ home, settings: { host_timeout_seconds: 30 } }) as LedgerStore;
+  const table = new RunTable(undefined, 8);
+  assert.ok(table.grow());
+  const host = thisHost();
+  const lookBegan = nowMs();
+  // The host's thread, meanwhile: the run starts a few ms later, is recorded, enters a tool.
+  const start = lookBegan + 5;
+  table.claim(0, start);
+  const info: RunInfo = {
+    slot: 0,
+    gen: table.gen(0),
+    runId: "late-look",
+    dialect: "chat",
+    caps: {},
+    checkpointFile: path.join(home, "late-look.md"),
+    notes: [],
+    attempt: 1,
+  };
+  const first = recordOf(info, table, host, start + 3);
+  first.updatedAt = first.startedAt;
+  assert.equal(store.sync!.startAttempt(first).attempt, 1);
+  table.toolStart(0, table.internName("deploy"), start + 4, "held");
+  // The look reaches the run now, with the time it began.
+  const progress = new LedgerProgress(store, () => {}, host);
+  progress.collect(table, () => info, lookBegan);
+  await progress.flush(lookBegan, 0.1, true);
+  const view = store.sync!.latest("late-look")!;
+  assert.deepEqual(view.record.inFlight.map((c) => c.tool), ["deploy"]);
+  // Nothing changes after: the next look has nothing new to write, and the row stays so.
+  progress.collect(table, () => info, nowMs());
+  await progress.flush(nowMs(), 0.1, true);
+  assert.equal(store.sync!.latest("late-look")!.record.inFlight.length, 1);
+  await store.close();
 });
