@@ -1,0 +1,230 @@
+/**
+ * The AI SDK adapter journals its model calls through the SDK's own
+ * middleware (`wrapLanguageModel`) and its tool calls through `run.journal`:
+ * a 10-step `generateText` / `streamText` agent SIGKILLed while its model
+ * answers step 6 and retried in a fresh process with the same session id
+ * makes one extra model request, runs each tool step once and ends with the
+ * steps of a run never killed; with `journal: false` the retry asks the model
+ * again for every step. The model server (here, in the test's process)
+ * counts the requests, so the count survives the kill.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as http from "node:http";
+import * as path from "node:path";
+import { spawn } from "node:child_process";
+import { fixture, scriptCommand, tempHome } from "../_helpers.ts";
+import { openSqliteStore, storeFile } from "../../store/sqlite.ts";
+
+const AGENT = fixture("ai_sdk_journal_agent");
+/** The most a child may take to reach its step, or to end, on a busy machine. */
+const BOUND_MS = 240_000;
+
+type Mode = "generate" | "stream";
+
+/** The model server: it counts each request's step, and never answers the first at `hangAt`. */
+async function modelServer(hangAt?: number) {
+  const requests: number[] = [];
+  const held: http.ServerResponse[] = [];
+  let hang!: () => void;
+  const hung = new Promise<void>((resolve) => hang = resolve);
+  let hangs = hangAt !== undefined;
+  const server = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (chunk) => body += chunk);
+    req.on("end", () => {
+      const { step } = JSON.parse(body) as { step: number };
+      requests.push(step);
+      if (hangs && step === hangAt) {
+        hangs = false;
+        held.push(res);
+        hang();
+        return;
+      }
+      res.end("ok");
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}/`,
+    requests,
+    hung,
+    async close() {
+      for (const res of held) res.destroy();
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** Resolves with `value`, or rejects once `ms` have passed. */
+function bounded<T>(value: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+  });
+  return Promise.race([value, late]).finally(() => clearTimeout(timer));
+}
+
+/** One process of the agent: to its end, or SIGKILLed once the server holds its request. */
+function agent(
+  home: string,
+  plan: Record<string, unknown>,
+  hung?: Promise<void>,
+): Promise<{ killed: boolean; out: string; err: string }> {
+  const [cmd, argv] = scriptCommand(AGENT, [home, JSON.stringify(plan)]);
+  const child = spawn(cmd, argv, { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  let err = "";
+  let killed = false;
+  child.stdout.on("data", (chunk) => out += chunk);
+  child.stderr.on("data", (chunk) => err += chunk);
+  const exited = new Promise<{ killed: boolean; out: string; err: string }>((resolve, reject) => {
+    child.on("error", reject);
+    child.on("exit", (code, signal) => {
+      if (killed ? signal === "SIGKILL" : code === 0) resolve({ killed, out, err });
+      else reject(new Error(`the agent ended ${code ?? signal}: ${err.slice(-3000)}`));
+    });
+  });
+  hung?.then(() => {
+    killed = true;
+    child.kill("SIGKILL");
+  });
+  return bounded(exited, BOUND_MS, "the agent").catch((error) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    throw error;
+  });
+}
+
+const lines = (file: string) =>
+  fs.existsSync(file) ? fs.readFileSync(file, "utf8").split("\n").filter((l) => l !== "") : [];
+
+interface Outcome {
+  requests: number[];
+  tools: string[];
+  middleware: string[];
+  result: {
+    text: string;
+    steps: { response: { timestamp: string } }[];
+    replayed: number;
+    replayedTools: number;
+  };
+  log: string;
+  home: string;
+}
+
+/**
+ * The agent of `major` in `mode`: killed once its model gets the request of
+ * step `hangAt` (when given), then run (again) to its end in a fresh process.
+ */
+async function killedAndRetried(
+  major: number,
+  mode: Mode,
+  options: { hangAt?: number; settings?: Record<string, unknown>; middleware?: boolean } = {},
+): Promise<Outcome> {
+  const home = tempHome();
+  const server = await modelServer(options.hangAt);
+  const files = {
+    tools: path.join(home, "tools.txt"),
+    out: path.join(home, "out.json"),
+    ...(options.middleware ? { middleware: path.join(home, "middleware.txt") } : {}),
+  };
+  const plan = {
+    sessionId: `ai-sdk-journal-${major}-${mode}`,
+    major,
+    mode,
+    server: server.url,
+    ...files,
+    ...(options.settings ? { settings: options.settings } : {}),
+  };
+  try {
+    if (options.hangAt !== undefined) {
+      const first = await agent(home, plan, server.hung);
+      assert.ok(first.killed, "killed while its model call was in flight");
+      // The kill came while step `hangAt` was asked for: the steps before it each ran their tool.
+      assert.equal(lines(files.tools).length, options.hangAt);
+    }
+    const last = await agent(home, plan);
+    assert.match(last.out, /DONE \d+ \d+/);
+    return {
+      requests: [...server.requests],
+      tools: lines(files.tools),
+      middleware: files.middleware ? lines(files.middleware) : [],
+      result: JSON.parse(fs.readFileSync(files.out, "utf8")),
+      log: last.err,
+      home,
+    };
+  } finally {
+    await server.close();
+  }
+}
+
+/** The result of a run never killed, once per major and mode. */
+const unkilled = new Map<string, Promise<Outcome>>();
+function unkilledRun(major: number, mode: Mode): Promise<Outcome> {
+  const key = `${major} ${mode}`;
+  if (!unkilled.has(key)) unkilled.set(key, killedAndRetried(major, mode));
+  return unkilled.get(key)!;
+}
+
+const STEPS = Array.from({ length: 9 }, (_, i) => `step ${i}`);
+const ALL = Array.from({ length: 10 }, (_, i) => i);
+
+/** The steps as the SDK gave them, without what says how they were got. */
+const stepsOf = (o: Outcome) => ({ text: o.result.text, steps: o.result.steps });
+
+async function assertResumedAtStep6(major: number, mode: Mode, middleware = false) {
+  const got = await killedAndRetried(major, mode, { hangAt: 6, middleware });
+  // Steps 0..6 in the killed attempt; the retry asks again only for step 6, the call in flight.
+  assert.deepEqual(got.requests, [0, 1, 2, 3, 4, 5, 6, 6, 7, 8, 9]);
+  assert.ok(got.requests.length <= 10 + 1);
+  assert.deepEqual(got.tools, STEPS); // each tool step once
+  assert.equal(got.result.replayed, 6);
+  assert.equal(got.result.replayedTools, 6);
+  assert.match(got.log, /replayed 6 model call\(s\) and 6 tool call\(s\) of attempt 1/);
+  const never = await unkilledRun(major, mode);
+  assert.deepEqual(never.requests, ALL);
+  assert.deepEqual(stepsOf(got), stepsOf(never));
+  assert.equal(got.result.steps.length, 10);
+  // Replayed steps' timestamps came back as Dates.
+  assert.equal(got.result.steps[0]!.response.timestamp, "2026-01-01T00:00:00.000Z");
+  return got;
+}
+
+for (const major of [5, 6, 7]) {
+  test(`ai v${major} generateText SIGKILLed at step 6 and retried: one extra request, each tool step once, the unkilled steps`, async () => {
+    const got = await assertResumedAtStep6(major, "generate");
+    // The retry's turns are its live calls only: the replayed ones are not counted again.
+    const store = openSqliteStore({ file: storeFile(got.home), hostTimeoutSeconds: 30 });
+    try {
+      const latest = await store.latest(`ai-sdk-journal-${major}-generate`);
+      assert.equal(latest?.record.attempt, 2);
+      assert.equal(latest?.record.turnsUsed, 4);
+      assert.equal(latest?.record.status, "done");
+    } finally {
+      await store.close();
+    }
+  });
+
+  test(`ai v${major} streamText SIGKILLed at step 6 and retried: one extra request, each tool step once, the unkilled steps`, async () => {
+    await assertResumedAtStep6(major, "stream");
+  });
+}
+
+test("journal: false: a retry asks the model again for every step, and runs every tool again", async () => {
+  const got = await killedAndRetried(7, "generate", { hangAt: 6, settings: { journal: false } });
+  assert.deepEqual(got.requests, [0, 1, 2, 3, 4, 5, 6, ...ALL]);
+  assert.deepEqual(got.tools, [...STEPS.slice(0, 6), ...STEPS]);
+  assert.equal(got.result.replayed, 0);
+  assert.equal(got.result.replayedTools, 0);
+});
+
+for (const mode of ["generate", "stream"] as const) {
+  test(`ai v7 ${mode}: the user's own wrapLanguageModel middleware sees every live call, and no replayed one`, async () => {
+    const got = await assertResumedAtStep6(7, mode, true);
+    const kind = mode === "generate" ? "generate" : "stream";
+    assert.deepEqual(got.middleware, got.requests.map((step) => `${kind} ${step}`));
+  });
+}
