@@ -21,6 +21,13 @@
  *   and the end of the stream ends the run;
  * - `abortSignal`: with `deadline: true`, the run's deadline joins yours.
  *
+ * With the `journal` setting on (the default) and a run ledger, the model is
+ * also wrapped with the SDK's own `wrapLanguageModel`, its middleware making
+ * each call through `run.journal.model()` (a stream journaled as its parts
+ * once it has ended), and each tool's `execute` goes through
+ * `run.journal.tool()`: a retry replays its earlier attempt's steps without
+ * calling the model, counting no turn and no use for them.
+ *
  * Each model call's usage (`inputTokens`, `outputTokens`, from the result or
  * the stream's `finish` part) is reported with `run.postLlmCall()`, with the
  * model's id for the `prices` setting (the SDK gives no cost). Each tool's

@@ -23,9 +23,14 @@ const BOUND_MS = 240_000;
 
 type Mode = "generate" | "stream";
 
-/** The model server: it counts each request's step, and never answers the first at `hangAt`. */
-async function modelServer(hangAt?: number) {
+/**
+ * The model server: it counts each request's step, and never answers the
+ * first at `hangAt` (with `midStream`, the first request for the rest of
+ * that step's stream, which it does not count).
+ */
+async function modelServer(hangAt?: number, midStream = false) {
   const requests: number[] = [];
+  const rests: number[] = [];
   const held: http.ServerResponse[] = [];
   let hang!: () => void;
   const hung = new Promise<void>((resolve) => hang = resolve);
@@ -34,9 +39,9 @@ async function modelServer(hangAt?: number) {
     let body = "";
     req.on("data", (chunk) => body += chunk);
     req.on("end", () => {
-      const { step } = JSON.parse(body) as { step: number };
-      requests.push(step);
-      if (hangs && step === hangAt) {
+      const { step, rest } = JSON.parse(body) as { step: number; rest?: boolean };
+      (rest ? rests : requests).push(step);
+      if (hangs && step === hangAt && (rest === true) === midStream) {
         hangs = false;
         held.push(res);
         hang();
@@ -50,6 +55,7 @@ async function modelServer(hangAt?: number) {
   return {
     url: `http://127.0.0.1:${port}/`,
     requests,
+    rests,
     hung,
     async close() {
       for (const res of held) res.destroy();
@@ -103,6 +109,7 @@ const lines = (file: string) =>
 
 interface Outcome {
   requests: number[];
+  rests: number[];
   tools: string[];
   middleware: string[];
   result: {
@@ -122,10 +129,15 @@ interface Outcome {
 async function killedAndRetried(
   major: number,
   mode: Mode,
-  options: { hangAt?: number; settings?: Record<string, unknown>; middleware?: boolean } = {},
+  options: {
+    hangAt?: number;
+    midStream?: boolean;
+    settings?: Record<string, unknown>;
+    middleware?: boolean;
+  } = {},
 ): Promise<Outcome> {
   const home = tempHome();
-  const server = await modelServer(options.hangAt);
+  const server = await modelServer(options.hangAt, options.midStream);
   const files = {
     tools: path.join(home, "tools.txt"),
     out: path.join(home, "out.json"),
@@ -138,6 +150,7 @@ async function killedAndRetried(
     server: server.url,
     ...files,
     ...(options.settings ? { settings: options.settings } : {}),
+    ...(options.midStream ? { midStream: true } : {}),
   };
   try {
     if (options.hangAt !== undefined) {
@@ -150,6 +163,7 @@ async function killedAndRetried(
     assert.match(last.out, /DONE \d+ \d+/);
     return {
       requests: [...server.requests],
+      rests: [...server.rests],
       tools: lines(files.tools),
       middleware: files.middleware ? lines(files.middleware) : [],
       result: JSON.parse(fs.readFileSync(files.out, "utf8")),
@@ -228,3 +242,14 @@ for (const mode of ["generate", "stream"] as const) {
     assert.deepEqual(got.middleware, got.requests.map((step) => `${kind} ${step}`));
   });
 }
+
+test("ai v7 streamText SIGKILLed mid-stream at step 6: the cut-off stream was not journaled, so the retry asks for it again", async () => {
+  const got = await killedAndRetried(7, "stream", { hangAt: 6, midStream: true });
+  assert.deepEqual(got.requests, [0, 1, 2, 3, 4, 5, 6, 6, 7, 8, 9]);
+  // The rest of step 6's stream was asked for twice: cut off once, then live again.
+  assert.deepEqual(got.rests, [0, 1, 2, 3, 4, 5, 6, 6, 7, 8, 9]);
+  assert.deepEqual(got.tools, STEPS);
+  assert.equal(got.result.replayed, 6);
+  assert.equal(got.result.replayedTools, 6);
+  assert.deepEqual(stepsOf(got), stepsOf(await unkilledRun(7, "stream")));
+});
