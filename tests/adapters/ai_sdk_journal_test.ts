@@ -31,6 +31,7 @@ type Mode = "generate" | "stream";
 async function modelServer(hangAt?: number, midStream = false) {
   const requests: number[] = [];
   const rests: number[] = [];
+  const notes: number[] = [];
   const held: http.ServerResponse[] = [];
   let hang!: () => void;
   const hung = new Promise<void>((resolve) => hang = resolve);
@@ -39,8 +40,13 @@ async function modelServer(hangAt?: number, midStream = false) {
     let body = "";
     req.on("data", (chunk) => body += chunk);
     req.on("end", () => {
-      const { step, rest } = JSON.parse(body) as { step: number; rest?: boolean };
+      const { step, rest, note } = JSON.parse(body) as {
+        step: number;
+        rest?: boolean;
+        note?: boolean;
+      };
       (rest ? rests : requests).push(step);
+      if (note) notes.push(step);
       if (hangs && step === hangAt && (rest === true) === midStream) {
         hangs = false;
         held.push(res);
@@ -56,6 +62,7 @@ async function modelServer(hangAt?: number, midStream = false) {
     url: `http://127.0.0.1:${port}/`,
     requests,
     rests,
+    notes,
     hung,
     async close() {
       for (const res of held) res.destroy();
@@ -110,6 +117,8 @@ const lines = (file: string) =>
 interface Outcome {
   requests: number[];
   rests: number[];
+  /** The steps whose request carried the adapter's note (the resume text). */
+  notes: number[];
   tools: string[];
   middleware: string[];
   result: {
@@ -164,6 +173,7 @@ async function killedAndRetried(
     return {
       requests: [...server.requests],
       rests: [...server.rests],
+      notes: [...server.notes],
       tools: lines(files.tools),
       middleware: files.middleware ? lines(files.middleware) : [],
       result: JSON.parse(fs.readFileSync(files.out, "utf8")),
@@ -198,28 +208,35 @@ async function assertResumedAtStep6(major: number, mode: Mode, middleware = fals
   assert.equal(got.result.replayed, 6);
   assert.equal(got.result.replayedTools, 6);
   assert.match(got.log, /replayed 6 model call\(s\) and 6 tool call\(s\) of attempt 1/);
+  // The resume text went into the first live call, step 6, not into a replayed one.
+  assert.deepEqual(got.notes, [6]);
   const never = await unkilledRun(major, mode);
   assert.deepEqual(never.requests, ALL);
   assert.deepEqual(stepsOf(got), stepsOf(never));
   assert.equal(got.result.steps.length, 10);
   // Replayed steps' timestamps came back as Dates.
   assert.equal(got.result.steps[0]!.response.timestamp, "2026-01-01T00:00:00.000Z");
+  // The retry's turns and use are its live calls' only (steps 6 to 9): the replayed ones are not
+  // counted again.
+  const store = openSqliteStore({ file: storeFile(got.home), hostTimeoutSeconds: 30 });
+  try {
+    const latest = await store.latest(`ai-sdk-journal-${major}-${mode}`);
+    assert.equal(latest?.record.attempt, 2);
+    assert.equal(latest?.record.turnsUsed, 4);
+    assert.deepEqual(latest?.record.usage, {
+      inputTokens: 106 + 107 + 108 + 109,
+      outputTokens: 40,
+    });
+    assert.equal(latest?.record.status, "done");
+  } finally {
+    await store.close();
+  }
   return got;
 }
 
 for (const major of [5, 6, 7]) {
   test(`ai v${major} generateText SIGKILLed at step 6 and retried: one extra request, each tool step once, the unkilled steps`, async () => {
-    const got = await assertResumedAtStep6(major, "generate");
-    // The retry's turns are its live calls only: the replayed ones are not counted again.
-    const store = openSqliteStore({ file: storeFile(got.home), hostTimeoutSeconds: 30 });
-    try {
-      const latest = await store.latest(`ai-sdk-journal-${major}-generate`);
-      assert.equal(latest?.record.attempt, 2);
-      assert.equal(latest?.record.turnsUsed, 4);
-      assert.equal(latest?.record.status, "done");
-    } finally {
-      await store.close();
-    }
+    await assertResumedAtStep6(major, "generate");
   });
 
   test(`ai v${major} streamText SIGKILLed at step 6 and retried: one extra request, each tool step once, the unkilled steps`, async () => {
