@@ -1,3 +1,4 @@
+// deno-lint-ignore-file no-import-prefix -- full npm: specifiers let Deno import this by URL
 /**
  * The AI SDK adapter journals its model calls through the SDK's own
  * middleware (`wrapLanguageModel`) and its tool calls through `run.journal`:
@@ -14,6 +15,10 @@ import * as fs from "node:fs";
 import * as http from "node:http";
 import * as path from "node:path";
 import { spawn } from "node:child_process";
+import * as ai7 from "npm:ai@7.0.173";
+import { MockLanguageModelV4 } from "npm:ai@7.0.173/test";
+import { createAgentCheckpoint } from "../../mod.ts";
+import { checkpointed } from "../../adapters/ai_sdk.ts";
 import { fixture, scriptCommand, tempHome } from "../_helpers.ts";
 import { openSqliteStore, storeFile } from "../../store/sqlite.ts";
 
@@ -269,4 +274,96 @@ test("ai v7 streamText SIGKILLed mid-stream at step 6: the cut-off stream was no
   assert.equal(got.result.replayed, 6);
   assert.equal(got.result.replayedTools, 6);
   assert.deepEqual(stepsOf(got), stepsOf(await unkilledRun(7, "stream")));
+});
+
+// deno-lint-ignore no-explicit-any
+type Any = any;
+
+test("ai v7, in one process: a step's tool calls that run at once and end out of order are replayed each as its own, after a failed attempt", async () => {
+  const home = tempHome();
+  const usage = {
+    inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+    outputTokens: { total: 1, text: 1, reasoning: 0 },
+  };
+  const stepOf = (prompt: Any[]) => prompt.filter((m) => m.role === "tool").length;
+  const ran: string[] = [];
+  const asked: number[] = [];
+  /** An attempt: the model fails at step `failAt` (when given); each step calls `a` and `b` at once. */
+  const attempt = async (failAt?: number) => {
+    const model = new MockLanguageModelV4({
+      doGenerate: (options: Any) => {
+        const n = stepOf(options.prompt);
+        asked.push(n);
+        if (n === failAt) return Promise.reject(new Error("provider down"));
+        return Promise.resolve({
+          content: n < 4
+            ? ["a", "b"].map((t) => ({
+              type: "tool-call",
+              toolCallId: `${t}-${n}`,
+              toolName: t,
+              input: JSON.stringify({ n }),
+            }))
+            : [{ type: "text", text: "done" }],
+          finishReason: { unified: n < 4 ? "tool-calls" : "stop", raw: "x" },
+          usage,
+          warnings: [],
+          response: { id: `r-${n}`, timestamp: new Date(Date.UTC(2026, 0, 1, n)), modelId: "m" },
+        });
+      },
+    });
+    // `a` ends only after `b` has: the calls of a step end in the other order than they start.
+    let bDone!: () => void;
+    let waiting = Promise.resolve();
+    const tools = {
+      a: ai7.tool({
+        inputSchema: ai7.jsonSchema<{ n: number }>({ type: "object" }),
+        execute: async ({ n }) => {
+          await waiting;
+          ran.push(`a ${n}`);
+          return { tool: "a", n };
+        },
+      }),
+      b: ai7.tool({
+        inputSchema: ai7.jsonSchema<{ n: number }>({ type: "object" }),
+        execute: ({ n }) => {
+          ran.push(`b ${n}`);
+          bDone();
+          return { tool: "b", n };
+        },
+      }),
+    };
+    const ac = createAgentCheckpoint({ home, env: {}, settings: { watchdog: false } });
+    const cp = checkpointed(ac, { sessionId: "parallel-tools", maxSteps: 10, ai: ai7 });
+    try {
+      const result = await cp.generateText({
+        model,
+        tools,
+        prompt: "go",
+        maxRetries: 0,
+        prepareStep: () => {
+          waiting = new Promise<void>((resolve) => bDone = resolve);
+          return undefined;
+        },
+      });
+      return {
+        steps: result.steps.map((s: Any) => [s.toolResults.map((r: Any) => r.output), s.text]),
+        replayed: cp.run.journal.replayed,
+        replayedTools: cp.run.journal.replayedTools,
+      };
+    } finally {
+      await ac.close();
+    }
+  };
+  await assert.rejects(attempt(2), /provider down/);
+  assert.deepEqual(ran, ["b 0", "a 0", "b 1", "a 1"]);
+  const got = await attempt();
+  // The retry asked the model from step 2 on, and ran only the tool calls after it.
+  assert.deepEqual(asked, [0, 1, 2, 2, 3, 4]);
+  assert.deepEqual(ran, ["b 0", "a 0", "b 1", "a 1", "b 2", "a 2", "b 3", "a 3"]);
+  assert.equal(got.replayed, 2);
+  assert.equal(got.replayedTools, 4);
+  assert.deepEqual(
+    got.steps,
+    [0, 1, 2, 3].map((n) => [[{ tool: "a", n }, { tool: "b", n }], ""]).concat([[[], "done"]]),
+  );
 });
