@@ -21,6 +21,13 @@
  *   and the end of the stream ends the run;
  * - `abortSignal`: with `deadline: true`, the run's deadline joins yours.
  *
+ * With the `journal` setting on (the default) and a run ledger, the model is
+ * also wrapped with the SDK's own `wrapLanguageModel`, its middleware making
+ * each call through `run.journal.model()` (a stream journaled as its parts
+ * once it has ended), and each tool's `execute` goes through
+ * `run.journal.tool()`: a retry replays its earlier attempt's steps without
+ * calling the model, counting no turn and no use for them.
+ *
  * Each model call's usage (`inputTokens`, `outputTokens`, from the result or
  * the stream's `finish` part) is reported with `run.postLlmCall()`, with the
  * model's id for the `prices` setting (the SDK gives no cost). Each tool's
@@ -98,6 +105,12 @@ export interface AiSdkModule {
   streamText: (params: any) => any;
   /** The SDK's default provider, for models given as a string id. */
   gateway?: unknown;
+  /**
+   * The SDK's `wrapLanguageModel`: the run journal rides on it as a
+   * middleware. Without it the model calls are not journaled.
+   */
+  // deno-lint-ignore no-explicit-any
+  wrapLanguageModel?: (options: any) => any;
 }
 
 /**
@@ -299,6 +312,8 @@ class Wiring {
   #used = false;
   #ended = false;
   #userSignal: AbortSignal | undefined;
+  /** Whether model and tool calls go through the run journal (decided at the start). */
+  readonly #journaling: boolean;
 
   constructor(
     run: Run,
@@ -314,6 +329,11 @@ class Wiring {
     this.#maxSteps = maxSteps;
     this.#placement = placement;
     this.#deadline = deadline;
+    this.#journaling = this.#guard(
+      "reading the journal setting",
+      () => typeof sdk.wrapLanguageModel === "function" && run.journal.on,
+      () => false,
+    );
   }
 
   /** A fault inside the adapter: a log line, never an error for the host ({@linkcode logFault}). */
@@ -448,11 +468,81 @@ class Wiring {
           return typeof value === "function" ? value.bind(t) : value;
         },
       });
-      this.#models.set(target, wrapped);
-      this.#models.set(wrapped, wrapped);
-      return wrapped;
+      const outer = this.#journaling
+        ? this.#sdk.wrapLanguageModel!({ model: wrapped, middleware: this.#journalMiddleware })
+        : wrapped;
+      this.#models.set(target, outer);
+      this.#models.set(wrapped, outer);
+      this.#models.set(outer, outer);
+      return outer;
     }, () => model);
   }
+
+  /**
+   * The run journal as the SDK's own middleware, outside the adapter's model
+   * wrapper: a call answered from the journal never reaches it, so it counts
+   * no turn and no use, carries no directive, and your own middleware (inside
+   * it) sees live calls only. The request journaled is the call's parameters
+   * as the SDK gives them (before any directive), without its signal and headers.
+   */
+  readonly #journalMiddleware = {
+    wrapGenerate: async (
+      { doGenerate, params, model }: { doGenerate: () => Promise<Any>; params: Any; model: Any },
+    ): Promise<Any> => {
+      let live: { result: Any } | undefined;
+      const value = await this.#run.journal.model(
+        journalRequest(params, model),
+        async () => {
+          const result = await doGenerate();
+          live = { result };
+          // What cannot be journaled (undefined) is returned live and not journaled.
+          return this.#guard("journaling a model call", () => generatedRecord(result), () => {
+            return undefined;
+          });
+        },
+        { usage: (record: Any) => usageOf(record?.usage) },
+      );
+      return live ? live.result : replayedGenerate(value);
+    },
+    wrapStream: async (
+      { doStream, params, model }: { doStream: () => Promise<Any>; params: Any; model: Any },
+    ): Promise<Any> => {
+      let live: { result: Any } | undefined;
+      let started!: () => void;
+      const liveReady = new Promise<typeof LIVE>((resolve) => started = () => resolve(LIVE));
+      let settled: Promise<unknown> = Promise.resolve();
+      const journaled = this.#run.journal.model(
+        journalRequest(params, model),
+        async () => {
+          const result = await doStream();
+          if (!(result?.stream instanceof ReadableStream)) {
+            live = { result };
+            started();
+            throw new Error("not a stream");
+          }
+          let finish!: (parts: Any[]) => void;
+          let fail!: (error: unknown) => void;
+          const finished = new Promise<Any[]>((resolve, reject) => {
+            finish = resolve;
+            fail = reject;
+          });
+          live = {
+            result: { ...result, stream: teeParts(result.stream, finish, fail, () => settled) },
+          };
+          started();
+          const parts = await finished;
+          return this.#guard("journaling a streamed model call", () => {
+            return streamedRecord(parts, result);
+          }, () => undefined);
+        },
+      );
+      // The live stream closes once its journal entry is durable (or was refused).
+      settled = journaled.then(() => {}, () => {});
+      const first = await Promise.race([liveReady, journaled]);
+      if (first === LIVE && live) return live.result;
+      return replayedStream(first);
+    },
+  };
 
   /** One model call: one turn, and the directive placed in this call's prompt only. */
   async #modelCall(
@@ -570,11 +660,42 @@ class Wiring {
   #wrapTools(tools: Record<string, Any>): Record<string, Any> {
     const out: Record<string, Any> = {};
     for (const [name, tool] of Object.entries(tools)) {
-      out[name] = isObject(tool) && typeof tool.execute === "function"
-        ? { ...tool, execute: this.#wrapExecute(name, tool, tool.execute) }
-        : tool;
+      if (!isObject(tool) || typeof tool.execute !== "function") {
+        out[name] = tool;
+        continue;
+      }
+      const execute = this.#wrapExecute(name, tool, tool.execute);
+      // A tool that streams (an async generator) runs live, as its chunks are its output.
+      const streams = Object.prototype.toString.call(tool.execute) ===
+        "[object AsyncGeneratorFunction]";
+      out[name] = {
+        ...tool,
+        execute: this.#journaling && !streams ? this.#journalTool(name, execute) : execute,
+      };
     }
     return out;
+  }
+
+  /**
+   * A tool's `execute` through the run journal: in a retry, a call of the
+   * replayed stretch returns its recorded result and does not run (nor is it
+   * reported again); live, its result is journaled before it is returned. An
+   * async iterable a tool returns is read to its end, its last chunk the result.
+   */
+  #journalTool(
+    name: string,
+    execute: (input: unknown, options: Any) => unknown,
+  ): (input: unknown, options: Any) => Promise<unknown> {
+    return async (input, options) => {
+      const recorded = await this.#run.journal.tool(name, input, async () => {
+        const out = execute(input, options);
+        if (!isAsyncIterable(out)) return { result: await out };
+        let last: unknown;
+        for await (const chunk of out) last = chunk;
+        return { result: last };
+      });
+      return isObject(recorded) ? recorded.result : recorded;
+    };
   }
 
   /**
@@ -769,5 +890,167 @@ function withPrologue(output: Part, text: string): Part {
       return { type: "error-text", value: `${JSON.stringify(output.value)}\n\n${text}` };
     default: // content
       return { ...output, value: [...output.value, { type: "text", text }] };
+  }
+}
+
+/** The answer of a journaled stream's first settling: its live stream is ready. */
+const LIVE = Symbol("live");
+
+/**
+ * A model call's request as the journal keys it: the model, and the call's
+ * parameters made JSON-safe, without its abort signal and headers.
+ */
+function journalRequest(params: Any, model: Any): unknown {
+  const { abortSignal: _signal, headers: _headers, ...rest } = isObject(params) ? params : {};
+  return {
+    model: { provider: model?.provider, modelId: model?.modelId },
+    params: jsonSafe(rest),
+  };
+}
+
+/** What a generated call's journal keeps: what the SDK reads of it. */
+function generatedRecord(result: Any): unknown {
+  if (!isObject(result)) return result;
+  const out: Part = {
+    content: jsonSafe(result.content),
+    finishReason: jsonSafe(result.finishReason),
+    usage: jsonSafe(result.usage),
+    warnings: jsonSafe(result.warnings ?? []),
+  };
+  if (result.providerMetadata !== undefined) {
+    out.providerMetadata = jsonSafe(result.providerMetadata);
+  }
+  const response = responseMetadata(result.response);
+  if (response) out.response = response;
+  return out;
+}
+
+/** A response's metadata, without its raw body. */
+function responseMetadata(response: Any): Part | undefined {
+  if (!isObject(response)) return undefined;
+  const { body: _body, ...rest } = response;
+  return jsonSafe(rest) as Part;
+}
+
+/** A replayed generated call's result: its response's timestamp a `Date` again. */
+function replayedGenerate(value: Any): Any {
+  if (!isObject(value) || !isObject(value.response)) return value;
+  return { ...value, response: withDate(value.response) };
+}
+
+/** What a finished stream's journal keeps: its parts, and its response's metadata. */
+function streamedRecord(parts: Any[], result: Any): unknown {
+  const out: Part = { parts: parts.map((part) => jsonSafe(part)) };
+  const response = responseMetadata(result.response);
+  if (response) out.response = response;
+  return out;
+}
+
+/** A replayed stream: its recorded parts, the response metadata's timestamp a `Date` again. */
+function replayedStream(value: Any): Any {
+  const parts: Part[] = isObject(value) && Array.isArray(value.parts) ? value.parts : [];
+  const stream = new ReadableStream<Part>({
+    start(controller) {
+      for (const part of parts) {
+        controller.enqueue(part?.type === "response-metadata" ? withDate(part) : part);
+      }
+      controller.close();
+    },
+  });
+  return isObject(value) && isObject(value.response)
+    ? { stream, response: value.response }
+    : { stream };
+}
+
+/** An object whose `timestamp` (a `Date` as JSON gives it back: its text) is a `Date` again. */
+function withDate(value: Part): Part {
+  if (typeof value.timestamp !== "string") return value;
+  const date = new Date(value.timestamp);
+  return Number.isNaN(date.getTime()) ? value : { ...value, timestamp: date };
+}
+
+/**
+ * A model's stream passed through as it is read, its parts kept: `finish`
+ * gets them once the stream has ended (with no `error` part), and the stream
+ * closes once `settled()` has; `fail` gets an error, a cancel or an error part.
+ */
+function teeParts(
+  source: ReadableStream<Any>,
+  finish: (parts: Any[]) => void,
+  fail: (error: unknown) => void,
+  settled: () => Promise<unknown>,
+): ReadableStream<Any> {
+  const reader = source.getReader();
+  const parts: Any[] = [];
+  return new ReadableStream<Any>({
+    async pull(controller) {
+      let next: ReadableStreamReadResult<Any>;
+      try {
+        next = await reader.read();
+      } catch (error) {
+        fail(error);
+        throw error;
+      }
+      if (next.done) {
+        if (parts.some((part) => part?.type === "error")) {
+          fail(new Error("the stream had an error part"));
+        } else finish(parts);
+        await settled();
+        controller.close();
+        return;
+      }
+      parts.push(next.value);
+      controller.enqueue(next.value);
+    },
+    cancel(reason) {
+      fail(new Error("the stream was cancelled"));
+      return reader.cancel(reason);
+    },
+  });
+}
+
+/** Bytes as base64 text. */
+function base64(bytes: Uint8Array): string {
+  let text = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(text);
+}
+
+/**
+ * A value as JSON can carry it: bytes as base64 text, a URL or a `Date` as its
+ * text, functions and symbols left out, a value met again on its own path left out.
+ */
+function jsonSafe(value: unknown, path = new Set<object>()): unknown {
+  if (value instanceof Uint8Array) return base64(value);
+  if (value instanceof ArrayBuffer) return base64(new Uint8Array(value));
+  if (value instanceof Date) return Number.isNaN(value.getTime()) ? null : value.toISOString();
+  if (value instanceof URL) return value.href;
+  switch (typeof value) {
+    case "function":
+    case "symbol":
+      return undefined;
+    case "bigint":
+      return value.toString();
+    case "object":
+      break;
+    default:
+      return value;
+  }
+  if (value === null || path.has(value)) return value === null ? null : undefined;
+  path.add(value);
+  try {
+    if (Array.isArray(value)) {
+      return value.map((item) => jsonSafe(item, path) ?? null);
+    }
+    const out: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) {
+      const safe = jsonSafe(item, path);
+      if (safe !== undefined) out[key] = safe;
+    }
+    return out;
+  } finally {
+    path.delete(value);
   }
 }

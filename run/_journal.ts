@@ -101,6 +101,32 @@ export class RunJournal {
     return this.#host.attempt <= 1 || this.#sink() === undefined;
   }
 
+  /**
+   * True when the journal is on for this run now: the `journal` setting is
+   * on and the run has a run ledger, so calls made through it are journaled
+   * (and, in a retry, replayed). False with `journal: false`, with no ledger,
+   * or once the run has ended.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const home = mkdtempSync(join(tmpdir(), "ac-"));
+   * const ac = createAgentCheckpoint({ home, env: {}, settings: { journal: false } });
+   * const run = ac.startRun({ sessionId: "journal-off" });
+   * assert.equal(run.journal.on, false); // every call goes to the provider
+   * await run.end();
+   * await ac.close();
+   * ```
+   */
+  get on(): boolean {
+    return this.#sink() !== undefined;
+  }
+
   /** Model calls answered from the journal in this attempt (the provider was not called). */
   get replayed(): number {
     return this.#state?.replayedModels ?? 0;
