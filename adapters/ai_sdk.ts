@@ -984,7 +984,7 @@ function teeParts(
   const parts: Any[] = [];
   return new ReadableStream<Any>({
     async pull(controller) {
-      let next: ReadableStreamReadResult<Any>;
+      let next: Awaited<ReturnType<typeof reader.read>>;
       try {
         next = await reader.read();
       } catch (error) {
