@@ -329,10 +329,11 @@ function ledgerStart(
   return failOpen((): LedgerStart => {
     const host = parts.host();
     const now = nowMs();
-    // The start row is the run as it began: any record made of the run later, on either thread
-    // and whatever its clock read, is not older (the store keeps the newer of a live run's two).
+    // The start row is stamped with the run's claim (its first activity): any record made of the
+    // run later, on either thread and whatever its clock read, is not older (the store keeps the
+    // newer of a live run's two records).
     const first = recordOf(info, table, host, now);
-    first.updatedAt = first.startedAt;
+    first.updatedAt = Math.round(table.activity(info.slot));
     const started = startIn(store, first, {
       minAttempt: fromFile ? fromFile.previous.attempt + 1 : 1,
       fresh: settings.resume === false,

@@ -522,9 +522,10 @@ export function recordOf(
     host,
     status: "live",
     startedAt: Math.round(start),
-    // Never before the run began: a record the watchdog made from a look that began before the
-    // run did is newer than the run's start row, which the store must not keep over it.
-    updatedAt: Math.round(Math.max(now, start)),
+    // Never before the run's last hook call: a record the watchdog made from a look that began
+    // before the run did, or before its latest call, is newer than the rows the host's thread
+    // wrote by then (its start row among them), which the store must not keep over it.
+    updatedAt: Math.round(Math.max(now, shared.activity(slot))),
   };
   if (info.taskId !== undefined) record.taskId = info.taskId;
   if (info.generation !== undefined && info.generation > 1) record.generation = info.generation;

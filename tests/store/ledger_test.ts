@@ -490,7 +490,7 @@ test("a look that began before a run did still puts the run's tool in flight ove
     attempt: 1,
   };
   const first = recordOf(info, table, host, start + 3);
-  first.updatedAt = first.startedAt;
+  first.updatedAt = Math.round(table.activity(0)); // as a start stamps it
   assert.equal(store.sync!.startAttempt(first).attempt, 1);
   table.toolStart(0, table.internName("deploy"), start + 4, "held");
   // The look reaches the run now, with the time it began.
