@@ -260,6 +260,40 @@ const MUTANTS: Mutant[] = [
     tests: ["tests/store/ledger_faults_test.ts"],
     filter: "is live on its machine, however old its heartbeat",
   },
+  {
+    name: "ledger-stamp-look-began",
+    breaks:
+      "the watchdog stamps a run's record with the time its look began (older than the start row)",
+    edits: [
+      ...one("_ledger.ts", "const now = Math.max(source.now, nowMs());", "const now = source.now;"),
+      ...one(
+        "_ledger.ts",
+        "updatedAt: Math.round(Math.max(now, shared.activity(slot))),",
+        "updatedAt: Math.round(now),",
+      ),
+    ],
+    tests: ["tests/store/ledger_test.ts"],
+    filter: "a look that began before a run did",
+  },
+  {
+    // Both guards at once: either alone says the outage (the prune's failure pings again).
+    name: "fleet-prune-first-word",
+    breaks: "a prune that fails on a server that is away is said as a failed prune, not an outage",
+    edits: [
+      ...one(
+        "store/_bridge_worker.ts",
+        "else if (down || again || prune) await ping();",
+        "else if (down || again) await ping();",
+      ),
+      ...one(
+        "store/_bridge_worker.ts",
+        "if (await ping().then(() => true, () => false)) {",
+        "if (await Promise.resolve(true)) {",
+      ),
+    ],
+    tests: ["tests/store/postgres_fleet_test.ts"],
+    filter: "a prune that is the store's first word",
+  },
   // Effects.
   {
     name: "run:effect-key-ignores-tool",
