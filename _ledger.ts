@@ -1517,6 +1517,14 @@ export function ledgerFailed(log: Log, what: string, error: unknown, runId?: str
 export const MAX_EFFECTS_WAITING = 10_000;
 /** How long an intent or receipt is tried before its promise says it was not recorded, ms. */
 export const EFFECT_GIVE_UP_MS = 10_000;
+/**
+ * How long a journal entry holds its call while the store cannot take it, ms:
+ * past it the call returns and the entry waits in memory for the store (a
+ * lost entry costs a retry one model call, not a repeated effect).
+ */
+export const JOURNAL_HOLD_MS = 1_000;
+/** The most bytes of journal entries that wait in memory for the store. */
+export const MAX_JOURNAL_WAITING_BYTES = 64 * 1024 * 1024;
 
 /** What the effect log works with. @internal */
 export interface EffectLogParts {
@@ -1527,8 +1535,12 @@ export interface EffectLogParts {
 
 /** One intent or receipt on its way, with the promise's resolver. */
 type EffectEntry =
-  & { resolve: (recorded: boolean) => void; since: number }
+  & { resolve: (recorded: boolean) => void; since: number; held?: boolean }
   & ({ intent: EffectIntent } | { receipt: EffectReceipt } | { journal: JournalEntry });
+
+/** The bytes a journal entry holds in memory (its texts, as UTF-16 code units; a bound, not a count). */
+const journalSize = (e: JournalEntry) =>
+  e.body.length + e.key.length + (e.usage?.length ?? 0) + e.runId.length + 64;
 
 const entryText = (e: EffectEntry) =>
   "intent" in e
@@ -1554,6 +1566,15 @@ export class EffectLog {
   #failures = 0;
   /** What the log said is not recorded (the ledger off, or a store without its group): once each. */
   #saidOff = new Set<"effects" | "journal">();
+  /** The entries of the commit under way. */
+  #inFlight: EffectEntry[] = [];
+  /** Bytes of journal entries waiting or in flight. */
+  #journalBytes = 0;
+  /** Since when the store has not taken a commit (undefined: it takes them). */
+  #downSince: number | undefined;
+  /** Whether the log said, in this outage, that journal entries past the bound were dropped. */
+  #saidJournalFull = false;
+  #holdTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(parts: EffectLogParts) {
     this.#parts = parts;
@@ -1577,9 +1598,38 @@ export class EffectLog {
     return this.#add((resolve, since) => ({ receipt, resolve, since }));
   }
 
-  /** Record a journal entry; resolves like {@linkcode EffectLog.intent}. */
+  /**
+   * Record a journal entry: resolves true once it is committed. While the
+   * store cannot take it, the entry holds its call at most
+   * {@linkcode JOURNAL_HOLD_MS} (at once when the store is already known to
+   * be away): it resolves false then and waits in memory, in order, until
+   * the store takes it, up to {@linkcode MAX_JOURNAL_WAITING_BYTES}.
+   */
   journal(entry: JournalEntry): Promise<boolean> {
-    return this.#add((resolve, since) => ({ journal: entry, resolve, since }));
+    return new Promise<boolean>((resolve) => {
+      const size = journalSize(entry);
+      if (this.#journalBytes + size > MAX_JOURNAL_WAITING_BYTES) {
+        if (!this.#saidJournalFull) {
+          this.#saidJournalFull = true;
+          this.#parts.log(
+            "warn",
+            `the run journal is not recorded while the run ledger cannot take it: ${
+              MAX_JOURNAL_WAITING_BYTES / 1024 / 1024
+            } MiB of its entries already wait in memory; a retry makes the later calls again`,
+            entry.runId,
+          );
+        }
+        resolve(false);
+        return;
+      }
+      const now = nowMs();
+      const held = this.#downSince !== undefined && now - this.#downSince >= JOURNAL_HOLD_MS;
+      if (held) resolve(false); // the store is away: the call goes on, its entry waits
+      const queued = this.#queue({ journal: entry, resolve, since: now, held });
+      if (!queued) return;
+      this.#journalBytes += size;
+      if (!held) this.#armHold();
+    });
   }
 
   /**
@@ -1640,21 +1690,56 @@ export class EffectLog {
   #add(
     make: (resolve: (recorded: boolean) => void, since: number) => EffectEntry,
   ): Promise<boolean> {
-    return new Promise<boolean>((resolve) => {
-      const entry = make(resolve, nowMs());
-      if (this.#waiting.length >= MAX_EFFECTS_WAITING) {
-        this.#parts.log(
-          "warn",
-          `${
-            entryText(entry)
-          } is not recorded: ${MAX_EFFECTS_WAITING} intents and receipts already wait for the run ledger`,
-        );
-        resolve(false);
-        return;
-      }
-      this.#waiting.push(entry);
-      this.#schedule(0);
-    });
+    return new Promise<boolean>((resolve) => void this.#queue(make(resolve, nowMs())));
+  }
+
+  /** An entry in the queue, for the next commit; false (resolved so) when the queue is full. */
+  #queue(entry: EffectEntry): boolean {
+    if (this.#waiting.length >= MAX_EFFECTS_WAITING) {
+      this.#parts.log(
+        "warn",
+        `${
+          entryText(entry)
+        } is not recorded: ${MAX_EFFECTS_WAITING} intents and receipts already wait for the run ledger`,
+      );
+      entry.resolve(false);
+      return false;
+    }
+    this.#waiting.push(entry);
+    this.#schedule(0);
+    return true;
+  }
+
+  /**
+   * A journal entry's call is held at most {@linkcode JOURNAL_HOLD_MS}: a
+   * timer of its own lets it go, whether the commit failed or hangs.
+   */
+  #armHold(): void {
+    if (this.#holdTimer !== undefined) return;
+    this.#holdTimer = setTimeout(() => {
+      this.#holdTimer = undefined;
+      this.#letGo();
+    }, JOURNAL_HOLD_MS);
+    (this.#holdTimer as { unref?: () => void }).unref?.();
+  }
+
+  /** Journal entries held past {@linkcode JOURNAL_HOLD_MS} resolve false, and keep waiting. */
+  #letGo(): void {
+    const now = nowMs();
+    let more = false;
+    for (const e of [...this.#inFlight, ...this.#waiting]) {
+      if (!("journal" in e) || e.held) continue;
+      if (now - e.since >= JOURNAL_HOLD_MS) {
+        e.held = true;
+        e.resolve(false);
+      } else more = true;
+    }
+    if (more) this.#armHold();
+  }
+
+  /** A journal entry leaves the queue: committed, dropped or given up. */
+  #gone(entries: EffectEntry[]): void {
+    for (const e of entries) if ("journal" in e) this.#journalBytes -= journalSize(e.journal);
   }
 
   #schedule(wait: number): void {
@@ -1695,6 +1780,7 @@ export class EffectLog {
       const lacks = (e: EffectEntry) => "journal" in e ? !store.journal : !store.effects;
       const refused = this.#waiting.filter(lacks);
       this.#waiting = this.#waiting.filter((e) => !lacks(e));
+      this.#gone(refused);
       for (const e of refused) {
         this.#off(
           "journal" in e ? "journal" : "effects",
@@ -1716,6 +1802,7 @@ export class EffectLog {
       else journal.entries.push(e.journal);
     }
     this.#writing = true;
+    this.#inFlight = entries;
     try {
       if (!store) throw new Error("the run ledger is not open yet");
       if (batch.intents.length > 0 || batch.receipts.length > 0) await store.effects!.write(batch);
@@ -1723,13 +1810,18 @@ export class EffectLog {
       this.commits++;
       if (this.#failures > 0) this.#parts.log("info", "the run ledger takes side effects again");
       this.#failures = 0;
+      this.#downSince = undefined;
+      this.#saidJournalFull = false;
+      this.#gone(entries);
       for (const e of entries) e.resolve(true);
     } catch (error) {
       this.#failures++;
-      // Back in front of anything newer; what waited too long is given up, and said.
       const now = nowMs();
-      const given = entries.filter((e) => now - e.since >= EFFECT_GIVE_UP_MS);
-      const kept = entries.filter((e) => now - e.since < EFFECT_GIVE_UP_MS);
+      this.#downSince ??= now;
+      // Back in front of anything newer; what waited too long is given up, and said. A journal
+      // entry is not given up: it waits in memory (bounded) until the store takes it.
+      const given = entries.filter((e) => !("journal" in e) && now - e.since >= EFFECT_GIVE_UP_MS);
+      const kept = entries.filter((e) => "journal" in e || now - e.since < EFFECT_GIVE_UP_MS);
       if (given.length > 0) {
         this.#parts.log(
           "warn",
@@ -1747,8 +1839,10 @@ export class EffectLog {
         );
       }
       this.#waiting = [...kept, ...this.#waiting];
+      this.#letGo();
     } finally {
       this.#writing = false;
+      this.#inFlight = [];
     }
     if (this.#waiting.length > 0) {
       this.#schedule(this.#failures === 0 ? 0 : Math.min(1000, 10 * 2 ** (this.#failures - 1)));
@@ -1765,6 +1859,7 @@ export class EffectLog {
   #settle(recorded: boolean): void {
     const entries = this.#waiting;
     this.#waiting = [];
+    this.#gone(entries);
     for (const e of entries) e.resolve(recorded);
   }
 
@@ -1776,6 +1871,17 @@ export class EffectLog {
       if (!this.#writing) await this.#flush();
       if (this.#waiting.length > 0 || this.#writing) await new Promise((r) => setTimeout(r, 20));
       this.#clear();
+    }
+    if (this.#holdTimer !== undefined) clearTimeout(this.#holdTimer);
+    this.#holdTimer = undefined;
+    const lost = this.#waiting.filter((e) => "journal" in e).length;
+    if (lost > 0) {
+      this.#parts.log(
+        "warn",
+        `${lost} run journal entr${
+          lost === 1 ? "y was" : "ies were"
+        } not recorded before the keeper closed (the run ledger could not take them): a retry makes those calls again`,
+      );
     }
     this.#settle(false);
   }

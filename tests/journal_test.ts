@@ -13,8 +13,10 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { spawn } from "node:child_process";
 import { createAgentCheckpoint } from "../mod.ts";
-import { captureLog, fixture, scriptCommand, tempHome } from "./_helpers.ts";
-import { freshSchema, skipFleet } from "./store/_pg.ts";
+import { captureLog, fixture, locker, scriptCommand, tempHome } from "./_helpers.ts";
+import { freshSchema, privateServer, skipFleet, skipPrivateServer } from "./store/_pg.ts";
+import { openPgStore } from "../store/postgres.ts";
+import { EFFECT_GIVE_UP_MS } from "../_ledger.ts";
 import { openSqliteStore, storeFile } from "../store/sqlite.ts";
 import { selectOne, sqliteDriver } from "../_sqlite.ts";
 
@@ -367,3 +369,100 @@ test("a journal entry is committed before the response is returned, and its body
   await run.end();
   await ac.close();
 });
+
+/**
+ * Five journaled calls while the store cannot take them: they go on (the
+ * first held at most a second, the rest at once: well inside one intent's
+ * give-up time, where each used to wait for it), their entries wait in
+ * memory and land once the store takes them again, and a retry replays all.
+ */
+async function storeAway(
+  home: string,
+  settings: Record<string, unknown>,
+  away: () => void | Promise<void>,
+  back: () => void | Promise<void>,
+  journaled: () => Promise<number | undefined>,
+) {
+  const model = fakeModel();
+  const first = keeperOf(home, settings);
+  const a = first.ac.startRun({ sessionId: "away" });
+  await a.journal.model({ q: 0 }, model.call({ q: 0 })); // the journal's tables exist
+  assert.equal(await journaled(), 1);
+  await away();
+  const began = Date.now();
+  for (let q = 1; q <= 5; q++) await a.journal.model({ q }, model.call({ q }));
+  const took = Date.now() - began;
+  assert.ok(took < EFFECT_GIVE_UP_MS, `5 calls with the store away took ${took} ms`);
+  assert.equal(model.seen.length, 6);
+  const meanwhile = await journaled(); // undefined: a server away cannot say
+  if (meanwhile !== undefined) assert.equal(meanwhile, 1, "nothing committed while away");
+  await back();
+  let count: number | undefined = 0;
+  const end = Date.now() + 60_000;
+  while (((count = await journaled()) ?? 0) < 6 && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(count, 6, "the entries that waited in memory landed once the store was back");
+  await first.ac.close(); // cut off
+
+  const second = keeperOf(home, settings);
+  const b = second.ac.startRun({ sessionId: "away" });
+  for (let q = 0; q <= 5; q++) {
+    assert.deepEqual(await b.journal.model({ q }, model.call({ q })), { n: q });
+  }
+  assert.equal(b.journal.replayed, 6);
+  assert.equal(model.seen.length, 6, "the retry called the model for none of them");
+  await b.end();
+  await second.ac.close();
+  return first.log;
+}
+
+test("a ledger another process holds locked: journaled calls go on, their entries wait in memory and land once it lets go", async () => {
+  const home = tempHome();
+  let lock: ReturnType<typeof locker> | undefined;
+  const journaled = async () => {
+    const store = openSqliteStore({ file: storeFile(home), hostTimeoutSeconds: 30 });
+    try {
+      return (await store.journal.read("away")).length;
+    } finally {
+      await store.close();
+    }
+  };
+  try {
+    await storeAway(home, {}, async () => {
+      lock = locker(storeFile(home), "write");
+      await lock.locked;
+    }, async () => {
+      await lock!.release();
+    }, journaled);
+  } finally {
+    await lock?.release();
+  }
+});
+
+test(
+  "postgres: a server stopped mid-run: journaled calls go on, their entries wait in memory and land once it is back",
+  {
+    skip: skipPrivateServer,
+  },
+  async () => {
+    const server = privateServer(4409);
+    const reader = openPgStore({ url: server.url, hostTimeoutSeconds: 30 });
+    try {
+      const log = await storeAway(
+        tempHome(),
+        { store: server.url },
+        () => server.ctl("-w", "-m", "fast", "stop"),
+        () => server.ctl("-w", "start"),
+        async () => (await reader.journal!.read("away").catch(() => undefined))?.length,
+      );
+      assert.ok(
+        !log.records.some((r) => /not recorded/.test(r.message)),
+        log.records.map((r) => r.message).join("\n"),
+      );
+    } finally {
+      await reader.close().catch(() => {});
+      server.remove();
+    }
+  },
+);
