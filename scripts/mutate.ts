@@ -294,6 +294,17 @@ const MUTANTS: Mutant[] = [
     tests: ["tests/store/postgres_fleet_test.ts"],
     filter: "a prune that is the store's first word",
   },
+  {
+    name: "journal-holds-like-an-intent",
+    breaks: "a journaled call waits out an intent's give-up time while the store is away",
+    edits: one(
+      "_ledger.ts",
+      "if (now - e.since >= JOURNAL_HOLD_MS) {",
+      "if (now - e.since >= EFFECT_GIVE_UP_MS) {",
+    ),
+    tests: ["tests/journal_test.ts"],
+    filter: "a ledger another process holds locked: journaled calls go on",
+  },
   // Effects.
   {
     name: "run:effect-key-ignores-tool",
