@@ -29,7 +29,7 @@ import { tierFor, tierPlan } from "../tier.ts";
 import { flag, runtime, sleep, tempDir } from "./_bench_util.ts";
 
 const HOST = fileURLToPath(new URL("./_soak_faults_host.ts", import.meta.url));
-const LOCKER = fileURLToPath(new URL("./_ledger_locker.ts", import.meta.url));
+const LOCKER = fileURLToPath(new URL("../tests/fixtures/ledger_locker.ts", import.meta.url));
 const deno = process.execPath.includes("deno");
 const script = (file: string, rest: string[]) =>
   deno ? ["run", "-A", file, ...rest] : [file, ...rest];

@@ -29,7 +29,7 @@ const only = flag(args, "--only");
 /** How often the reader polls, ms (0: no reader, the floor). */
 const readEveryMs = Number(flag(args, "--read-every-ms", "2000"));
 const HOST = fileURLToPath(new URL("./_ledger_host.ts", import.meta.url));
-const LOCKER = fileURLToPath(new URL("./_ledger_locker.ts", import.meta.url));
+const LOCKER = fileURLToPath(new URL("../tests/fixtures/ledger_locker.ts", import.meta.url));
 const deno = process.execPath.includes("deno");
 const script = (file: string, rest: string[]) =>
   deno ? ["run", "-A", file, ...rest] : [file, ...rest];

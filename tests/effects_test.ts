@@ -10,8 +10,7 @@ import { openStore, storeFile } from "../store/mod.ts";
 import { openPgStore } from "../store/postgres.ts";
 import { main } from "../cli/mod.ts";
 import { memoryIo } from "../cli/_io.ts";
-import { captureLog, fixture, scriptCommand, tempHome, waitFor } from "./_helpers.ts";
-import { spawn } from "node:child_process";
+import { captureLog, locker, tempHome, waitFor } from "./_helpers.ts";
 import { setImmediate as nextTurn } from "node:timers/promises";
 import * as fs from "node:fs";
 import { type RunPayload, serveRuns } from "../serve/mod.ts";
@@ -375,7 +374,7 @@ test("a ledger another process holds locked: intents wait and land once it lets 
     const run = ac.startRun({ sessionId: "locked" });
     assert.equal(await run.effects.intent("warm", {}), true); // the ledger and its effects table exist
     // A short hold: the intent waits, and lands once the ledger is free.
-    const short = lockLedger(storeFile(home), 0);
+    const short = locker(storeFile(home), "write");
     await short.locked;
     let settled = false;
     const landed = run.effects.intent("pay", { n: 1 }).then((v) => (settled = true, v));
@@ -384,7 +383,7 @@ test("a ledger another process holds locked: intents wait and land once it lets 
     await short.release();
     assert.equal(await landed, true);
     // A hold past the bound: false, and the log says what was not recorded.
-    const long = lockLedger(storeFile(home), 0);
+    const long = locker(storeFile(home), "write");
     await long.locked;
     const lost = await run.effects.intent("pay", { n: 2 });
     await long.release();
@@ -412,7 +411,7 @@ test("once starts its tool only once the intent is durable: while another proces
     const key = run.effects.key("send_email", input);
     // The earlier attempts' effects are read now: once reads no more before its intent.
     assert.equal(await run.effects.state(key), undefined);
-    const lock = lockLedger(storeFile(home), 0);
+    const lock = locker(storeFile(home), "write");
     await lock.locked;
     const atStart: string[][] = []; // what the ledger held each time the tool started
     const sent = run.effects.once("send_email", input, () => {
@@ -436,26 +435,6 @@ test("once starts its tool only once the intent is durable: while another proces
     await ac.close();
   }
 });
-
-/**
- * Another process holding the ledger for `ms` (0: until released): `write`, an exclusive
- * transaction (readers go on); `exclusive`, exclusive locking too (nobody opens it).
- */
-function lockLedger(file: string, ms: number, mode: "write" | "exclusive" = "write") {
-  const [cmd, argv] = scriptCommand(fixture("ledger_locker"), [file, String(ms), mode]);
-  const child = spawn(cmd, argv, { stdio: ["pipe", "pipe", "pipe"] });
-  let out = "";
-  child.stdout!.on("data", (d) => out += d);
-  const released = new Promise<void>((resolve) => child.on("close", () => resolve()));
-  return {
-    locked: waitFor(() => /locked/.test(out), 60_000),
-    released,
-    release: () => {
-      child.stdin!.end();
-      return released;
-    },
-  };
-}
 
 test("the fleet store: an intent whose connection is cut is committed on the next try", {
   skip: skipFleet,
@@ -504,7 +483,7 @@ test("a retry whose ledger is locked at its start still replays what was done, o
     await run.effects.once("send_email", { to: "boss" }, send);
   });
   // Exclusive: the new keeper cannot even open the ledger, let alone read it.
-  const lock = lockLedger(storeFile(home), 0, "exclusive");
+  const lock = locker(storeFile(home), "exclusive");
   await lock.locked;
   const log = captureLog();
   const ac = createAgentCheckpoint({
