@@ -5,9 +5,13 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
-import { deflateSync, inflateSync } from "node:zlib";
+import { builtin, nodeCrypto } from "../_write_steps.ts";
 import type { JournalEntry } from "./types.ts";
+
+// node:zlib (and node:crypto) are loaded by the first body, not at import: the stores are
+// imported with the library, and a host that journals nothing never pays for them.
+let zlibModule: typeof import("node:zlib") | undefined;
+const zlib = () => zlibModule ??= builtin<typeof import("node:zlib")>("node:zlib");
 
 /**
  * The key a body is kept under: the sha256 of its text (hex).
@@ -22,7 +26,7 @@ import type { JournalEntry } from "./types.ts";
  * ```
  */
 export function bodyKey(text: string): string {
-  return createHash("sha256").update(text).digest("hex");
+  return nodeCrypto().createHash("sha256").update(text).digest("hex");
 }
 
 /**
@@ -40,7 +44,7 @@ export function bodyKey(text: string): string {
  * ```
  */
 export function packBody(text: string): Uint8Array {
-  return new Uint8Array(deflateSync(new TextEncoder().encode(text)));
+  return new Uint8Array(zlib().deflateSync(new TextEncoder().encode(text)));
 }
 
 /**
@@ -55,7 +59,7 @@ export function packBody(text: string): Uint8Array {
  * ```
  */
 export function unpackBody(packed: Uint8Array): string {
-  return new TextDecoder().decode(inflateSync(packed));
+  return new TextDecoder().decode(zlib().inflateSync(packed));
 }
 
 /**
