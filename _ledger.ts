@@ -382,6 +382,10 @@ export interface JournalEntry {
   usage?: string;
   /** When, ms since the epoch. */
   at: number;
+  /** A replayed call: the attempt whose entry answered it (absent for a live call). */
+  replayed?: number;
+  /** A live call: its duration, ms, from just before the call to its response (absent when replayed). */
+  ms?: number;
 }
 
 /** Journal entries written together in one durable commit. */

@@ -11,6 +11,7 @@ import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";
 import { homeDir } from "./_home.ts";
 import { parseArgs } from "./_args.ts";
 import { type CheckpointFile, listCheckpoints } from "./_inspect.ts";
+import { showSteps } from "./_steps.ts";
 
 export type { CheckpointFile };
 import { checkpointFileName, readCheckpoint, readCheckpointBytes } from "../persist.ts";
@@ -334,7 +335,8 @@ export const lsCommand: Command = {
   },
 };
 
-const SHOW_HELP = `Usage: ${NAME} show RUN [--store URL] [--host MACHINE] [--home DIR] [--json]
+const SHOW_HELP =
+  `Usage: ${NAME} show RUN [--steps] [--store URL] [--host MACHINE] [--home DIR] [--json]
 
 Prints run RUN (a kanban task id, a session id, or the file's name): its
 record in the run ledger (live, ended or cut off; turns, tier, the tool calls
@@ -344,9 +346,14 @@ fleet store, when the run ran on another machine), headed by whether the run
 ended (and how) or was cut off. Control characters are shown
 escaped. Exits 1 when there is no such run.
 
+  --steps      each attempt's calls from the run journal, in order: each
+               model call live (tokens, duration) or replayed from an earlier
+               attempt, each tool call with a line of its result, the tiers
+               crossed, where the attempt stopped and its totals
   --store URL  read the fleet store at this postgres:// URL (default: the
                store setting, or AGENT_CHECKPOINT_STORE)
-  --host NAME  the run's newest attempt on this machine
+  --host NAME  the run's newest attempt on this machine (with --steps: the
+               attempts that ran on it)
   --home DIR   the profile directory (default $HERMES_HOME, else ~/.hermes)
   --json       the file's description as JSON instead of its text, with the
                ledger's record under "ledger"`;
@@ -459,7 +466,7 @@ export const showCommand: Command = {
   async run(args: string[], io: CliIo): Promise<number> {
     const parsed = parseArgs(args, {
       command: "show",
-      switches: ["--json"],
+      switches: ["--json", "--steps"],
       values: ["--store", "--host"],
       positional: ["RUN"],
     });
@@ -469,6 +476,21 @@ export const showCommand: Command = {
     const runId = parsed.positional[0] as string;
     const ledger = openLedger(home, settings, io, parsed.values["--store"]);
     const machine = parsed.values["--host"];
+    if (parsed.switches.has("--steps")) {
+      if (!ledger) {
+        io.stderr(
+          `${NAME}: no run ledger in ${
+            terminalSafe(home)
+          }: --steps reads the run journal, kept in the run ledger\n`,
+        );
+        return 1;
+      }
+      try {
+        return await showSteps(ledger, runId, machine, parsed.switches.has("--json"), io);
+      } finally {
+        await ledger.close();
+      }
+    }
     let view;
     let tree: TreeSummary | undefined;
     let stored: string | undefined;

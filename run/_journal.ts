@@ -47,6 +47,15 @@ class JournalState {
   }
 }
 
+/**
+ * An earlier attempt's entry as the replaying attempt journals it again: the
+ * attempt it was answered from, and no duration (no call was made).
+ */
+function replayedEntry(found: JournalEntry, from: number): JournalEntry {
+  const { ms: _, ...entry } = found;
+  return { ...entry, replayed: from };
+}
+
 /** The byte length of a text as UTF-8. */
 const utf8Bytes = (text: string) => new TextEncoder().encode(text).length;
 
@@ -217,13 +226,14 @@ export class RunJournal {
         const replayed = this.#read(found);
         if (replayed.ok) {
           js.replayedModels++;
-          void this.#record(ctx, sink, js, { ...found });
+          void this.#record(ctx, sink, js, replayedEntry(found, js.earlier!.attempt));
           return replayed.value as T;
         }
       }
       this.#goLive(js, index, found ? "its request differs from the journal's" : undefined);
     }
     let response: T;
+    const started = performance.now();
     try {
       response = await call(signal);
     } catch (error) {
@@ -233,7 +243,7 @@ export class RunJournal {
     }
     const body = this.#host.safe("journal", undefined, () => JSON.stringify(response));
     if (body === undefined) return response;
-    const entry = this.#entry("model", index, digest, body);
+    const entry = this.#entry("model", index, digest, body, performance.now() - started);
     const usage = options?.usage;
     if (usage) {
       const text = this.#host.safe("journal", undefined, () => {
@@ -295,15 +305,16 @@ export class RunJournal {
         const replayed = this.#read(found);
         if (replayed.ok) {
           js.replayedTools++;
-          void this.#record(ctx, sink, js, { ...found });
+          void this.#record(ctx, sink, js, replayedEntry(found, js.earlier!.attempt));
           return replayed.value as T;
         }
       }
     }
+    const started = performance.now();
     const out = await fn();
     const body = this.#host.safe("journal", undefined, () => JSON.stringify(out) ?? "null");
     if (body === undefined) return out;
-    const entry = this.#entry("tool", index, key, body);
+    const entry = this.#entry("tool", index, key, body, performance.now() - started);
     entry.tool = tool;
     await this.#record(ctx, sink, js, entry);
     return out;
@@ -314,7 +325,13 @@ export class RunJournal {
     return this.#host.safe("journal", undefined, () => sha256(canonicalJson(value)));
   }
 
-  #entry(kind: "model" | "tool", index: number, key: string, body: string): JournalEntry {
+  #entry(
+    kind: "model" | "tool",
+    index: number,
+    key: string,
+    body: string,
+    ms: number,
+  ): JournalEntry {
     return {
       runId: this.#host.runId,
       attempt: this.#host.attempt,
@@ -323,6 +340,7 @@ export class RunJournal {
       key,
       body,
       at: Date.now(),
+      ms: Math.max(0, Math.round(ms)),
     };
   }
 

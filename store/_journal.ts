@@ -64,7 +64,8 @@ export function unpackBody(packed: Uint8Array): string {
 
 /**
  * A journal entry from its table's columns (`run_id`, `attempt`, `kind`,
- * `idx`, `key`, `tool`, `usage`, `at`) and its body's text.
+ * `idx`, `key`, `tool`, `usage`, `at`, and `replayed` and `ms` when the
+ * table has them) and its body's text.
  *
  * @example
  * ```ts
@@ -77,6 +78,12 @@ export function unpackBody(packed: Uint8Array): string {
  * assert.deepEqual(entry, {
  *   runId: "r", attempt: 2, kind: "model", index: 0, key: "ab", body: '{"text":"hi"}', at: 5,
  * });
+ * const replayed = journalOf({
+ *   run_id: "r", attempt: 3, kind: "tool", idx: 0, key: "jk", tool: "ls", usage: null, at: 6,
+ *   replayed: 2, ms: null,
+ * }, "[]");
+ * assert.equal(replayed.replayed, 2);
+ * assert.equal(replayed.ms, undefined);
  * ```
  */
 export function journalOf(row: Record<string, unknown>, body: string): JournalEntry {
@@ -91,7 +98,19 @@ export function journalOf(row: Record<string, unknown>, body: string): JournalEn
   };
   if (typeof row.tool === "string") out.tool = row.tool;
   if (typeof row.usage === "string") out.usage = row.usage;
+  // Columns a journal table made before them lacks: absent, as for an entry written without them.
+  const replayed = wholeOf(row.replayed);
+  if (replayed !== undefined) out.replayed = replayed;
+  const ms = wholeOf(row.ms);
+  if (ms !== undefined) out.ms = ms;
   return out;
+}
+
+/** A whole number from a column (a driver may give a bigint or its text), else undefined. */
+function wholeOf(value: unknown): number | undefined {
+  if (value === null || value === undefined || value === "") return undefined;
+  const n = Number(value);
+  return Number.isSafeInteger(n) ? n : undefined;
 }
 
 /**

@@ -161,7 +161,9 @@ export class MemoryRunStore implements RunStore {
           if (entries.has(k)) continue; // an entry already there is kept as it is
           const hash = bodyKey(e.body);
           if (!this.#data.bodies.has(hash)) this.#data.bodies.set(hash, packBody(e.body));
-          entries.set(k, { ...structuredClone(e), body: hash, at: Math.round(e.at) });
+          const kept = { ...structuredClone(e), body: hash, at: Math.round(e.at) };
+          if (e.ms !== undefined) kept.ms = Math.round(e.ms);
+          entries.set(k, kept);
         }
       }),
     read: (runId) =>

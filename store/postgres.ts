@@ -58,9 +58,10 @@ import {
  * The schema version this code writes; a newer one in the database is left
  * alone, an older one is brought up to this one. 2 added the index that counts
  * runs by status and machine; 3 the processes' leases and the runs' fences; 4 a run id
- * started again after a done end numbered after the attempts it keeps.
+ * started again after a done end numbered after the attempts it keeps; 5 the
+ * journal's `replayed` and `ms` columns (a journal table made before them gets them).
  */
-export const PG_SCHEMA_VERSION = 4;
+export const PG_SCHEMA_VERSION = 5;
 
 /** The schema the tables go in when the URL names none. */
 export const PG_DEFAULT_SCHEMA = "agent_checkpoint";
@@ -214,6 +215,8 @@ CREATE TABLE IF NOT EXISTS ${s}.host_leases (
 -- A run taken from a live attempt (its lease free, or on_duplicate: take-over): the records of
 -- attempts below this one are refused from then on (a fencing token). Only such runs have a row.
 CREATE TABLE IF NOT EXISTS ${s}.run_fences (run_id text PRIMARY KEY, attempt integer NOT NULL);
+-- The journal's table is made by its first write; one made before these columns gets them.
+${journalColumns(s)};
 -- Whether no session holds the advisory lock of a bigint key (NULL for no key).
 CREATE OR REPLACE FUNCTION ${s}.lease_free(k bigint) RETURNS boolean
 LANGUAGE sql STABLE RETURNS NULL ON NULL INPUT AS $lf$
@@ -321,9 +324,20 @@ const journalDdl = (s: string) =>
   `CREATE TABLE IF NOT EXISTS ${s}.journal (
   run_id text NOT NULL, attempt integer NOT NULL, kind text NOT NULL, idx integer NOT NULL,
   key text NOT NULL, tool text, body text NOT NULL, usage text, at bigint NOT NULL,
+  replayed integer, ms bigint,
   PRIMARY KEY (run_id, attempt, kind, idx));
+${journalColumns(s)};
 CREATE INDEX IF NOT EXISTS journal_body ON ${s}.journal (body);
 CREATE TABLE IF NOT EXISTS ${s}.journal_bodies (hash text PRIMARY KEY, packed bytea NOT NULL)`;
+
+/**
+ * The journal's columns added after its table was first made (schema 5), to a
+ * table an older version made (when there is one): its rows keep them empty.
+ */
+function journalColumns(s: string): string {
+  return `ALTER TABLE IF EXISTS ${s}.journal ADD COLUMN IF NOT EXISTS replayed integer,
+  ADD COLUMN IF NOT EXISTS ms bigint`;
+}
 
 /** A batch of entries and their bodies: one statement, one commit. */
 const journalSql = (s: string) => `
@@ -333,10 +347,11 @@ WITH b AS (
     AS x(hash text, packed text)
   ON CONFLICT DO NOTHING RETURNING 1
 )
-INSERT INTO ${s}.journal (run_id, attempt, kind, idx, key, tool, body, usage, at)
-SELECT x.run_id, x.attempt, x.kind, x.idx, x.key, x.tool, x.body, x.usage, x.at
+INSERT INTO ${s}.journal (run_id, attempt, kind, idx, key, tool, body, usage, at, replayed, ms)
+SELECT x.run_id, x.attempt, x.kind, x.idx, x.key, x.tool, x.body, x.usage, x.at, x.replayed, x.ms
 FROM json_to_recordset($2::text::json) AS x(run_id text, attempt integer, kind text,
-  idx integer, key text, tool text, body text, usage text, at bigint)
+  idx integer, key text, tool text, body text, usage text, at bigint, replayed integer,
+  ms bigint)
 ON CONFLICT DO NOTHING`;
 
 /** Bodies no entry names any more (after a run's entries went). */
@@ -1097,6 +1112,8 @@ export class PgRunStore implements RunStore {
         body: hash,
         usage: e.usage ?? null,
         at: Math.round(e.at),
+        replayed: e.replayed ?? null,
+        ms: e.ms === undefined ? null : Math.round(e.ms),
       };
     });
     const packed = [...bodies].map(([hash, text]) => ({

@@ -60,9 +60,10 @@ import {
  * The schema version this code writes; a newer one in the file is left alone,
  * an older one is brought up to this one on open. 2 added the index that
  * counts runs by status and machine; 3 the fences of runs taken from a live
- * attempt.
+ * attempt; 4 the journal's `replayed` and `ms` columns (a journal table made
+ * before them gets them).
  */
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 /** The page cache of a connection to the run ledger, KiB. */
 const CACHE_KIB = 64;
@@ -337,11 +338,14 @@ const EFFECT_WAIT_MS = 250;
 const JOURNAL_TABLES = `CREATE TABLE IF NOT EXISTS journal (
   run_id TEXT NOT NULL, attempt INTEGER NOT NULL, kind TEXT NOT NULL, idx INTEGER NOT NULL,
   key TEXT NOT NULL, tool TEXT, body TEXT NOT NULL, usage TEXT, at INTEGER NOT NULL,
+  replayed INTEGER, ms INTEGER,
   PRIMARY KEY (run_id, attempt, kind, idx));
 CREATE INDEX IF NOT EXISTS journal_body ON journal (body);
 CREATE TABLE IF NOT EXISTS journal_bodies (hash TEXT PRIMARY KEY, packed BLOB NOT NULL);`;
-const JOURNAL_ENTRY = `INSERT INTO journal (run_id, attempt, kind, idx, key, tool, body, usage, at)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`;
+/** The journal's columns added after its table was first made (schema 4): each `INTEGER`, nullable. */
+const JOURNAL_ADDED = ["replayed", "ms"] as const;
+const JOURNAL_ENTRY = `INSERT INTO journal (run_id, attempt, kind, idx, key, tool, body, usage, at,
+  replayed, ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`;
 const JOURNAL_BODY =
   `INSERT INTO journal_bodies (hash, packed) VALUES (?, ?) ON CONFLICT DO NOTHING`;
 const JOURNAL_READ = `SELECT j.*, b.packed FROM journal j JOIN journal_bodies b ON b.hash = j.body
@@ -953,21 +957,30 @@ export class SqliteRunStore implements RunStore {
         hash,
         e.usage ?? null,
         Math.round(e.at),
+        e.replayed ?? null,
+        e.ms === undefined ? null : Math.round(e.ms),
       ];
     });
     const packed = [...bodies].map(([hash, text]) => [hash, Buffer.from(packBody(text))]);
     const sync = String(this.#db.get("PRAGMA synchronous")?.synchronous ?? "1");
     this.#db.exec("PRAGMA synchronous = FULL");
+    const shaped = this.#journalShaped;
     try {
       this.#patiently(() =>
         this.#transaction(() => {
+          // A table an older library made (after this file's migration, in a process that had it
+          // open) lacks the newer columns: added under the write lock, once per connection.
+          if (!shaped) addJournalColumns(this.#db);
           for (const body of packed) this.#db.run(JOURNAL_BODY, ...body);
           for (const row of rows) this.#db.run(JOURNAL_ENTRY, ...row);
         }), EFFECT_WAIT_MS);
+      this.#journalShaped = true;
     } finally {
       this.#db.exec(`PRAGMA synchronous = ${/^\d+$/.test(sync) ? sync : "1"}`);
     }
   }
+  /** Whether this connection found the journal's table with every column it writes. */
+  #journalShaped = false;
 
   /** {@linkcode RunStore.journal}'s read, synchronously. */
   journalSync(runId: string): JournalEntry[] {
@@ -1368,6 +1381,20 @@ function openDb(driver: SqliteDriver, options: SqliteOpenOptions): SqliteDb {
   return db;
 }
 
+/**
+ * Add the columns a journal table made by an older version lacks (its rows
+ * keep them empty: read back as live calls of unknown duration). Nothing when
+ * there is no journal table yet: it is made whole by its first write. Run
+ * under the write lock.
+ */
+function addJournalColumns(db: SqliteDb): void {
+  const columns = new Set(db.all("PRAGMA table_info(journal)").map((c) => String(c.name)));
+  if (columns.size === 0) return; // no journal table
+  for (const name of JOURNAL_ADDED) {
+    if (!columns.has(name)) db.exec(`ALTER TABLE journal ADD COLUMN ${name} INTEGER`);
+  }
+}
+
 const newer = (file: string, version: number) =>
   new Error(
     `${file} has schema version ${version}, newer than this library's ${SCHEMA_VERSION}; upgrade agent-checkpoint`,
@@ -1400,6 +1427,7 @@ function migrate(db: SqliteDb, file: string, busyMs: number): void {
       if (now > SCHEMA_VERSION) throw newer(file, now);
       if (now < SCHEMA_VERSION) {
         db.exec(SCHEMA);
+        addJournalColumns(db);
         db.run(
           "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
           String(SCHEMA_VERSION),

@@ -192,13 +192,15 @@ export async function capabilitySteps(store: RunStore, t: number) {
 /**
  * The run journal, a capability a store offers whole: entries of two
  * attempts, a body shared by both kept once, an entry written twice kept as
- * first written, every attempt's read back in order; a run pruned takes its
- * journal with it.
+ * first written, every attempt's read back in order with whether it was
+ * replayed (and from which attempt) or how long its live call took; a run
+ * pruned takes its journal with it.
  */
 export async function journalSteps(store: RunStore, t: number) {
   assert.ok(store.journal, `the ${store.engine} store offers a journal`);
   const me = thisHost();
   const long = JSON.stringify({ role: "assistant", content: "step ".repeat(5000) });
+  // Attempt 2's model call 0 was answered from attempt 1's entry; every other call ran live.
   const entry = (attempt: number, kind: "model" | "tool", index: number, body: string) => ({
     runId: "jr",
     attempt,
@@ -209,6 +211,7 @@ export async function journalSteps(store: RunStore, t: number) {
     body,
     ...(kind === "model" ? { usage: '{"inputTokens":10,"outputTokens":2}' } : {}),
     at: t + index,
+    ...(attempt === 2 && index === 0 ? { replayed: 1 } : { ms: 1000 * attempt + index + 0.4 }),
   });
   await store.startAttempt(record("jr", me, t));
   // Written out of order, in two batches: read back by attempt, kind, index.

@@ -115,6 +115,11 @@ test("the journal: every store keeps each attempt's entries alike, bodies once, 
       [2, "model", 1],
     ]);
     assert.equal(entries[0]!.body, "{}", "an entry written again is kept as first written");
+    // Replayed (from which attempt) or live (its duration, whole ms): each entry's own.
+    assert.deepEqual(
+      (got.entries as { replayed?: number; ms?: number }[]).map((e) => [e.replayed, e.ms]),
+      [[undefined, 1000], [undefined, 1001], [undefined, 1000], [1, undefined], [undefined, 2001]],
+    );
     assert.equal(entries[1]!.body, entries[4]!.body);
     assert.deepEqual(got.none, []);
     assert.equal(got.pruned, 1);

@@ -278,3 +278,61 @@ test("a schema of version 1 is brought up to the current one on open and keeps i
     await db.drop();
   }
 });
+
+test(
+  "a schema of version 4 whose journal table lacks replayed and ms gets them on open; its rows still read",
+  {
+    skip: skipFleet,
+  },
+  async () => {
+    const db = await freshSchema();
+    const entry = {
+      runId: "j",
+      attempt: 1,
+      kind: "model" as const,
+      index: 0,
+      key: "k",
+      body: '{"text":"hi"}',
+      at: Date.now(),
+    };
+    const first = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+    try {
+      await first.journal.write({ entries: [entry] });
+    } finally {
+      await first.close();
+    }
+    const sql = await admin();
+    try {
+      // Version 4's journal table: no replayed, no ms.
+      await sql.unsafe(`ALTER TABLE "${db.schema}".journal DROP COLUMN replayed, DROP COLUMN ms`);
+      await sql.unsafe(`UPDATE "${db.schema}".meta SET value = '4' WHERE key = 'schema'`);
+      const store = openPgStore({ url: db.url, hostTimeoutSeconds: 30 });
+      try {
+        assert.deepEqual(
+          (await store.journal.read("j")).map((e) => [e.body, e.replayed, e.ms]),
+          [['{"text":"hi"}', undefined, undefined]],
+        );
+        const columns = await sql.unsafe(
+          `SELECT column_name FROM information_schema.columns
+          WHERE table_schema = $1 AND table_name = 'journal' AND column_name IN ('replayed', 'ms')`,
+          [db.schema],
+        );
+        assert.equal(columns.length, 2);
+        await store.journal.write({ entries: [{ ...entry, attempt: 2, replayed: 1 }] });
+        assert.deepEqual((await store.journal.read("j")).map((e) => [e.attempt, e.replayed]), [
+          [1, undefined],
+          [2, 1],
+        ]);
+      } finally {
+        await store.close();
+      }
+      const version = await sql.unsafe(
+        `SELECT value FROM "${db.schema}".meta WHERE key = 'schema'`,
+      );
+      assert.deepEqual(version.map((r) => Number(r.value)), [PG_SCHEMA_VERSION]);
+    } finally {
+      await sql.end({ timeout: 1 });
+      await db.drop();
+    }
+  },
+);

@@ -5,6 +5,8 @@ import * as path from "node:path";
 import * as fs from "node:fs";
 import { sqliteDriver } from "../../_sqlite.ts";
 import { openSqliteStore, SCHEMA_VERSION, storeFile } from "../../store/sqlite.ts";
+import { bodyKey, packBody } from "../../store/_journal.ts";
+import { Buffer } from "node:buffer";
 import { fixture, runScript, tempHome } from "../_helpers.ts";
 
 /** The schema of version 1, as the library wrote it before version 2. */
@@ -138,4 +140,112 @@ test("a runs.db of a newer schema is left alone, with a message saying to upgrad
     /newer than this library's .*upgrade agent-checkpoint/,
   );
   assert.equal(schemaOf(home), SCHEMA_VERSION + 1);
+});
+
+/** The journal's table as version 3 made it: no `replayed`, no `ms`. */
+const JOURNAL_V3 = `CREATE TABLE journal (
+  run_id TEXT NOT NULL, attempt INTEGER NOT NULL, kind TEXT NOT NULL, idx INTEGER NOT NULL,
+  key TEXT NOT NULL, tool TEXT, body TEXT NOT NULL, usage TEXT, at INTEGER NOT NULL,
+  PRIMARY KEY (run_id, attempt, kind, idx));
+CREATE INDEX journal_body ON journal (body);
+CREATE TABLE journal_bodies (hash TEXT PRIMARY KEY, packed BLOB NOT NULL);`;
+
+/** A home whose store holds a journal table of version 3's shape, with one run's two entries. */
+function oldJournalHome(version: number): string {
+  const home = tempHome();
+  openSqliteStore({ file: storeFile(home), hostTimeoutSeconds: 30 }).closeSync();
+  const db = sqliteDriver()!.open(storeFile(home), { readOnly: false });
+  try {
+    db.exec(JOURNAL_V3);
+    for (const [kind, idx, body] of [["model", 0, '{"text":"hi"}'], ["tool", 0, '"ok"']] as const) {
+      db.run(
+        "INSERT OR IGNORE INTO journal_bodies (hash, packed) VALUES (?, ?)",
+        bodyKey(body),
+        Buffer.from(packBody(body)),
+      );
+      db.run(
+        `INSERT INTO journal (run_id, attempt, kind, idx, key, tool, body, usage, at)
+          VALUES ('old-run', 1, ?, ?, 'k', ?, ?, ?, 1700000000000)`,
+        kind,
+        idx,
+        kind === "tool" ? "append" : null,
+        bodyKey(body),
+        kind === "model" ? '{"inputTokens":5,"outputTokens":1}' : null,
+      );
+    }
+    db.run("UPDATE meta SET value = ? WHERE key = 'schema'", String(version));
+  } finally {
+    db.close();
+  }
+  return home;
+}
+
+const journalColumns = (home: string) => {
+  const db = sqliteDriver()!.open(storeFile(home), { readOnly: true });
+  try {
+    return db.all("PRAGMA table_info(journal)").map((c) => String(c.name));
+  } finally {
+    db.close();
+  }
+};
+
+const later = {
+  runId: "old-run",
+  attempt: 2,
+  kind: "model" as const,
+  index: 0,
+  key: "k",
+  body: '{"text":"hi"}',
+  at: 1_700_000_100_000,
+  replayed: 1,
+};
+const { replayed: _, ...live } = later;
+
+test("a version-3 runs.db's journal table gets the replayed and ms columns on open; its rows still read", async () => {
+  const home = oldJournalHome(3);
+  assert.ok(!journalColumns(home).includes("replayed"));
+  // Read-only (the command line) before any upgrade: the old rows read, as live calls.
+  const reader = openSqliteStore({ file: storeFile(home), hostTimeoutSeconds: 30, mode: "read" });
+  try {
+    const entries = await reader.journal.read("old-run");
+    assert.deepEqual(entries.map((e) => [e.kind, e.body, e.replayed, e.ms]), [
+      ["model", '{"text":"hi"}', undefined, undefined],
+      ["tool", '"ok"', undefined, undefined],
+    ]);
+  } finally {
+    reader.closeSync();
+  }
+  const store = openSqliteStore({ file: storeFile(home), hostTimeoutSeconds: 30, mode: "quick" });
+  try {
+    assert.equal(schemaOf(home), SCHEMA_VERSION);
+    assert.ok(["replayed", "ms"].every((c) => journalColumns(home).includes(c)));
+    await store.journal.write({
+      entries: [later, { ...live, index: 1, ms: 42 }],
+    });
+    const entries = await store.journal.read("old-run");
+    assert.deepEqual(entries.map((e) => [e.attempt, e.kind, e.index, e.usage, e.replayed, e.ms]), [
+      [1, "model", 0, '{"inputTokens":5,"outputTokens":1}', undefined, undefined],
+      [1, "tool", 0, undefined, undefined, undefined],
+      [2, "model", 0, undefined, 1, undefined],
+      [2, "model", 1, undefined, undefined, 42],
+    ]);
+  } finally {
+    store.closeSync();
+  }
+});
+
+test("a journal table of the old shape made after the file's upgrade (an older process) gets the columns at the first write", async () => {
+  // The file is at the current version, yet its journal table is version 3's.
+  const home = oldJournalHome(SCHEMA_VERSION);
+  const store = openSqliteStore({ file: storeFile(home), hostTimeoutSeconds: 30 });
+  try {
+    await store.journal.write({ entries: [later] });
+    assert.deepEqual((await store.journal.read("old-run")).map((e) => e.replayed), [
+      undefined,
+      undefined,
+      1,
+    ]);
+  } finally {
+    store.closeSync();
+  }
 });
