@@ -652,7 +652,11 @@ function hookRun(journal: boolean) {
   });
   const run = ac.startRun({ sessionId: "hooks", caps: { turns: 1e12 } });
   return {
-    warm: () => run.journal.model({ warm: true }, () => ({ ok: true })),
+    /** The ledger's store opened in both (a durable intent), and a call through the journal. */
+    warm: async () => {
+      await run.effects.intent("warm", {});
+      await run.journal.model({ warm: true }, () => ({ ok: true }));
+    },
     /** ns per tool pair, and per model pair, over `pairs` pairs each. */
     time(pairs: number): [number, number] {
       let t = performance.now();
@@ -709,7 +713,9 @@ async function hooks(): Promise<void> {
     console.log(
       `  ${what}: journal on ${ns(t.on[k]!)}, off ${ns(t.off[k]!)}; on/off ${
         (median(t.on[k]!) / median(t.off[k]!)).toFixed(2)
-      }× (goal ~1.0×)`,
+      }× by medians, ${
+        (Math.min(...t.on[k]!) / Math.min(...t.off[k]!)).toFixed(2)
+      }× by best rounds (goal ~1.0×)`,
     );
   }
 }
