@@ -645,8 +645,9 @@ async function bytesPerStep(): Promise<Growth[]> {
 // ---- 4. the hooks, journal on and off ----------------------------------------------------
 
 function hookRun(journal: boolean) {
+  const home = tempDir("ac-bench-journal-");
   const ac = createAgentCheckpoint({
-    home: tempDir("ac-bench-journal-"),
+    home,
     env: {},
     settings: { journal },
   });
@@ -675,6 +676,7 @@ function hookRun(journal: boolean) {
     close: async () => {
       await run.end();
       await ac.close();
+      fs.rmSync(home, { recursive: true, force: true });
     },
   };
 }
