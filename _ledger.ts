@@ -1570,6 +1570,8 @@ export class EffectLog {
   #failures = 0;
   /** What the log said is not recorded (the ledger off, or a store without its group): once each. */
   #saidOff = new Set<"effects" | "journal">();
+  /** Entries refused since the queue filled up (said once, then counted). */
+  #refused = 0;
   /** The entries of the commit under way. */
   #inFlight: EffectEntry[] = [];
   /** Bytes of journal entries waiting or in flight. */
@@ -1700,12 +1702,15 @@ export class EffectLog {
   /** An entry in the queue, for the next commit; false (resolved so) when the queue is full. */
   #queue(entry: EffectEntry): boolean {
     if (this.#waiting.length >= MAX_EFFECTS_WAITING) {
-      this.#parts.log(
-        "warn",
-        `${
-          entryText(entry)
-        } is not recorded: ${MAX_EFFECTS_WAITING} intents and receipts already wait for the run ledger`,
-      );
+      // Said once until a commit lands again (the ones after it are counted then).
+      if (this.#refused++ === 0) {
+        this.#parts.log(
+          "warn",
+          `${
+            entryText(entry)
+          } is not recorded: ${MAX_EFFECTS_WAITING} intents, receipts and journal entries already wait for the run ledger (the next ones refused are counted, and said once the ledger takes commits again)`,
+        );
+      }
       entry.resolve(false);
       return false;
     }
@@ -1816,6 +1821,13 @@ export class EffectLog {
       this.#failures = 0;
       this.#downSince = undefined;
       this.#saidJournalFull = false;
+      if (this.#refused > 1) {
+        this.#parts.log(
+          "warn",
+          `${this.#refused} intents, receipts and journal entries in all were not recorded while the run ledger's queue was full`,
+        );
+      }
+      this.#refused = 0;
       this.#gone(entries);
       for (const e of entries) e.resolve(true);
     } catch (error) {

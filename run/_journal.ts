@@ -41,6 +41,8 @@ class JournalState {
   /** Calls answered from the journal. */
   replayedModels = 0;
   replayedTools = 0;
+  /** Replayed calls journaled again since the last one whose commit was waited for. */
+  unwaited = 0;
 
   constructor(live: boolean) {
     this.live = live;
@@ -55,6 +57,9 @@ function replayedEntry(found: JournalEntry, from: number): JournalEntry {
   const { ms: _, ...entry } = found;
   return { ...entry, replayed: from };
 }
+
+/** A replay waits for the commit of every this many calls it journals again. */
+const REPLAY_WAIT_EVERY = 256;
 
 /** The byte length of a text as UTF-8. */
 const utf8Bytes = (text: string) => new TextEncoder().encode(text).length;
@@ -226,7 +231,7 @@ export class RunJournal {
         const replayed = this.#read(found);
         if (replayed.ok) {
           js.replayedModels++;
-          void this.#record(ctx, sink, js, replayedEntry(found, js.earlier!.attempt));
+          await this.#again(ctx, sink, js, found);
           return replayed.value as T;
         }
       }
@@ -305,7 +310,7 @@ export class RunJournal {
         const replayed = this.#read(found);
         if (replayed.ok) {
           js.replayedTools++;
-          void this.#record(ctx, sink, js, replayedEntry(found, js.earlier!.attempt));
+          await this.#again(ctx, sink, js, found);
           return replayed.value as T;
         }
       }
@@ -318,6 +323,19 @@ export class RunJournal {
     entry.tool = tool;
     await this.#record(ctx, sink, js, entry);
     return out;
+  }
+
+  /**
+   * A replayed call journaled again, as this attempt's. Not waited for (a
+   * replay takes no time), except every {@linkcode REPLAY_WAIT_EVERY}th: a
+   * long replay resolves without ever giving the event loop a turn, and its
+   * entries would pile up uncommitted; so its commits come in batches.
+   */
+  async #again(ctx: PartContext, sink: JournalSink, js: JournalState, found: JournalEntry) {
+    const recorded = this.#record(ctx, sink, js, replayedEntry(found, js.earlier!.attempt));
+    if (++js.unwaited < REPLAY_WAIT_EVERY) return;
+    js.unwaited = 0;
+    await recorded;
   }
 
   /** The sha256 of a value's canonical JSON; undefined (and a log line) when it cannot be made. */

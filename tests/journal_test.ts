@@ -16,7 +16,7 @@ import { createAgentCheckpoint } from "../mod.ts";
 import { captureLog, fixture, locker, scriptCommand, tempHome } from "./_helpers.ts";
 import { freshSchema, privateServer, skipFleet, skipPrivateServer } from "./store/_pg.ts";
 import { openPgStore } from "../store/postgres.ts";
-import { EFFECT_GIVE_UP_MS } from "../_ledger.ts";
+import { EFFECT_GIVE_UP_MS, MAX_EFFECTS_WAITING } from "../_ledger.ts";
 import { openSqliteStore, storeFile } from "../store/sqlite.ts";
 import { selectOne, sqliteDriver } from "../_sqlite.ts";
 
@@ -466,3 +466,38 @@ test(
     }
   },
 );
+
+test("a replay of more calls than the ledger's queue holds journals every one again, with no log line", async () => {
+  const home = tempHome();
+  const n = MAX_EFFECTS_WAITING + 500;
+  const first = keeperOf(home);
+  const a = first.ac.startRun({ sessionId: "long" });
+  // Recorded in batches that share commits (each call takes its place as it is made).
+  for (let from = 0; from < n; from += 500) {
+    await Promise.all(
+      Array.from({ length: 500 }, (_, i) => a.journal.model({ q: from + i }, () => from + i)),
+    );
+  }
+  await first.ac.close(); // cut off
+
+  const second = keeperOf(home);
+  const b = second.ac.startRun({ sessionId: "long" });
+  for (let q = 0; q < n; q++) {
+    if (await b.journal.model({ q }, () => -1) !== q) assert.fail(`call ${q} was not replayed`);
+  }
+  assert.equal(b.journal.replayed, n);
+  await b.end();
+  await second.ac.close();
+  const said = second.log.records.filter((r) =>
+    r.level !== "info" && !/still live/.test(r.message)
+  );
+  assert.deepEqual(said.map((r) => r.message), []);
+  const store = openSqliteStore({ file: storeFile(home), hostTimeoutSeconds: 30 });
+  try {
+    const again = (await store.journal.read("long")).filter((e) => e.attempt === 2);
+    assert.equal(again.length, n, "the retry journaled every replayed call as its own");
+    assert.ok(again.every((e) => e.replayed === 1));
+  } finally {
+    await store.close();
+  }
+});
