@@ -33,14 +33,21 @@ import {
   type Agent,
   type AgentInputItem,
   type CallModelInputFilter,
+  Handoff,
+  type Model,
   type ModelInputData,
+  type ModelRequest,
+  type ModelResponse,
   type NonStreamRunOptions,
   RunContext,
   Runner,
   type RunResult,
   type RunState,
   type StreamedRunResult,
+  type StreamEvent,
   type StreamRunOptions,
+  type Tool,
+  Usage,
 } from "npm:@openai/agents@0.x";
 import type { AgentCheckpoint, EndStatus, Run } from "../mod.ts";
 import {
@@ -55,6 +62,7 @@ import {
   startAdapterRun,
   toolCallSignal,
 } from "./_shared.ts";
+import { isThenable } from "../log.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
 export { BudgetExceededError, RunRefusedError } from "../run.ts";
@@ -128,8 +136,8 @@ type Status = EndStatus;
 /**
  * Run an agent through the SDK's own `Runner.run()` as a checkpointed run:
  * `maxTurns` goes to the SDK, the budget prologue goes into the model call it
- * is due for (through `callModelInputFilter`, after the host's own filter, and
- * never into `result.history`), each tool call is reported with its call id,
+ * is due for (after the host's own `callModelInputFilter`, and never into
+ * `result.history`), each tool call is reported with its call id,
  * and the run ends `done`, `capped` (the SDK's `MaxTurnsExceededError`,
  * rethrown), `failed` (any other error, rethrown), `aborted` (the host's
  * `signal`) or `deadline` (with `deadline: true`, the run's deadline aborts
@@ -145,13 +153,25 @@ type Status = EndStatus;
  * (its default error message, a timeout message, or an error rendered as
  * `XxxError: …`); the SDK reports no other outcome.
  *
- * Usage: what each model response adds to the run context's `usage` is
- * reported with `run.postLlmCall()` before the next model call (and the last at the
- * end), with the agent's model name for the `prices` setting. Tool deadlines:
- * with `tool_timeout_seconds` set, the SDK runs a copy of the agent
- * (`agent.clone()`) whose function tools find the call's deadline signal in
- * `details.signal`; a call cut off by it tells the model that the tool timed
- * out, as the SDK's own tool timeouts do. Handoffs' agents are not copied.
+ * Usage: each model response's `usage` is reported with `run.postLlmCall()`
+ * before the next model call, with the model's name for the `prices` setting.
+ * Tool deadlines: with `tool_timeout_seconds` set, the SDK runs a copy of the
+ * agent (`agent.clone()`) whose function tools find the call's deadline signal
+ * in `details.signal`; a call cut off by it tells the model that the tool
+ * timed out, as the SDK's own tool timeouts do.
+ *
+ * The run journal: with the `journal` setting on (the default) and a run
+ * ledger, the SDK runs copies of the agent and of every agent its handoffs
+ * reach, and a copy of your runner (its config, its hooks heard by yours),
+ * whose models (on an agent, or names your `modelProvider` resolves) make each
+ * call through `run.journal.model()` (a stream journaled as its events once it
+ * ended with its response) and whose function tools run through
+ * `run.journal.tool()`. A retry replays its earlier attempt's calls from the
+ * journal: the model is not asked again, the tools do not run, and a replayed
+ * call counts no turn and no use and carries no prologue (the prologue is
+ * placed in the live call's request, after your filter). Without the journal,
+ * the prologue goes in through `callModelInputFilter` after yours, and only
+ * the first agent is copied. A `RunState` input is not journaled.
  *
  * @param ac The library instance.
  * @param init The run's init, its `maxTurns` and optionally `timeSeconds`, `placement`, `deadline`.
@@ -181,6 +201,48 @@ type Status = EndStatus;
  * assert.doesNotMatch(JSON.stringify(result.history), /INCOMPLETE/);
  * assert.throws(() => checkpointedRun(ac, { sessionId: "s1", maxTurns: 0 }, agent, "Go"), TypeError);
  * await ac.close();
+ * ```
+ *
+ * @example A retry replays its earlier attempt's calls from the journal
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { checkpointedRun } from "./openai_agents.ts";
+ * import { Agent, tool } from "npm:@openai/agents@0.x";
+ * import { assistantMessage, functionCall, ScriptedModel } from "npm:@openai/agents@0.x/testing";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const home = mkdtempSync(join(tmpdir(), "ac-"));
+ * let ran = 0;
+ * const look = tool({
+ *   name: "look",
+ *   description: "Look around.",
+ *   parameters: { type: "object", properties: {}, required: [], additionalProperties: false },
+ *   strict: true,
+ *   execute: () => `seen ${++ran}`,
+ * });
+ * const attempt = async (model: ScriptedModel) => {
+ *   const ac = createAgentCheckpoint({ home, env: {} });
+ *   const agent = new Agent({ name: "helper", model, tools: [look] });
+ *   try {
+ *     return await checkpointedRun(ac, { sessionId: "job-9", maxTurns: 5 }, agent, "Go");
+ *   } finally {
+ *     await ac.close();
+ *   }
+ * };
+ * const call = functionCall("look", {}, { callId: "c1", id: "fc1" });
+ * // The first attempt's model answers its first call, then fails.
+ * const first = new ScriptedModel([[call]]);
+ * await assert.rejects(attempt(first));
+ * // The retry: the first call is answered from the journal and the tool does not run again.
+ * const second = new ScriptedModel([[assistantMessage("done")]]);
+ * const result = await attempt(second);
+ * assert.equal(result.finalOutput, "done");
+ * assert.equal(second.calls.length, 1); // only the call that failed was made again
+ * assert.equal(ran, 1);
+ * assert.equal(result.run.journal.replayed, 1);
  * ```
  */
 export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
@@ -241,19 +303,104 @@ export function checkpointedRun<TAgent extends AnyAgent, TContext = undefined>(
     );
   }
   const run = startAdapterRun(ac, init, "maxTurns", init.maxTurns);
+  const wraps = wrapsTools(ac.settings, init);
+  // A RunState carries its own agents: its run is not journaled.
+  const journal = guarded(
+    run,
+    "openai-agents: reading the journal setting",
+    () => run.journal.on && !isRunState(input),
+    () => false,
+  );
+  if (journal) {
+    const journaled = guarded(run, "openai-agents: journaling the agents", () => {
+      const journaling = new Journaling(
+        run,
+        placementFor(init.placement, options),
+        wraps ? (t) => timedInvoke(run, init, t) : undefined,
+      );
+      return {
+        journaling,
+        agent: journaling.agent(agent),
+        runner: journaling.runner(options.runner),
+      };
+    }, () => undefined);
+    if (journaled) return drive(run, init, journaled.agent, input, options, journaled);
+  }
   // Tool deadlines and effect keys reach the tools through a copy of the agent whose tools take them.
-  const settings = ac.settings;
-  const timed = settings.tool_timeout_seconds === undefined && !init.replay?.length &&
-      settings.effect_tools.length === 0
-    ? agent
-    : withToolDeadlines(agent, run, init);
+  const timed = wraps ? withToolDeadlines(agent, run, init) : agent;
   return drive(run, init, timed, input, options);
 }
 
+/** Whether the input is a `RunState` to resume (an object, not an array of items). */
+const isRunState = (input: unknown): boolean =>
+  typeof input === "object" && input !== null && !Array.isArray(input);
+
+/** A function tool's `invoke`. */
+type Invoke = (ctx: unknown, input: unknown, details?: unknown) => unknown;
+
 /**
- * A copy of the agent (`agent.clone()`) whose function tools get, in their
- * `details.signal`, the SDK's signal joined to the call's deadline signal
- * (`run.time.toolSignal`); the agent itself when it has no function tool.
+ * A function tool's `invoke` that gives the tool, in its `details.signal`,
+ * the SDK's signal joined to the call's deadline signal
+ * (`run.time.toolSignal`), and its effect key in `details.effectKey`; a tool
+ * in `replay` runs through `run.once`, one in `effect_tools` after its intent
+ * is durable.
+ */
+function timedInvoke(run: Run, init: OpenAIAgentsInit, tool: { invoke: Invoke }): Invoke {
+  const invoke = tool.invoke;
+  const name = String((tool as { name?: unknown }).name ?? "tool");
+  return async (ctx: unknown, input: unknown, details?: unknown) => {
+    const d = details as
+      | { toolCall?: { callId?: unknown }; signal?: AbortSignal | undefined }
+      | undefined;
+    const callId = typeof d?.toolCall?.callId === "string" ? d.toolCall.callId : undefined;
+    const call = async (key: string) => {
+      if (d) (d as { effectKey?: string }).effectKey = key;
+      if (!d || callId === undefined) return await invoke.call(tool, ctx, input, details);
+      // The details object is the SDK's own for this one call; its signal is put back after.
+      const theirs = d.signal;
+      const own = run.time.toolSignal(callId);
+      const started = performance.now();
+      d.signal = toolCallSignal(run, callId, theirs);
+      try {
+        return await invoke.call(tool, ctx, input, details);
+      } catch (error) {
+        // The SDK takes an aborted signal for the run's end; a deadline is the call's
+        // alone, so the model hears of it as the SDK words its own tool timeouts.
+        if (own.aborted && !theirs?.aborted) {
+          return `Tool '${name}' timed out after ${Math.round(performance.now() - started)}ms.`;
+        }
+        throw error;
+      } finally {
+        d.signal = theirs;
+      }
+    };
+    return (await effectful(run, init, name, effectInput(input), callId, call)).value;
+  };
+}
+
+/** Whether the adapter wraps function tools for their deadlines and effects. */
+const wrapsTools = (settings: AgentCheckpoint["settings"], init: OpenAIAgentsInit): boolean =>
+  settings.tool_timeout_seconds !== undefined || (init.replay?.length ?? 0) > 0 ||
+  settings.effect_tools.length > 0;
+
+/** A tool that is a function tool the SDK calls through `invoke`. */
+const isFunctionTool = (t: unknown): t is { type: "function"; invoke: Invoke; name?: unknown } =>
+  (t as { type?: unknown })?.type === "function" &&
+  typeof (t as { invoke?: unknown }).invoke === "function";
+
+/** The host's own `agent.on(...)` listeners, before and after the copy is made, hear its events. */
+function forwardEvents(agent: AnyAgent, copy: AnyAgent): void {
+  type Emits = { emit?: (type: string, ...args: unknown[]) => unknown };
+  const own = agent as unknown as Emits;
+  if (typeof own.emit === "function") {
+    (copy as unknown as Emits).emit = (type, ...args) => own.emit!(type, ...args);
+  }
+}
+
+/**
+ * A copy of the agent (`agent.clone()`) whose function tools get their
+ * deadline signal and effect key ({@linkcode timedInvoke}); the agent itself
+ * when it has no function tool.
  */
 function withToolDeadlines<TAgent extends AnyAgent>(
   agent: TAgent,
@@ -265,53 +412,13 @@ function withToolDeadlines<TAgent extends AnyAgent>(
     if (!Array.isArray(a.tools) || typeof a.clone !== "function") return agent;
     let wrapped = false;
     const tools = a.tools.map((t) => {
-      const tool = t as { type?: unknown; invoke?: unknown };
-      if (tool?.type !== "function" || typeof tool.invoke !== "function") return t;
+      if (!isFunctionTool(t)) return t;
       wrapped = true;
-      const invoke = tool.invoke as (ctx: unknown, input: unknown, details?: unknown) => unknown;
-      const name = String((tool as { name?: unknown }).name ?? "tool");
-      return {
-        ...tool,
-        invoke: async (ctx: unknown, input: unknown, details?: unknown) => {
-          const d = details as
-            | { toolCall?: { callId?: unknown }; signal?: AbortSignal | undefined }
-            | undefined;
-          const callId = typeof d?.toolCall?.callId === "string" ? d.toolCall.callId : undefined;
-          const call = async (key: string) => {
-            if (d) (d as { effectKey?: string }).effectKey = key;
-            if (!d || callId === undefined) return await invoke.call(tool, ctx, input, details);
-            // The details object is the SDK's own for this one call; its signal is put back after.
-            const theirs = d.signal;
-            const own = run.time.toolSignal(callId);
-            const started = performance.now();
-            d.signal = toolCallSignal(run, callId, theirs);
-            try {
-              return await invoke.call(tool, ctx, input, details);
-            } catch (error) {
-              // The SDK takes an aborted signal for the run's end; a deadline is the call's
-              // alone, so the model hears of it as the SDK words its own tool timeouts.
-              if (own.aborted && !theirs?.aborted) {
-                return `Tool '${name}' timed out after ${
-                  Math.round(performance.now() - started)
-                }ms.`;
-              }
-              throw error;
-            } finally {
-              d.signal = theirs;
-            }
-          };
-          return (await effectful(run, init, name, effectInput(input), callId, call)).value;
-        },
-      };
+      return { ...t, invoke: timedInvoke(run, init, t) };
     });
     if (!wrapped) return agent;
     const copy = a.clone({ tools }) as TAgent;
-    // The host's own agent.on(...) listeners, before and after this, hear the copy's events.
-    type Emits = { emit?: (type: string, ...args: unknown[]) => unknown };
-    const own = agent as unknown as Emits;
-    if (typeof own.emit === "function") {
-      (copy as unknown as Emits).emit = (type, ...args) => own.emit!(type, ...args);
-    }
+    forwardEvents(agent, copy);
     return copy;
   }, () => agent);
 }
@@ -351,17 +458,28 @@ async function drive<TAgent extends AnyAgent, TContext>(
   agent: TAgent,
   input: RunInput<TContext, TAgent>,
   options: CheckpointedRunOptions<TContext, TAgent>,
+  journaled?: { journaling: Journaling; runner: Runner },
 ): Promise<WithRun<RunResult<TContext, TAgent> | StreamedRunResult<TContext, TAgent>>> {
   const { runner: given, ...rest } = options;
   let capped = false;
   let detach = () => {};
   try {
-    const runner = given ?? new Runner();
+    const placement = placementFor(init.placement, rest);
+    // With the journal, the agents and the runner are the run's own copies whose models and
+    // tools go through it, and the prologue, turns and use are the live calls' only.
+    const journaling = journaled?.journaling;
+    const runner = journaled?.runner ?? given ?? new Runner();
     const userFilter = rest.callModelInputFilter ?? runner.config.callModelInputFilter;
     const context = runContextOf(input, rest.context);
-    detach = reportTools(run, runner, given ? context : undefined, init.replay ?? []);
+    detach = reportTools(
+      run,
+      runner,
+      given ? context : undefined,
+      init.replay ?? [],
+      journaling?.starts,
+    );
     const signal = runSignal(run, init.deadline, rest.signal);
-    const reportUsage = usageReporter(
+    const reportUsage = journaling ? () => {} : usageReporter(
       run,
       context ?? (input as { _context?: RunContext<unknown> })?._context,
       (agent as { model?: unknown }).model,
@@ -369,12 +487,11 @@ async function drive<TAgent extends AnyAgent, TContext>(
     const sdkOptions = {
       ...rest,
       maxTurns: init.maxTurns,
-      callModelInputFilter: prologueFilter(
-        run,
-        placementFor(init.placement, rest),
-        userFilter,
-        reportUsage,
-      ),
+      ...(!journaling
+        ? { callModelInputFilter: prologueFilter(run, placement, userFilter, reportUsage) }
+        : userFilter
+        ? { callModelInputFilter: userFilter }
+        : {}),
       ...(context ? { context } : {}),
       ...(signal ? { signal } : {}),
       ...(rest.errorHandlers
@@ -566,6 +683,7 @@ function reportTools(
   runner: Runner,
   context: RunContext<unknown> | undefined,
   replay: readonly string[],
+  held?: HeldStarts,
 ): () => void {
   const started = new Map<string, number>();
   const ours = (ctx: unknown) => context === undefined || ctx === context;
@@ -583,15 +701,20 @@ function reportTools(
     guarded(run, "openai-agents: agent_tool_start", () => {
       if (!ours(ctx)) return;
       const callId = callIdOf(details?.toolCall);
-      if (callId !== undefined) started.set(callId, performance.now());
       const call = details?.toolCall as { arguments?: unknown } | undefined;
       const name = String(tool?.name ?? "tool");
-      run.preToolCall(name, {
-        ...(callId !== undefined ? { callId } : {}),
-        ...(call?.arguments !== undefined ? { input: effectInput(call.arguments) } : {}),
-        // A tool in replay has its intent and receipt from run.once.
-        ...(replay.includes(name) ? { effect: false } : {}),
-      });
+      const report = () => {
+        if (callId !== undefined) started.set(callId, performance.now());
+        run.preToolCall(name, {
+          ...(callId !== undefined ? { callId } : {}),
+          ...(call?.arguments !== undefined ? { input: effectInput(call.arguments) } : {}),
+          // A tool in replay has its intent and receipt from run.once.
+          ...(replay.includes(name) ? { effect: false } : {}),
+        });
+      };
+      // A journaled tool's call is reported once it runs live: a replayed one is not.
+      if (held?.tools.has(tool) && callId !== undefined) held.hold(callId, report);
+      else report();
     }, () => {});
   const onEnd = (
     ctx: unknown,
@@ -603,6 +726,7 @@ function reportTools(
     guarded(run, "openai-agents: agent_tool_end", () => {
       if (!ours(ctx)) return;
       const callId = callIdOf(details?.toolCall);
+      if (held?.tools.has(tool) && callId !== undefined && !held.ended(callId)) return;
       const start = callId !== undefined ? started.get(callId) : undefined;
       if (callId !== undefined) started.delete(callId);
       const ok = !(typeof result === "string" && FAILED_TOOL.test(result));
@@ -637,4 +761,349 @@ function countStreamActivity(run: Run, streamed: unknown): void {
       return add.call(this, item);
     };
   }, () => {});
+}
+
+/**
+ * Tool starts held back until the tool runs live: a call the journal answers
+ * (it does not run) is not reported to the run.
+ */
+class HeldStarts {
+  /** The journaled tools. */
+  readonly tools = new WeakSet<object>();
+  readonly #waiting = new Map<string, () => void>();
+  readonly #begun = new Set<string>();
+
+  /** The SDK started the call: its report waits for the tool to run. */
+  hold(callId: string, report: () => void): void {
+    this.#waiting.set(callId, report);
+  }
+
+  /** The call runs live: its start is reported now. */
+  begin(callId: string | undefined): void {
+    if (callId === undefined) return;
+    const report = this.#waiting.get(callId);
+    this.#waiting.delete(callId);
+    this.#begun.add(callId);
+    report?.();
+  }
+
+  /** The SDK ended the call: whether it ran live (its end is reported then). */
+  ended(callId: string): boolean {
+    this.#waiting.delete(callId);
+    return this.#begun.delete(callId);
+  }
+}
+
+/** Resolves `liveReady` in a journaled stream: the call went live. */
+const LIVE = Symbol("live");
+
+const isModel = (value: unknown): value is Model =>
+  value !== null && typeof value === "object" &&
+  typeof (value as { getResponse?: unknown }).getResponse === "function";
+
+/** The call id of a tool call's `details`. */
+const detailsCallId = (details: unknown): string | undefined => {
+  const id = (details as { toolCall?: { callId?: unknown } } | undefined)?.toolCall?.callId;
+  return typeof id === "string" ? id : undefined;
+};
+
+/**
+ * A model request as the journal keys it: the request without what differs
+ * from process to process (its abort signal, the tracing flag and the SDK's
+ * internal tracing parent), with the model's name when it has one.
+ */
+function journalRequest(request: ModelRequest, name: string | undefined): unknown {
+  const { signal: _signal, tracing: _tracing, ...rest } = request;
+  delete (rest as { _internal?: unknown })._internal;
+  return { model: name ?? null, request: rest };
+}
+
+/** A model response's token counts. */
+function usageOf(usage: unknown): { inputTokens: number; outputTokens: number } | undefined {
+  const u = usage as { inputTokens?: unknown; outputTokens?: unknown } | undefined;
+  if (!u || typeof u !== "object") return undefined;
+  return { inputTokens: Number(u.inputTokens ?? 0), outputTokens: Number(u.outputTokens ?? 0) };
+}
+
+type ResponseDone = Extract<StreamEvent, { type: "response_done" }>;
+
+/** The `response_done` event of a stream's events. */
+const doneOf = (events: unknown): ResponseDone | undefined =>
+  Array.isArray(events)
+    ? events.find((e): e is ResponseDone => (e as { type?: unknown })?.type === "response_done")
+    : undefined;
+
+/**
+ * The run journal for one run: the run's own copies of its agents (the start
+ * agent and every agent its handoffs reach) and of its runner, through which
+ * every model call goes through `run.journal.model()` (a model on an agent,
+ * the runner's `model`, or a name the runner's `modelProvider` resolves), and
+ * every function tool's `invoke` through `run.journal.tool()`. The prologue,
+ * the turn and the use are a live call's only: a replayed call never
+ * reaches them.
+ */
+class Journaling {
+  readonly #run: Run;
+  readonly #placement: Placement;
+  readonly #pending = new PendingPrologue();
+  /** The tools' own wrapper (deadlines, effects), when the settings ask for one. */
+  readonly #timed: ((tool: { invoke: Invoke }) => Invoke) | undefined;
+  readonly #models = new WeakMap<object, Model>();
+  readonly #agents = new Map<object, AnyAgent>();
+  /** Starts of journaled tools, reported once they run live. */
+  readonly starts = new HeldStarts();
+
+  constructor(
+    run: Run,
+    placement: Placement,
+    timed: ((tool: { invoke: Invoke }) => Invoke) | undefined,
+  ) {
+    this.#run = run;
+    this.#placement = placement;
+    this.#timed = timed;
+  }
+
+  /** The run's copy of an agent, and of every agent its handoffs reach. */
+  agent<T extends AnyAgent>(agent: T): T {
+    return this.#copy(agent) as T;
+  }
+
+  /**
+   * The run's own runner: the host's runner's config (or a new runner's), its
+   * model provider and model wrapped, its events heard by the host's runner.
+   */
+  runner(given: Runner | undefined): Runner {
+    const base = given ?? new Runner();
+    const config = base.config;
+    const provider = config.modelProvider;
+    const own = new Runner({
+      ...config,
+      modelProvider: {
+        getModel: (name?: string) => {
+          const model = provider.getModel(name);
+          return isThenable(model)
+            ? Promise.resolve(model).then((m) => this.model(m, name))
+            : this.model(model, name);
+        },
+      },
+      ...(isModel(config.model) ? { model: this.model(config.model, undefined) } : {}),
+    });
+    // The trace's own names, as the host's runner gives them (the SDK keeps them private).
+    type Traced = { traceOverrides: unknown };
+    (own as unknown as Traced).traceOverrides = (base as unknown as Traced).traceOverrides;
+    if (given) {
+      // One emitter: the host's listeners on its runner hear this run's events.
+      type Hooks = { eventEmitter: unknown };
+      (own as unknown as Hooks).eventEmitter = (given as unknown as Hooks).eventEmitter;
+    }
+    return own;
+  }
+
+  /** A model whose calls go through the journal; `name` when a provider resolved it. */
+  model(model: Model, name: string | undefined): Model {
+    const known = this.#models.get(model);
+    if (known) return known;
+    const wrapped = new Proxy(model, {
+      get: (target, prop) => {
+        if (prop === "getResponse") {
+          return (request: ModelRequest) => this.#generate(target, name, request);
+        }
+        if (prop === "getStreamedResponse") {
+          return (request: ModelRequest) => this.#stream(target, name, request);
+        }
+        const value = Reflect.get(target, prop, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    this.#models.set(model, wrapped);
+    this.#models.set(wrapped, wrapped);
+    return wrapped;
+  }
+
+  #copy(agent: AnyAgent): AnyAgent {
+    const known = this.#agents.get(agent);
+    if (known) return known;
+    const a = agent as unknown as { tools?: unknown; model?: unknown; handoffs?: unknown };
+    const copy = agent.clone({
+      ...(Array.isArray(a.tools) ? { tools: a.tools.map((t) => this.#tool(t)) as Tool[] } : {}),
+      ...(isModel(a.model) ? { model: this.model(a.model, undefined) } : {}),
+    }) as AnyAgent;
+    // The copy sends the same tools' flag to the model as the agent.
+    type Explicit = { _toolsExplicitlyConfigured?: unknown };
+    (copy as unknown as Explicit)._toolsExplicitlyConfigured =
+      (agent as unknown as Explicit)._toolsExplicitlyConfigured;
+    forwardEvents(agent, copy);
+    this.#agents.set(agent, copy);
+    this.#agents.set(copy, copy);
+    // After the copy is known: a handoff may lead back to this agent.
+    if (Array.isArray(a.handoffs)) {
+      (copy as unknown as { handoffs: unknown[] }).handoffs = a.handoffs.map((h) =>
+        this.#handoff(h)
+      );
+    }
+    return copy;
+  }
+
+  #handoff(h: unknown): unknown {
+    if (h instanceof Handoff) {
+      return h.clone({
+        agent: this.#copy(h.agent),
+        onInvokeHandoff: async (context, args) =>
+          this.#copy(await h.onInvokeHandoff(context, args)),
+      });
+    }
+    return typeof (h as { clone?: unknown })?.clone === "function" ? this.#copy(h as AnyAgent) : h;
+  }
+
+  /**
+   * A function tool whose `invoke` goes through the journal: in a retry, a
+   * call of the replayed stretch returns its recorded result and does not run
+   * (nor is it reported); live, its result is journaled before it is returned.
+   */
+  #tool(t: unknown): unknown {
+    if (!isFunctionTool(t)) return t;
+    const invoke = this.#timed ? this.#timed(t) : t.invoke;
+    const name = String(t.name ?? "tool");
+    const wrapped = {
+      ...t,
+      invoke: async (ctx: unknown, input: unknown, details?: unknown) => {
+        const recorded = await this.#run.journal.tool(name, effectInput(input), async () => {
+          this.starts.begin(detailsCallId(details));
+          return { result: await invoke.call(t, ctx, input, details) };
+        });
+        return (recorded as { result?: unknown } | null)?.result;
+      },
+    };
+    this.starts.tools.add(wrapped);
+    return wrapped;
+  }
+
+  /**
+   * Before a live call: the tool results it carries durable, its turn
+   * counted (`preLlmCall()`) and the prologue placed in the request sent.
+   */
+  async #before(request: ModelRequest): Promise<ModelRequest> {
+    await this.#run.effects.durable();
+    const text = this.#run.preLlmCall();
+    return guarded(this.#run, "openai-agents: placing the prologue", () => {
+      if (text === undefined && !this.#pending.waiting) return request;
+      const data: ModelInputData = {
+        input: Array.isArray(request.input)
+          ? request.input
+          : [{ role: "user", content: request.input }],
+        ...(request.systemInstructions !== undefined
+          ? { instructions: request.systemInstructions }
+          : {}),
+      };
+      const out = place(data, this.#placement, text, this.#pending);
+      if (out === data) return request;
+      return {
+        ...request,
+        input: out.input,
+        ...(out.instructions !== undefined ? { systemInstructions: out.instructions } : {}),
+      };
+    }, () => request);
+  }
+
+  /** Report a live call's use, with the model's name for the `prices` setting. */
+  #report(usage: unknown, name: string | undefined): void {
+    guarded(this.#run, "openai-agents: reporting usage", () => {
+      const used = usageOf(usage);
+      if (!used || !(used.inputTokens > 0 || used.outputTokens > 0)) return;
+      this.#run.postLlmCall({ ...used, ...(name !== undefined ? { model: name } : {}) });
+    }, () => {});
+  }
+
+  async #generate(
+    model: Model,
+    name: string | undefined,
+    request: ModelRequest,
+  ): Promise<ModelResponse> {
+    let live = false;
+    const response = await this.#run.journal.model(
+      journalRequest(request, name),
+      async () => {
+        const answer = await model.getResponse(await this.#before(request));
+        live = true;
+        this.#report(answer?.usage, name);
+        return answer;
+      },
+      { usage: (r) => usageOf(r?.usage) },
+    );
+    // A replayed response is its JSON read back: its usage a `Usage` again.
+    return live ? response : {
+      ...response,
+      usage: new Usage(response?.usage as ConstructorParameters<typeof Usage>[0]),
+    };
+  }
+
+  /**
+   * A streamed call through the journal: live, its events pass through as
+   * they come and are journaled once the stream has ended with its response
+   * (a stream cut off or failing is not journaled, so a retry makes the call
+   * again); the stream ends once its entry is in the ledger. Replayed, the
+   * recorded events.
+   */
+  async *#stream(
+    model: Model,
+    name: string | undefined,
+    request: ModelRequest,
+  ): AsyncGenerator<StreamEvent> {
+    let live: AsyncIterable<StreamEvent> | undefined;
+    let started!: () => void;
+    const liveReady = new Promise<typeof LIVE>((resolve) => started = () => resolve(LIVE));
+    let finish!: (events: StreamEvent[]) => void;
+    let fail!: (error: unknown) => void;
+    const finished = new Promise<StreamEvent[]>((resolve, reject) => {
+      finish = resolve;
+      fail = reject;
+    });
+    finished.catch(() => {/* the stream's own error reaches the SDK */});
+    const journaled = this.#run.journal.model(
+      journalRequest(request, name),
+      async () => {
+        live = this.#liveStream(model, name, request);
+        started();
+        return { events: await finished };
+      },
+      { usage: (r) => usageOf(doneOf(r.events)?.response.usage) },
+    );
+    journaled.catch(() => {/* the stream's own error reaches the SDK */});
+    const first = await Promise.race([liveReady, journaled]);
+    if (first !== LIVE || live === undefined) {
+      const events = (first as { events?: unknown } | undefined)?.events;
+      if (Array.isArray(events)) yield* events as StreamEvent[];
+      return;
+    }
+    const events: StreamEvent[] = [];
+    let ended = false;
+    try {
+      for await (const event of live as AsyncIterable<StreamEvent>) {
+        events.push(event);
+        yield event;
+      }
+      ended = true;
+    } catch (error) {
+      fail(error);
+      throw error;
+    } finally {
+      if (!ended) fail(new Error("the stream was cut off"));
+    }
+    if (doneOf(events)) finish(events);
+    else fail(new Error("the stream ended without its response"));
+    await journaled.then(() => {}, () => {});
+  }
+
+  /** A live stream: its call prepared as {@linkcode Journaling.#before} does, its use reported. */
+  async *#liveStream(
+    model: Model,
+    name: string | undefined,
+    request: ModelRequest,
+  ): AsyncGenerator<StreamEvent> {
+    const sent = await this.#before(request);
+    for await (const event of model.getStreamedResponse(sent)) {
+      if (event?.type === "response_done") this.#report(event.response?.usage, name);
+      yield event;
+    }
+  }
 }
