@@ -54,6 +54,8 @@ export interface LedgerStore {
   readonly relay?: LedgerRelay;
   /** The run journal: every model and tool call of an attempt, for a retry to replay. */
   readonly journal?: LedgerJournal;
+  /** A graph framework's own checkpoints (LangGraph's), by thread and namespace. */
+  readonly checkpoints?: LedgerCheckpoints;
 }
 
 /** Records answered on the caller's thread ({@linkcode LedgerStore.sync}). */
@@ -96,6 +98,36 @@ export interface LedgerJournal {
   write(batch: JournalBatch): Promise<void>;
   /** The entries of a run id, every attempt's: by attempt, then kind, then index. */
   read(runId: string): Promise<JournalEntry[]>;
+}
+
+/**
+ * A graph framework's own checkpoints ({@linkcode LedgerStore.checkpoints}):
+ * LangGraph's, as its savers keep them. Every body is the framework's own
+ * serialization, kept as given.
+ */
+export interface LedgerCheckpoints {
+  /**
+   * Keep a checkpoint and the channel values it brings (each kept once per
+   * thread, namespace, channel and version), in one durable commit. A
+   * checkpoint already there gets the new body and metadata.
+   */
+  put(put: GraphCheckpointPut): Promise<void>;
+  /**
+   * Keep a task's pending writes on a checkpoint, in one durable commit. A
+   * write of a task and index already there is kept as it is, unless its
+   * index is negative (a special channel: an error, an interrupt), which
+   * is replaced.
+   */
+  putWrites(writes: GraphWrites): Promise<void>;
+  /**
+   * One checkpoint with its channel values and pending writes: `query.id`,
+   * or the newest of the thread and namespace (by id); undefined when none.
+   */
+  get(query: { thread: string; ns: string; id?: string }): Promise<GraphCheckpointRow | undefined>;
+  /** Checkpoints, the newest (greatest id) first, with their values and pending writes. */
+  list(query: GraphCheckpointQuery): Promise<GraphCheckpointRow[]>;
+  /** Remove a thread's checkpoints, values and writes, in every namespace. */
+  deleteThread(thread: string): Promise<void>;
 }
 
 /** Trees of runs that share a budget, on the caller's thread ({@linkcode LedgerStore.trees}). */
@@ -392,6 +424,108 @@ export interface JournalEntry {
 export interface JournalBatch {
   /** The entries. */
   entries: JournalEntry[];
+}
+
+/** A body in a framework's own serialization: its type tag and bytes. */
+export interface TypedBytes {
+  /** The serializer's type tag (LangGraph's `json`, `bytes`, …). */
+  type: string;
+  /** The serialized value. */
+  bytes: Uint8Array;
+}
+
+/** One channel's value at a version, as a checkpoint brings it. */
+export interface GraphChannelValue {
+  /** The channel's name. */
+  channel: string;
+  /** The channel's version, as text. */
+  version: string;
+  /** The serializer's type tag; `empty` when the channel has no value at this version. */
+  type: string;
+  /** The serialized value; absent when `type` is `empty`. */
+  bytes?: Uint8Array;
+}
+
+/** A checkpoint to keep ({@linkcode LedgerCheckpoints.put}). */
+export interface GraphCheckpointPut {
+  /** The thread (LangGraph's `thread_id`). */
+  thread: string;
+  /** The namespace (`checkpoint_ns`; `""` at the root). */
+  ns: string;
+  /** The checkpoint's id (ordered: a later one is greater). */
+  id: string;
+  /** The checkpoint it follows, when any. */
+  parent?: string;
+  /** The checkpoint without its channel values. */
+  checkpoint: TypedBytes;
+  /** Its metadata. */
+  metadata: TypedBytes;
+  /** The version of every channel it holds, as text: its values are read back by these. */
+  versions: Record<string, string>;
+  /** The channel values it brings (those whose version is new). */
+  values: GraphChannelValue[];
+}
+
+/** One pending write of a task on a checkpoint. */
+export interface GraphWrite {
+  /** The task's id. */
+  taskId: string;
+  /** Its place among the task's writes; negative for a special channel (an error, an interrupt). */
+  index: number;
+  /** The channel written. */
+  channel: string;
+  /** The serializer's type tag. */
+  type: string;
+  /** The serialized value. */
+  bytes: Uint8Array;
+  /** The task's path (`""` when not given). */
+  taskPath: string;
+}
+
+/** A task's pending writes on one checkpoint ({@linkcode LedgerCheckpoints.putWrites}). */
+export interface GraphWrites {
+  /** The thread. */
+  thread: string;
+  /** The namespace. */
+  ns: string;
+  /** The checkpoint's id. */
+  id: string;
+  /** The writes. */
+  writes: GraphWrite[];
+}
+
+/** A checkpoint as read back, with the values of its channels' versions and its pending writes. */
+export interface GraphCheckpointRow {
+  /** The thread. */
+  thread: string;
+  /** The namespace. */
+  ns: string;
+  /** The checkpoint's id. */
+  id: string;
+  /** The checkpoint it follows, when any. */
+  parent?: string;
+  /** The checkpoint without its channel values. */
+  checkpoint: TypedBytes;
+  /** Its metadata. */
+  metadata: TypedBytes;
+  /** The values kept for its channels' versions (an `empty` one included), by channel name. */
+  values: GraphChannelValue[];
+  /** Its pending writes, by task path, task id, then index. */
+  writes: GraphWrite[];
+}
+
+/** Which checkpoints {@linkcode LedgerCheckpoints.list} reads. */
+export interface GraphCheckpointQuery {
+  /** Only this thread's; every thread's when left out. */
+  thread?: string;
+  /** Only this namespace's; every namespace's when left out. */
+  ns?: string;
+  /** Only the checkpoint of this id. */
+  id?: string;
+  /** Only checkpoints of an id less than this. */
+  before?: string;
+  /** The most returned. */
+  limit?: number;
 }
 
 /** A run as read back: its newest record, its process's heartbeat, and its state now. */

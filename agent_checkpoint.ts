@@ -37,6 +37,7 @@ import {
 import {
   EffectLog,
   type HostId,
+  type LedgerCheckpoints,
   LedgerFeed,
   type LedgerStore,
   recordOf,
@@ -586,6 +587,42 @@ export class AgentCheckpoint {
       `agent-checkpoint: ${what} needs the run ledger, which is off: this runtime has no SQLite driver (Node ${process.versions.node} has no node:sqlite, and the better-sqlite3 package is not installed or did not build); ${SQLITE_FIX}`;
     this.#log("error", message);
     throw new Error(message);
+  }
+
+  /**
+   * @internal A graph framework's checkpoints in this keeper's run store (its
+   * embedded ledger, or the fleet store the `store` setting names), opened
+   * when first asked.
+   *
+   * @throws {Error} When the keeper is closed, the settings turn the run
+   * ledger off, this runtime has no SQLite driver, or the store cannot be
+   * opened now (it is tried again at the next call).
+   */
+  graphCheckpoints(): LedgerCheckpoints {
+    if (this.#contact.closed) throw new Error("agent-checkpoint: the keeper is closed");
+    const settings = this.#source.at(nowMs());
+    if (!settings.enabled || !settings.ledger) {
+      throw new Error(
+        `agent-checkpoint: graph checkpoints need the run ledger, which the settings turn off (${
+          settings.enabled ? "ledger" : "enabled"
+        }: false)`,
+      );
+    }
+    this.needLedger("graph checkpoints");
+    const store = this.#ledger.open(settings);
+    if (!store) {
+      throw new Error(
+        "agent-checkpoint: the run ledger cannot be opened now (the log says why); tried again at the next call",
+      );
+    }
+    if (!store.checkpoints) {
+      throw new Error(
+        `agent-checkpoint: the run store at ${
+          (store as { location?: string }).location ?? "this home"
+        } keeps no graph checkpoints`,
+      );
+    }
+    return store.checkpoints;
   }
 
   /** @internal The shared run table, for tests that move a run's clock. */

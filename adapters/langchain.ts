@@ -55,3 +55,4 @@ export {
   type ReactAgentParams,
   recursionLimitForReactAgent,
 } from "./_langgraph_agent.ts";
+export { RunStoreSaver } from "./_langgraph_saver.ts";

@@ -91,6 +91,20 @@ export const NPM_DEPS: NpmDep[] = [
     install: "@langchain/langgraph@1.7.3",
     peer: { name: "@langchain/langgraph", range: "^1.0.0" },
   },
+  // The LangGraph checkpointer's base class; `writesSortKey` (the order of pending writes) is 1.2's.
+  {
+    spec: "npm:@langchain/langgraph-checkpoint@1",
+    node: "@langchain/langgraph-checkpoint",
+    install: "@langchain/langgraph-checkpoint@1.2.2",
+    peer: { name: "@langchain/langgraph-checkpoint", range: "^1.2.0" },
+  },
+  // LangGraph's conformance suite for checkpointers, and the `expect` it runs with (tests only).
+  {
+    spec: "npm:@langchain/langgraph-checkpoint-validation@1.1.1",
+    node: "@langchain/langgraph-checkpoint-validation",
+    install: "@langchain/langgraph-checkpoint-validation@1.1.1",
+  },
+  { spec: "npm:expect@30", node: "expect", install: "expect@30.5.2" },
   {
     spec: "npm:@langchain/core@1",
     node: "@langchain/core",

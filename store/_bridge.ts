@@ -27,6 +27,7 @@ import { thisHost } from "./_host.ts";
 import {
   BRIDGE_ENTRY,
   type BridgeData,
+  type CheckpointCall,
   type EffectsDone,
   type FromBridge,
   type FromWatchdog,
@@ -45,9 +46,11 @@ import type {
   AttemptStart,
   Backend,
   BackendOptions,
+  CheckpointsPort,
   EffectBatch,
   EffectRow,
   EffectsPort,
+  GraphCheckpointRow,
   JournalBatch,
   JournalEntry,
   JournalPort,
@@ -151,6 +154,8 @@ export class StoreBridge implements RunStore, LedgerStore {
   readonly effects?: EffectsPort & LedgerEffects;
   /** {@linkcode LedgerStore.journal}, when the backend keeps one. */
   readonly journal?: JournalPort & LedgerJournal;
+  /** {@linkcode LedgerStore.checkpoints}, when the backend keeps them: through the store's thread. */
+  readonly checkpoints?: CheckpointsPort;
   /** {@linkcode LedgerStore.trees}, when the backend keeps them. */
   readonly trees?: TreesPort & LedgerTrees;
   /** {@linkcode LedgerStore.relay}: what is handed to the store's thread. */
@@ -178,6 +183,19 @@ export class StoreBridge implements RunStore, LedgerStore {
         // Through the store's thread, as a write is: a backend whose data lives in that thread
         // (the in-memory one) answers there.
         read: (runId) => this.readJournal(runId),
+      };
+    }
+    if (reader.checkpoints) {
+      this.checkpoints = {
+        put: (put) => this.#checkpoints({ op: "put", put }).then(() => {}),
+        putWrites: (writes) =>
+          writes.writes.length === 0
+            ? Promise.resolve()
+            : this.#checkpoints({ op: "putWrites", writes }).then(() => {}),
+        get: async (query) =>
+          (await this.#checkpoints({ op: "list", query: { ...query, limit: 1 } }))[0],
+        list: (query) => this.#checkpoints({ op: "list", query }),
+        deleteThread: (thread) => this.#checkpoints({ op: "deleteThread", thread }).then(() => {}),
       };
     }
     const trees = reader.trees;
@@ -319,7 +337,10 @@ export class StoreBridge implements RunStore, LedgerStore {
   /** Effect batches posted and not yet answered, by id. */
   readonly #effectsWaiting = new Map<
     number,
-    { resolve: (entries: JournalEntry[] | undefined) => void; reject: (error: Error) => void }
+    {
+      resolve: (answer: { entries?: JournalEntry[]; rows?: GraphCheckpointRow[] }) => void;
+      reject: (error: Error) => void;
+    }
   >();
 
   /**
@@ -359,8 +380,22 @@ export class StoreBridge implements RunStore, LedgerStore {
     const id = ++this.#seq;
     return new Promise<JournalEntry[]>((resolve, reject) => {
       if (this.#effectsWaiting.size === 0) this.#worker.ref();
-      this.#effectsWaiting.set(id, { resolve: (entries) => resolve(entries ?? []), reject });
+      this.#effectsWaiting.set(id, { resolve: (answer) => resolve(answer.entries ?? []), reject });
       this.#worker.postMessage({ type: "journalOf", id, runId } satisfies ToBridge);
+    });
+  }
+
+  /**
+   * A call of the graph checkpoints, made by the store's thread in order with the effects and
+   * the journal; resolves with a read's rows once it is done (a write's once it is committed).
+   */
+  #checkpoints(call: CheckpointCall): Promise<GraphCheckpointRow[]> {
+    if (this.#closed) return Promise.reject(new Error("the fleet store is closed"));
+    const id = ++this.#seq;
+    return new Promise<GraphCheckpointRow[]>((resolve, reject) => {
+      if (this.#effectsWaiting.size === 0) this.#worker.ref();
+      this.#effectsWaiting.set(id, { resolve: (answer) => resolve(answer.rows ?? []), reject });
+      this.#worker.postMessage({ type: "checkpoints", id, call } satisfies ToBridge);
     });
   }
 
@@ -369,8 +404,12 @@ export class StoreBridge implements RunStore, LedgerStore {
     if (!waiting) return;
     this.#effectsWaiting.delete(message.id);
     if (this.#effectsWaiting.size === 0 && !this.#closed) this.#worker.unref();
-    if (message.error === undefined) waiting.resolve(message.entries);
-    else waiting.reject(new Error(message.error));
+    if (message.error === undefined) {
+      waiting.resolve({
+        ...(message.entries ? { entries: message.entries } : {}),
+        ...(message.rows ? { rows: message.rows } : {}),
+      });
+    } else waiting.reject(new Error(message.error));
   }
 
   /**

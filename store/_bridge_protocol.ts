@@ -13,6 +13,10 @@ import type {
   BackendOptions,
   EffectBatch,
   EffectRow,
+  GraphCheckpointPut,
+  GraphCheckpointQuery,
+  GraphCheckpointRow,
+  GraphWrites,
   HostId,
   JournalBatch,
   JournalEntry,
@@ -68,6 +72,7 @@ export type ToBridge =
   | { type: "effectsOf"; id: number; runId: string }
   | { type: "journal"; id: number; batch: JournalBatch }
   | { type: "journalOf"; id: number; runId: string }
+  | { type: "checkpoints"; id: number; call: CheckpointCall }
   | { type: "drain"; id: number; ms: number }
   | { type: "close"; ms: number }
   | { type: "port"; port: MessagePort }
@@ -75,6 +80,13 @@ export type ToBridge =
   | { type: "admit"; id: number; root: string }
   | { type: "decided"; id: number; record?: RunRecord }
   | { type: "join"; runId: string; root: string; parent?: string };
+
+/** @internal A call of the store's graph checkpoints, carried to the store thread. */
+export type CheckpointCall =
+  | { op: "put"; put: GraphCheckpointPut }
+  | { op: "putWrites"; writes: GraphWrites }
+  | { op: "list"; query: GraphCheckpointQuery }
+  | { op: "deleteThread"; thread: string };
 
 /** @internal The watchdog to the store thread: its batch each interval, or a prune. */
 export type FromWatchdog =
@@ -116,4 +128,6 @@ export type EffectsDone = {
   error?: string;
   /** A journal read's entries. */
   entries?: JournalEntry[];
+  /** A read of graph checkpoints: its rows. */
+  rows?: GraphCheckpointRow[];
 };

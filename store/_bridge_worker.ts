@@ -16,7 +16,15 @@ import { MAX_BACKLOG } from "../_ledger.ts";
 import { formatDuration } from "../template.ts";
 import { readForStore } from "./_content.ts";
 import { BACKENDS } from "./_backends.ts";
-import type { Backend, Heartbeat, HostId, RunRecord, RunStore, WriteBatch } from "./types.ts";
+import type {
+  Backend,
+  GraphCheckpointRow,
+  Heartbeat,
+  HostId,
+  RunRecord,
+  RunStore,
+  WriteBatch,
+} from "./types.ts";
 import {
   type BridgeData,
   type EffectsDone,
@@ -445,6 +453,35 @@ function serve(
               up();
               parent.postMessage(
                 { type: "effected", id: message.id, entries } satisfies EffectsDone,
+              );
+            } catch (error) {
+              parent.postMessage(
+                { type: "effected", id: message.id, error: errorText(error) } satisfies EffectsDone,
+              );
+              fail(error, records.size);
+            }
+          });
+          break;
+        }
+        case "checkpoints": {
+          // In order with the effects and the journal: a read sees what this process kept.
+          effects = effects.then(async () => {
+            try {
+              const port = store.checkpoints;
+              if (!port) throw new Error(`the ${backend.engine} store keeps no checkpoints`);
+              const call = message.call;
+              let rows: GraphCheckpointRow[] | undefined;
+              if (call.op === "put") await port.put(call.put);
+              else if (call.op === "putWrites") await port.putWrites(call.writes);
+              else if (call.op === "deleteThread") await port.deleteThread(call.thread);
+              else rows = await port.list(call.query);
+              up();
+              parent.postMessage(
+                {
+                  type: "effected",
+                  id: message.id,
+                  ...(rows ? { rows } : {}),
+                } satisfies EffectsDone,
               );
             } catch (error) {
               parent.postMessage(

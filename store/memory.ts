@@ -14,15 +14,22 @@ import { treeRowOf } from "./trees.ts";
 import { boundContent } from "./_content.ts";
 import { here } from "./_host.ts";
 import { bodyKey, journalOrder, packBody, unpackBody } from "./_journal.ts";
+import { writeOrder, writesOnce } from "./_checkpoints.ts";
 import {
   type AttemptStart,
   type Backend,
   type BackendOptions,
+  type CheckpointsPort,
   type EffectBatch,
   type EffectRow,
   type EffectsPort,
   type FencedRecord,
   type FilesPort,
+  type GraphChannelValue,
+  type GraphCheckpointPut,
+  type GraphCheckpointQuery,
+  type GraphCheckpointRow,
+  type GraphWrite,
   type Heartbeat,
   type HostId,
   type JournalEntry,
@@ -58,7 +65,19 @@ interface Data {
   /** Each run's journal entries (bodies by their key), and the bodies, compressed. */
   journal: Map<string, Map<string, JournalEntry>>;
   bodies: Map<string, Uint8Array>;
+  /** Graph checkpoints by thread, namespace and id; their values by thread, namespace, channel, version. */
+  graph: Map<string, GraphCheckpoint>;
+  graphValues: Map<string, GraphChannelValue>;
 }
+
+/** A graph checkpoint as kept here, with its writes by task and index. */
+interface GraphCheckpoint {
+  /** Undefined while only writes for it came. */
+  put: GraphCheckpointPut | undefined;
+  writes: Map<string, GraphWrite>;
+}
+
+const graphKey = (...parts: string[]) => JSON.stringify(parts);
 
 /** The data of each `memory://` URL of this thread. */
 const shared = new Map<string, Data>();
@@ -122,6 +141,8 @@ export class MemoryRunStore implements RunStore {
         effects: new Map(),
         journal: new Map(),
         bodies: new Map(),
+        graph: new Map(),
+        graphValues: new Map(),
       };
       shared.set(options.url, data);
     }
@@ -202,6 +223,80 @@ export class MemoryRunStore implements RunStore {
       return admitted;
     },
   };
+
+  /** {@linkcode RunStore.checkpoints}. */
+  readonly checkpoints: CheckpointsPort = {
+    put: (put) =>
+      this.#run(() => {
+        const kept = structuredClone(put);
+        for (const v of kept.values) {
+          const key = graphKey(put.thread, put.ns, v.channel, v.version);
+          if (!this.#data.graphValues.has(key)) this.#data.graphValues.set(key, v);
+        }
+        const key = graphKey(put.thread, put.ns, put.id);
+        const known = this.#data.graph.get(key);
+        // A checkpoint kept again: its body and metadata new, its parent and writes as they were.
+        if (known?.put) {
+          const { parent: _new, ...rest } = kept;
+          const parent = known.put.parent;
+          known.put = parent === undefined ? rest : { ...rest, parent };
+        } else if (known) known.put = kept;
+        else this.#data.graph.set(key, { put: kept, writes: new Map() });
+      }),
+    putWrites: (batch) =>
+      this.#run(() => {
+        const key = graphKey(batch.thread, batch.ns, batch.id);
+        let known = this.#data.graph.get(key);
+        if (!known) {
+          // Writes before their checkpoint: kept, read once it is.
+          known = { put: undefined, writes: new Map() };
+          this.#data.graph.set(key, known);
+        }
+        for (const w of writesOnce(batch.writes)) {
+          const k = `${w.index}\u0000${w.taskId}`;
+          if (w.index >= 0 && known.writes.has(k)) continue;
+          known.writes.set(k, structuredClone(w));
+        }
+      }),
+    get: (query) => this.#run(() => this.#graphRows({ ...query, limit: 1 })[0]),
+    list: (query) => this.#run(() => this.#graphRows(query)),
+    deleteThread: (thread) =>
+      this.#run(() => {
+        for (const map of [this.#data.graph, this.#data.graphValues]) {
+          for (const key of [...map.keys()]) {
+            if ((JSON.parse(key) as string[])[0] === thread) map.delete(key);
+          }
+        }
+      }),
+  };
+
+  #graphRows(query: GraphCheckpointQuery): GraphCheckpointRow[] {
+    const rows: GraphCheckpointRow[] = [];
+    for (const { put, writes } of this.#data.graph.values()) {
+      if (put === undefined) continue;
+      if (query.thread !== undefined && put.thread !== query.thread) continue;
+      if (query.ns !== undefined && put.ns !== query.ns) continue;
+      if (query.id !== undefined && put.id !== query.id) continue;
+      if (query.before !== undefined && !(put.id < query.before)) continue;
+      const values = Object.entries(put.versions).flatMap(([channel, version]) => {
+        const v = this.#data.graphValues.get(graphKey(put.thread, put.ns, channel, version));
+        return v ? [structuredClone(v)] : [];
+      }).sort((a, b) => (a.channel < b.channel ? -1 : a.channel > b.channel ? 1 : 0));
+      const row: GraphCheckpointRow = {
+        thread: put.thread,
+        ns: put.ns,
+        id: put.id,
+        checkpoint: structuredClone(put.checkpoint),
+        metadata: structuredClone(put.metadata),
+        values,
+        writes: [...writes.values()].map((w) => structuredClone(w)).sort(writeOrder),
+      };
+      if (put.parent !== undefined) row.parent = put.parent;
+      rows.push(row);
+    }
+    rows.sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
+    return query.limit === undefined ? rows : rows.slice(0, Math.max(0, Math.floor(query.limit)));
+  }
 
   /** {@linkcode RunStore.files}. */
   readonly files: FilesPort = {

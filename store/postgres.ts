@@ -24,15 +24,23 @@ import { here } from "./_host.ts";
 import { boundContent } from "./_content.ts";
 import { Buffer } from "node:buffer";
 import { bodyKey, journalOf, packBody, unpackBody } from "./_journal.ts";
+import { checkpointOf, writesOnce } from "./_checkpoints.ts";
 import {
   type AttemptStart,
   type Backend,
+  type CheckpointsPort,
   type EffectBatch,
   effectOf,
   type EffectRow,
   type EffectsPort,
   type FencedRecord,
   type FilesPort,
+  type GraphChannelValue,
+  type GraphCheckpointPut,
+  type GraphCheckpointQuery,
+  type GraphCheckpointRow,
+  type GraphWrite,
+  type GraphWrites,
   type Heartbeat,
   type HostId,
   type JournalBatch,
@@ -354,6 +362,72 @@ FROM json_to_recordset($2::text::json) AS x(run_id text, attempt integer, kind t
   ms bigint)
 ON CONFLICT DO NOTHING`;
 
+/**
+ * A graph framework's checkpoints (LangGraph's): each checkpoint without its
+ * channel values, each value once per thread, namespace, channel and version,
+ * and the pending writes of each checkpoint's tasks; tables of their own made
+ * by the first checkpoint kept. Ids and task keys compare as bytes (`"C"`),
+ * as the embedded store's do.
+ */
+const graphDdl = (s: string) =>
+  `CREATE TABLE IF NOT EXISTS ${s}.graph_checkpoints (
+  thread_id text NOT NULL, ns text NOT NULL, checkpoint_id text COLLATE "C" NOT NULL,
+  parent_id text, type text NOT NULL, checkpoint bytea NOT NULL, meta_type text NOT NULL,
+  metadata bytea NOT NULL, versions text NOT NULL,
+  PRIMARY KEY (thread_id, ns, checkpoint_id));
+CREATE TABLE IF NOT EXISTS ${s}.graph_values (
+  thread_id text NOT NULL, ns text NOT NULL, channel text NOT NULL, version text NOT NULL,
+  type text NOT NULL, blob bytea,
+  PRIMARY KEY (thread_id, ns, channel, version));
+CREATE TABLE IF NOT EXISTS ${s}.graph_writes (
+  thread_id text NOT NULL, ns text NOT NULL, checkpoint_id text NOT NULL,
+  task_id text COLLATE "C" NOT NULL, idx integer NOT NULL, channel text NOT NULL,
+  type text NOT NULL, blob bytea NOT NULL, task_path text COLLATE "C" NOT NULL,
+  PRIMARY KEY (thread_id, ns, checkpoint_id, task_id, idx))`;
+
+/** A checkpoint and the values it brings: one statement, one commit. */
+const graphPutSql = (s: string) => `
+WITH v AS (
+  INSERT INTO ${s}.graph_values (thread_id, ns, channel, version, type, blob)
+  SELECT $1, $2, x.channel, x.version, x.type, decode(x.blob, 'base64')
+  FROM json_to_recordset($3::text::json) AS x(channel text, version text, type text, blob text)
+  ON CONFLICT DO NOTHING RETURNING 1
+)
+INSERT INTO ${s}.graph_checkpoints AS c
+  (thread_id, ns, checkpoint_id, parent_id, type, checkpoint, meta_type, metadata, versions)
+VALUES ($1, $2, $4, $5, $6, decode($7, 'base64'), $8, decode($9, 'base64'), $10)
+ON CONFLICT (thread_id, ns, checkpoint_id) DO UPDATE SET type = excluded.type,
+  checkpoint = excluded.checkpoint, meta_type = excluded.meta_type,
+  metadata = excluded.metadata, versions = excluded.versions`;
+
+/** A task's writes: a regular one kept as first written, a special one (a negative index) replaced. */
+const graphWritesSql = (s: string) => `
+INSERT INTO ${s}.graph_writes AS w
+  (thread_id, ns, checkpoint_id, task_id, idx, channel, type, blob, task_path)
+SELECT $1, $2, $3, x.task_id, x.idx, x.channel, x.type, decode(x.blob, 'base64'), x.task_path
+FROM json_to_recordset($4::text::json) AS x(task_id text, idx integer, channel text, type text,
+  blob text, task_path text)
+ON CONFLICT (thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
+  channel = excluded.channel, type = excluded.type, blob = excluded.blob,
+  task_path = excluded.task_path
+WHERE excluded.idx < 0`;
+
+/** Checkpoints with their channels' values and their pending writes, in one statement. */
+const graphReadSql = (s: string, where: string, limit: string) => `
+SELECT c.thread_id, c.ns, c.checkpoint_id, c.parent_id, c.type,
+  encode(c.checkpoint, 'base64') AS checkpoint, c.meta_type, encode(c.metadata, 'base64') AS metadata,
+  (SELECT json_agg(json_build_array(v.channel, v.version, v.type, encode(v.blob, 'base64'))
+    ORDER BY v.channel)
+    FROM json_each_text(c.versions::json) j JOIN ${s}.graph_values v
+    ON v.thread_id = c.thread_id AND v.ns = c.ns AND v.channel = j.key AND v.version = j.value
+  )::text AS vals,
+  (SELECT json_agg(json_build_array(w.task_id, w.idx, w.channel, w.type, encode(w.blob, 'base64'),
+    w.task_path) ORDER BY w.task_path, w.task_id, w.idx)
+    FROM ${s}.graph_writes w
+    WHERE w.thread_id = c.thread_id AND w.ns = c.ns AND w.checkpoint_id = c.checkpoint_id
+  )::text AS writes
+FROM ${s}.graph_checkpoints c ${where} ORDER BY c.checkpoint_id DESC${limit}`;
+
 /** Bodies no entry names any more (after a run's entries went). */
 const journalOrphans = (s: string) =>
   `DELETE FROM ${s}.journal_bodies b WHERE NOT EXISTS
@@ -623,6 +697,14 @@ export class PgRunStore implements RunStore {
   readonly journal: JournalPort = {
     write: (batch) => this.writeJournal(batch),
     read: (runId) => this.journalOf(runId),
+  };
+  /** {@linkcode RunStore.checkpoints}. */
+  readonly checkpoints: CheckpointsPort = {
+    put: (put) => this.putCheckpoint(put),
+    putWrites: (writes) => this.putGraphWrites(writes),
+    get: async (query) => (await this.graphCheckpoints({ ...query, limit: 1 }))[0],
+    list: (query) => this.graphCheckpoints(query),
+    deleteThread: (thread) => this.deleteGraphThread(thread),
   };
   /** {@linkcode RunStore.trees}. */
   readonly trees: TreesPort = {
@@ -1139,6 +1221,138 @@ export class PgRunStore implements RunStore {
       if (codeOf(error) === "42P01") return []; // no entry was ever journaled here
       throw error;
     }
+  }
+
+  /** Whether this store made (or found) the graph checkpoints' tables. */
+  #graphMade = false;
+
+  /** The graph checkpoints' tables, made once per store (one process at a time, under the schema's lock). */
+  async #makeGraph(): Promise<void> {
+    if (this.#graphMade) return;
+    const sql = await this.#connection();
+    await sql.begin(async (tx) => {
+      this.roundTrips += 2;
+      await tx.unsafe(
+        `SELECT pg_advisory_xact_lock(hashtextextended('agent-checkpoint schema', 0))`,
+      );
+      await tx.unsafe(graphDdl(this.#s));
+    });
+    this.#graphMade = true;
+  }
+
+  /** Keep a graph checkpoint and the channel values it brings: one statement. */
+  async putCheckpoint(put: GraphCheckpointPut): Promise<void> {
+    await this.#makeGraph();
+    const b64 = (bytes: Uint8Array) =>
+      Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
+    const values = put.values.map((v) => ({
+      channel: v.channel,
+      version: v.version,
+      type: v.type,
+      blob: v.bytes === undefined ? null : b64(v.bytes),
+    }));
+    await this.#query(graphPutSql(this.#s), [
+      put.thread,
+      put.ns,
+      JSON.stringify(values),
+      put.id,
+      put.parent ?? null,
+      put.checkpoint.type,
+      b64(put.checkpoint.bytes),
+      put.metadata.type,
+      b64(put.metadata.bytes),
+      JSON.stringify(put.versions),
+    ], true);
+  }
+
+  /** Keep a task's pending writes on a graph checkpoint: one statement. */
+  async putGraphWrites(batch: GraphWrites): Promise<void> {
+    if (batch.writes.length === 0) return;
+    await this.#makeGraph();
+    const rows = writesOnce(batch.writes).map((w) => ({
+      task_id: w.taskId,
+      idx: w.index,
+      channel: w.channel,
+      type: w.type,
+      blob: Buffer.from(w.bytes.buffer, w.bytes.byteOffset, w.bytes.byteLength).toString("base64"),
+      task_path: w.taskPath,
+    }));
+    await this.#query(
+      graphWritesSql(this.#s),
+      [batch.thread, batch.ns, batch.id, JSON.stringify(rows)],
+      true,
+    );
+  }
+
+  /** Graph checkpoints, the newest first, with their values and pending writes: one statement. */
+  async graphCheckpoints(query: GraphCheckpointQuery): Promise<GraphCheckpointRow[]> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const when = (clause: string, value: string | undefined) => {
+      if (value === undefined) return;
+      params.push(value);
+      where.push(`${clause} $${params.length}`);
+    };
+    when("c.thread_id =", query.thread);
+    when("c.ns =", query.ns);
+    when("c.checkpoint_id =", query.id);
+    when("c.checkpoint_id <", query.before);
+    const limit = query.limit === undefined ? "" : ` LIMIT ${Math.max(0, Math.floor(query.limit))}`;
+    let rows: Record<string, unknown>[];
+    try {
+      rows = await this.#query(
+        graphReadSql(this.#s, where.length > 0 ? `WHERE ${where.join(" AND ")}` : "", limit),
+        params,
+      );
+    } catch (error) {
+      if (codeOf(error) === "42P01") return []; // no checkpoint was ever kept here
+      throw error;
+    }
+    const bytes = (b64: string) => new Uint8Array(Buffer.from(b64, "base64"));
+    return rows.map((row) => {
+      const values = (JSON.parse(String(row.vals ?? "[]")) as (string | null)[][]).map(
+        ([channel, version, type, blob]): GraphChannelValue => {
+          const value = { channel: String(channel), version: String(version), type: String(type) };
+          return blob === null || blob === undefined ? value : { ...value, bytes: bytes(blob) };
+        },
+      );
+      const writes = (JSON.parse(String(row.writes ?? "[]")) as [
+        string,
+        number,
+        string,
+        string,
+        string,
+        string,
+      ][]).map(([taskId, index, channel, type, blob, taskPath]): GraphWrite => ({
+        taskId,
+        index: Number(index),
+        channel,
+        type,
+        bytes: bytes(blob),
+        taskPath,
+      }));
+      return checkpointOf(
+        {
+          ...row,
+          checkpoint: bytes(String(row.checkpoint)),
+          metadata: bytes(String(row.metadata)),
+        },
+        values,
+        writes,
+      );
+    });
+  }
+
+  /** Remove a thread's graph checkpoints, values and writes: one statement, one commit. */
+  async deleteGraphThread(thread: string): Promise<void> {
+    await this.#makeGraph();
+    const s = this.#s;
+    await this.#query(
+      `WITH a AS (DELETE FROM ${s}.graph_values WHERE thread_id = $1 RETURNING 1),
+        b AS (DELETE FROM ${s}.graph_writes WHERE thread_id = $1 RETURNING 1)
+        DELETE FROM ${s}.graph_checkpoints WHERE thread_id = $1`,
+      [thread],
+    );
   }
 
   /** The effects recorded for a run id, every attempt's, the oldest first. */

@@ -25,13 +25,19 @@ import process from "node:process";
 import { here, processStart } from "./_host.ts";
 import { Buffer } from "node:buffer";
 import { bodyKey, journalOf, packBody, unpackBody } from "./_journal.ts";
+import { bytesOf, checkpointOf, writesOnce } from "./_checkpoints.ts";
 import {
   type AttemptStart,
+  type CheckpointsPort,
   type EffectBatch,
   effectOf,
   type EffectRow,
   type EffectsPort,
   type FencedRecord,
+  type GraphCheckpointPut,
+  type GraphCheckpointQuery,
+  type GraphCheckpointRow,
+  type GraphWrites,
   type Heartbeat,
   type JournalBatch,
   type JournalEntry,
@@ -354,6 +360,49 @@ const JOURNAL_READ = `SELECT j.*, b.packed FROM journal j JOIN journal_bodies b 
 const JOURNAL_ORPHANS =
   `DELETE FROM journal_bodies WHERE NOT EXISTS (SELECT 1 FROM journal j WHERE j.body = journal_bodies.hash)`;
 
+/**
+ * A graph framework's checkpoints (LangGraph's): each checkpoint without its
+ * channel values, each value once per thread, namespace, channel and version,
+ * and the pending writes of each checkpoint's tasks; tables of their own made
+ * by the first checkpoint kept.
+ */
+const GRAPH_TABLES = `CREATE TABLE IF NOT EXISTS graph_checkpoints (
+  thread_id TEXT NOT NULL, ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL, parent_id TEXT,
+  type TEXT NOT NULL, checkpoint BLOB NOT NULL, meta_type TEXT NOT NULL, metadata BLOB NOT NULL,
+  versions TEXT NOT NULL,
+  PRIMARY KEY (thread_id, ns, checkpoint_id));
+CREATE TABLE IF NOT EXISTS graph_values (
+  thread_id TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL, version TEXT NOT NULL,
+  type TEXT NOT NULL, blob BLOB,
+  PRIMARY KEY (thread_id, ns, channel, version));
+CREATE TABLE IF NOT EXISTS graph_writes (
+  thread_id TEXT NOT NULL, ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL, task_id TEXT NOT NULL,
+  idx INTEGER NOT NULL, channel TEXT NOT NULL, type TEXT NOT NULL, blob BLOB NOT NULL,
+  task_path TEXT NOT NULL,
+  PRIMARY KEY (thread_id, ns, checkpoint_id, task_id, idx));`;
+const GRAPH_CHECKPOINT = `INSERT INTO graph_checkpoints
+  (thread_id, ns, checkpoint_id, parent_id, type, checkpoint, meta_type, metadata, versions)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+  ON CONFLICT (thread_id, ns, checkpoint_id) DO UPDATE SET type = excluded.type,
+    checkpoint = excluded.checkpoint, meta_type = excluded.meta_type,
+    metadata = excluded.metadata, versions = excluded.versions`;
+const GRAPH_VALUE = `INSERT INTO graph_values (thread_id, ns, channel, version, type, blob)
+  VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`;
+/** A regular write is kept as first written; a special one (a negative index) is replaced. */
+const GRAPH_WRITE = `INSERT INTO graph_writes
+  (thread_id, ns, checkpoint_id, task_id, idx, channel, type, blob, task_path)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+  ON CONFLICT (thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    channel = excluded.channel, type = excluded.type, blob = excluded.blob,
+    task_path = excluded.task_path
+  WHERE excluded.idx < 0`;
+/** The values of a checkpoint's channels at its versions (`json_each` of its versions). */
+const GRAPH_VALUES_OF = `SELECT v.channel, v.version, v.type, v.blob FROM json_each(?) j
+  JOIN graph_values v ON v.thread_id = ? AND v.ns = ? AND v.channel = j.key AND v.version = j.value
+  ORDER BY v.channel`;
+const GRAPH_WRITES_OF = `SELECT * FROM graph_writes WHERE thread_id = ? AND ns = ?
+  AND checkpoint_id = ? ORDER BY task_path, task_id, idx`;
+
 /** How long a model call under an enforced tree cap waits for the store's lock, ms. */
 const ADMIT_WAIT_MS = 250;
 const TREE_JOIN = `INSERT INTO run_trees (run_id, root, parent) VALUES (?, ?, ?)
@@ -456,6 +505,14 @@ export class SqliteRunStore implements RunStore {
   readonly journal: JournalPort = {
     write: (batch) => run(() => this.writeJournalSync(batch)),
     read: (runId) => run(() => this.journalSync(runId)),
+  };
+  /** {@linkcode RunStore.checkpoints}. */
+  readonly checkpoints: CheckpointsPort = {
+    put: (put) => run(() => this.putCheckpointSync(put)),
+    putWrites: (writes) => run(() => this.putWritesSync(writes)),
+    get: (query) => run(() => this.checkpointsSync({ ...query, limit: 1 })[0]),
+    list: (query) => run(() => this.checkpointsSync(query)),
+    deleteThread: (thread) => run(() => this.deleteThreadSync(thread)),
   };
   /**
    * {@linkcode RunStore.trees}, also on the caller's thread. An admission
@@ -991,6 +1048,138 @@ export class SqliteRunStore implements RunStore {
       if (/no such table/.test(String(error))) return []; // no entry was ever journaled here
       throw error;
     }
+  }
+
+  #graphMade = false;
+
+  /**
+   * A durable write of graph checkpoints: one transaction that reaches the
+   * disk, as a journal entry's does, waiting a moment for another process's
+   * lock; the tables made first when this store has none yet.
+   */
+  #graphWrite(body: () => void): void {
+    const sync = String(this.#db.get("PRAGMA synchronous")?.synchronous ?? "1");
+    this.#db.exec("PRAGMA synchronous = FULL");
+    try {
+      this.#patiently(() => {
+        if (!this.#graphMade) {
+          this.#db.exec(GRAPH_TABLES);
+          this.#graphMade = true;
+        }
+        this.#transaction(body);
+      }, EFFECT_WAIT_MS);
+    } finally {
+      this.#db.exec(`PRAGMA synchronous = ${/^\d+$/.test(sync) ? sync : "1"}`);
+    }
+  }
+
+  /** {@linkcode RunStore.checkpoints}'s put, synchronously: the checkpoint and its values, one commit. */
+  putCheckpointSync(put: GraphCheckpointPut): void {
+    const blob = (bytes: Uint8Array) =>
+      Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    this.#graphWrite(() => {
+      for (const v of put.values) {
+        this.#db.run(
+          GRAPH_VALUE,
+          put.thread,
+          put.ns,
+          v.channel,
+          v.version,
+          v.type,
+          v.bytes === undefined ? null : blob(v.bytes),
+        );
+      }
+      this.#db.run(
+        GRAPH_CHECKPOINT,
+        put.thread,
+        put.ns,
+        put.id,
+        put.parent ?? null,
+        put.checkpoint.type,
+        blob(put.checkpoint.bytes),
+        put.metadata.type,
+        blob(put.metadata.bytes),
+        JSON.stringify(put.versions),
+      );
+    });
+  }
+
+  /** {@linkcode RunStore.checkpoints}'s putWrites, synchronously: one commit. */
+  putWritesSync(batch: GraphWrites): void {
+    if (batch.writes.length === 0) return;
+    const writes = writesOnce(batch.writes);
+    this.#graphWrite(() => {
+      for (const w of writes) {
+        this.#db.run(
+          GRAPH_WRITE,
+          batch.thread,
+          batch.ns,
+          batch.id,
+          w.taskId,
+          w.index,
+          w.channel,
+          w.type,
+          Buffer.from(w.bytes.buffer, w.bytes.byteOffset, w.bytes.byteLength),
+          w.taskPath,
+        );
+      }
+    });
+  }
+
+  /** {@linkcode RunStore.checkpoints}'s list (and get), synchronously. */
+  checkpointsSync(query: GraphCheckpointQuery): GraphCheckpointRow[] {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const when = (clause: string, value: string | undefined) => {
+      if (value === undefined) return;
+      where.push(clause);
+      params.push(value);
+    };
+    when("thread_id = ?", query.thread);
+    when("ns = ?", query.ns);
+    when("checkpoint_id = ?", query.id);
+    when("checkpoint_id < ?", query.before);
+    const limit = query.limit === undefined ? "" : ` LIMIT ${Math.max(0, Math.floor(query.limit))}`;
+    try {
+      return this.#db.all(
+        `SELECT * FROM graph_checkpoints ${
+          where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""
+        } ORDER BY checkpoint_id DESC${limit}`,
+        ...params,
+      ).map((row) => {
+        const values = this.#db.all(GRAPH_VALUES_OF, row.versions, row.thread_id, row.ns)
+          .map((v) => {
+            const value = {
+              channel: String(v.channel),
+              version: String(v.version),
+              type: String(v.type),
+            };
+            return v.blob === null ? value : { ...value, bytes: bytesOf(v.blob) };
+          });
+        const writes = this.#db.all(GRAPH_WRITES_OF, row.thread_id, row.ns, row.checkpoint_id)
+          .map((w) => ({
+            taskId: String(w.task_id),
+            index: Number(w.idx),
+            channel: String(w.channel),
+            type: String(w.type),
+            bytes: bytesOf(w.blob),
+            taskPath: String(w.task_path),
+          }));
+        return checkpointOf(row, values, writes);
+      });
+    } catch (error) {
+      if (/no such table/.test(String(error))) return []; // no checkpoint was ever kept here
+      throw error;
+    }
+  }
+
+  /** {@linkcode RunStore.checkpoints}'s deleteThread, synchronously: one commit. */
+  deleteThreadSync(thread: string): void {
+    this.#graphWrite(() => {
+      for (const table of ["graph_checkpoints", "graph_values", "graph_writes"]) {
+        this.#db.run(`DELETE FROM ${table} WHERE thread_id = ?`, thread);
+      }
+    });
   }
 
   /** {@linkcode RunStore.effects}, synchronously. */

@@ -22,6 +22,7 @@ import type {
   JournalBatch,
   JournalEntry,
   LeaseState,
+  LedgerCheckpoints,
   RunRecord,
   RunState,
   RunView,
@@ -39,11 +40,18 @@ export type {
   EffectReceipt,
   EffectRow,
   FencedRecord,
+  GraphChannelValue,
+  GraphCheckpointPut,
+  GraphCheckpointQuery,
+  GraphCheckpointRow,
+  GraphWrite,
+  GraphWrites,
   Heartbeat,
   HostId,
   JournalBatch,
   JournalEntry,
   LeaseState,
+  LedgerCheckpoints,
   LedgerEffects,
   LedgerJournal,
   LedgerLeases,
@@ -60,6 +68,7 @@ export type {
   RunState,
   RunView,
   StartOptions,
+  TypedBytes,
   WriteBatch,
 } from "../_ledger.ts";
 
@@ -207,6 +216,8 @@ export interface RunStore {
   readonly files?: FilesPort;
   /** The run journal: every model and tool call of an attempt, for a retry to replay. */
   readonly journal?: JournalPort;
+  /** A graph framework's own checkpoints (LangGraph's), by thread and namespace. */
+  readonly checkpoints?: CheckpointsPort;
   /** Statements sent so far, when the backend counts them (benchmarks). */
   readonly roundTrips?: number;
 }
@@ -280,6 +291,14 @@ export interface JournalPort {
   /** The entries of a run id, every attempt's: by attempt, then kind (model first), then index. */
   read(runId: string): Promise<JournalEntry[]>;
 }
+
+/**
+ * A graph framework's own checkpoints ({@linkcode RunStore.checkpoints}):
+ * LangGraph's, by thread and namespace, each channel value kept once per
+ * version, bodies as the framework serialized them. They belong to threads,
+ * not runs: a prune leaves them, and `deleteThread` removes them.
+ */
+export type CheckpointsPort = LedgerCheckpoints;
 
 /** Trees of runs that share a budget ({@linkcode RunStore.trees}). */
 export interface TreesPort {

@@ -5,7 +5,13 @@
  */
 import assert from "node:assert/strict";
 import * as os from "node:os";
-import type { HostId, RunRecord, RunStore, RunView } from "../../store/types.ts";
+import type {
+  GraphCheckpointRow,
+  HostId,
+  RunRecord,
+  RunStore,
+  RunView,
+} from "../../store/types.ts";
 import { thisHost } from "../../store/_host.ts";
 
 /** A record of a run, as a run's start and progress make it. */
@@ -240,5 +246,120 @@ export async function journalSteps(store: RunStore, t: number) {
   });
   out.pruned = await store.prune(Date.now() + 1000, 10);
   out.after = await store.journal.read("jr");
+  return out;
+}
+
+/**
+ * A graph framework's checkpoints (LangGraph's), a capability a store offers
+ * whole: checkpoints of two threads and two namespaces, a channel value kept
+ * once per version and read back by the versions a checkpoint names, pending
+ * writes (a regular one kept as first written, a special one replaced) in
+ * task path, task id, index order, listings newest first with before and
+ * limit, a thread deleted alone; a prune of runs leaves them.
+ */
+export async function checkpointSteps(store: RunStore, t: number) {
+  assert.ok(store.checkpoints, `the ${store.engine} store offers checkpoints`);
+  const cp = store.checkpoints;
+  const bytes = (text: string) => new TextEncoder().encode(text);
+  const body = (text: string) => ({ type: "json", bytes: bytes(text) });
+  const put = (thread: string, ns: string, id: string, extra: Record<string, unknown> = {}) => ({
+    thread,
+    ns,
+    id,
+    checkpoint: body(`{"id":"${id}"}`),
+    metadata: body(`{"step":${id.length}}`),
+    versions: {},
+    values: [],
+    ...extra,
+  });
+  const write = (taskId: string, index: number, channel: string, text: string, taskPath = "") => ({
+    taskId,
+    index,
+    channel,
+    type: "json",
+    bytes: bytes(text),
+    taskPath,
+  });
+  await cp.put(put("t1", "", "01", {
+    versions: { a: "1", b: "1" },
+    values: [
+      { channel: "a", version: "1", type: "json", bytes: bytes('"a1"') },
+      { channel: "b", version: "1", type: "empty" },
+    ],
+  }));
+  // The child brings b at version 2 only; a's value at version 1 is the parent's.
+  await cp.put(put("t1", "", "02", {
+    parent: "01",
+    versions: { a: "1", b: "2" },
+    values: [
+      { channel: "b", version: "2", type: "json", bytes: bytes('"b2"') },
+      // Already kept at this version: kept as it was.
+      { channel: "a", version: "1", type: "json", bytes: bytes('"changed"') },
+    ],
+  }));
+  await cp.put(put("t1", "child", "03", { parent: "x" }));
+  await cp.put(put("t2", "", "04"));
+  await cp.putWrites({
+    thread: "t1",
+    ns: "",
+    id: "01",
+    writes: [
+      write("task-b", 0, "c", '"b0"'),
+      write("task-a", 1, "c", '"a1"'),
+      write("task-a", 0, "c", '"a0"'),
+      write("task-z", 0, "c", '"z0"', "~path"),
+      write("task-a", -3, "__interrupt__", '"first"'),
+    ],
+  });
+  await cp.putWrites({
+    thread: "t1",
+    ns: "",
+    id: "01",
+    writes: [
+      write("task-a", 0, "c", '"again"'),
+      write("task-a", -3, "__interrupt__", '"second"'),
+    ],
+  });
+  await cp.putWrites({ thread: "t1", ns: "", id: "01", writes: [] });
+  // Kept again: the body and metadata new, the parent as it was.
+  await cp.put(put("t1", "", "02", {
+    parent: "zz",
+    metadata: body('{"step":9}'),
+    versions: { a: "1", b: "2" },
+  }));
+  const text = (b?: Uint8Array) => b === undefined ? undefined : new TextDecoder().decode(b);
+  const shown = (row: GraphCheckpointRow | undefined) =>
+    row && {
+      at: [row.thread, row.ns, row.id, row.parent ?? null],
+      checkpoint: [row.checkpoint.type, text(row.checkpoint.bytes)],
+      metadata: text(row.metadata.bytes),
+      values: row.values.map((v) => [v.channel, v.version, v.type, text(v.bytes) ?? null]),
+      writes: row.writes.map((w) => [w.taskPath, w.taskId, w.index, w.channel, text(w.bytes)]),
+    };
+  const ids = (rows: GraphCheckpointRow[]) => rows.map((r) => `${r.thread}/${r.ns}/${r.id}`);
+  const out: Record<string, unknown> = {};
+  out.latest = shown(await cp.get({ thread: "t1", ns: "" }));
+  out.first = shown(await cp.get({ thread: "t1", ns: "", id: "01" }));
+  out.child = shown(await cp.get({ thread: "t1", ns: "child" }));
+  out.missing = await cp.get({ thread: "t1", ns: "", id: "99" });
+  out.none = await cp.get({ thread: "nobody", ns: "" });
+  out.thread = ids(await cp.list({ thread: "t1", ns: "" }));
+  out.threadAllNs = ids(await cp.list({ thread: "t1" }));
+  out.every = ids(await cp.list({}));
+  out.before = ids(await cp.list({ thread: "t1", before: "02" }));
+  out.limit = ids(await cp.list({ limit: 2 }));
+  out.byId = ids(await cp.list({ id: "03" }));
+  // A prune of runs leaves checkpoints, which belong to threads.
+  const me = thisHost();
+  await store.startAttempt(record("graph-run", me, t));
+  await store.write({
+    records: [record("graph-run", me, t, { status: "done", end: { status: "done", at: t + 1 } })],
+  });
+  out.pruned = await store.prune(Date.now() + 1000, 10);
+  out.afterPrune = ids(await cp.list({}));
+  await cp.deleteThread("t1");
+  out.afterDelete = ids(await cp.list({}));
+  out.deletedGet = await cp.get({ thread: "t1", ns: "" });
+  await cp.deleteThread("nobody");
   return out;
 }

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { freshSchema, skipFleet } from "./_pg.ts";
 import {
   capabilitySteps,
+  checkpointSteps,
   checkRecordAnswers,
   journalSteps,
   record,
@@ -127,6 +128,45 @@ test("the journal: every store keeps each attempt's entries alike, bodies once, 
   });
 });
 
+test("graph checkpoints: every store keeps values once per version, writes in order, threads apart", async () => {
+  const t = Date.now() - 10_000;
+  await alike((store) => checkpointSteps(store, t), (got) => {
+    assert.deepEqual(got.latest, {
+      at: ["t1", "", "02", "01"],
+      checkpoint: ["json", '{"id":"02"}'],
+      metadata: '{"step":9}',
+      values: [["a", "1", "json", '"a1"'], ["b", "2", "json", '"b2"']],
+      writes: [],
+    });
+    assert.deepEqual(got.first, {
+      at: ["t1", "", "01", null],
+      checkpoint: ["json", '{"id":"01"}'],
+      metadata: '{"step":2}',
+      values: [["a", "1", "json", '"a1"'], ["b", "1", "empty", null]],
+      writes: [
+        ["", "task-a", -3, "__interrupt__", '"second"'],
+        ["", "task-a", 0, "c", '"a0"'],
+        ["", "task-a", 1, "c", '"a1"'],
+        ["", "task-b", 0, "c", '"b0"'],
+        ["~path", "task-z", 0, "c", '"z0"'],
+      ],
+    });
+    assert.deepEqual((got.child as { at: unknown }).at, ["t1", "child", "03", "x"]);
+    assert.equal(got.missing, undefined);
+    assert.equal(got.none, undefined);
+    assert.deepEqual(got.thread, ["t1//02", "t1//01"]);
+    assert.deepEqual(got.threadAllNs, ["t1/child/03", "t1//02", "t1//01"]);
+    assert.deepEqual(got.every, ["t2//04", "t1/child/03", "t1//02", "t1//01"]);
+    assert.deepEqual(got.before, ["t1//01"]);
+    assert.deepEqual(got.limit, ["t2//04", "t1/child/03"]);
+    assert.deepEqual(got.byId, ["t1/child/03"]);
+    assert.equal(got.pruned, 1);
+    assert.deepEqual(got.afterPrune, got.every);
+    assert.deepEqual(got.afterDelete, ["t2//04"]);
+    assert.equal(got.deletedGet, undefined);
+  });
+});
+
 test("the bridge carries a backend written only against the port to the host's thread", async () => {
   // The in-memory backend, in the store's thread: starts, reads, effects and trees answered
   // synchronously on this thread through it, as the PostgreSQL store's are.
@@ -166,6 +206,28 @@ test("the bridge carries a backend written only against the port to the host's t
       "model",
       "{}",
     ]]);
+    // Graph checkpoints, through the store's thread, where the in-memory backend's data lives.
+    const bytes = new TextEncoder().encode("{}");
+    await bridge.checkpoints!.put({
+      thread: "th",
+      ns: "",
+      id: "1",
+      checkpoint: { type: "json", bytes },
+      metadata: { type: "json", bytes },
+      versions: { c: "1" },
+      values: [{ channel: "c", version: "1", type: "json", bytes }],
+    });
+    await bridge.checkpoints!.putWrites({
+      thread: "th",
+      ns: "",
+      id: "1",
+      writes: [{ taskId: "t", index: 0, channel: "c", type: "json", bytes, taskPath: "" }],
+    });
+    const kept = await bridge.checkpoints!.get({ thread: "th", ns: "" });
+    assert.deepEqual([kept?.id, kept?.values.length, kept?.writes.length], ["1", 1, 1]);
+    assert.ok(kept?.checkpoint.bytes instanceof Uint8Array);
+    await bridge.checkpoints!.deleteThread("th");
+    assert.deepEqual(await bridge.checkpoints!.list({}), []);
     bridge.trees!.joinSync("br", "br", undefined);
     assert.deepEqual(bridge.trees!.readSync("br").map((r) => r.runId), ["br"]);
     let saw: string[] = [];
@@ -191,6 +253,7 @@ test("a backend of records only: the bridge offers no other group, and its start
     // Each group whole or not at all: a caller tests the group, and finds none.
     assert.equal(bridge.effects, undefined);
     assert.equal(bridge.journal, undefined);
+    assert.equal(bridge.checkpoints, undefined);
     assert.equal(bridge.trees, undefined);
     try {
       bridge.sync.latest("nothing");
