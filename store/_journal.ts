@@ -59,13 +59,62 @@ export function packBody(text: string): Uint8Array {
  * ```
  */
 export function unpackBody(packed: Uint8Array): string {
-  return new TextDecoder().decode(zlib().inflateSync(packed));
+  // Output chunks near the body's size: Deno's default of 16 KiB a call costs a small body
+  // several times its inflating (a retry reads every body of its journal, in a fresh process).
+  const chunkSize = Math.min(16_384, Math.max(1_024, packed.length * 4));
+  return new TextDecoder().decode(zlib().inflateSync(packed, { chunkSize }));
+}
+
+/** The most characters of bodies a {@linkcode StoredBodies} remembers; past it, it starts afresh. */
+const STORED_MAX_CHARS = 32 * 1024 * 1024;
+
+/**
+ * The bodies one store gave back when read, by their text: a retry replaying
+ * them journals them again, and the store keeps them already, so they are
+ * neither hashed nor compressed again. Each store has its own.
+ *
+ * @example
+ * ```ts
+ * import { journalOf, StoredBodies } from "./_journal.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const seen = new StoredBodies();
+ * const row = { run_id: "r", attempt: 1, kind: "model", idx: 0, key: "k", at: 1, body: "h1" };
+ * const entry = journalOf(row, '{"text":"read back"}', seen);
+ * assert.equal(seen.take(entry.body), "h1");
+ * assert.equal(seen.take(entry.body), undefined); // once
+ * ```
+ */
+export class StoredBodies {
+  #keys = new Map<string, string>();
+  #chars = 0;
+
+  /** A body read from the store, kept under `key`. */
+  add(text: string, key: string): void {
+    if (this.#keys.has(text)) return;
+    if (this.#chars + text.length > STORED_MAX_CHARS) {
+      this.#keys.clear();
+      this.#chars = 0;
+    }
+    this.#keys.set(text, key);
+    this.#chars += text.length;
+  }
+
+  /** The key a body read from the store is kept under, once; undefined for any other text. */
+  take(text: string): string | undefined {
+    const key = this.#keys.get(text);
+    if (key === undefined) return undefined;
+    this.#keys.delete(text);
+    this.#chars -= text.length;
+    return key;
+  }
 }
 
 /**
  * A journal entry from its table's columns (`run_id`, `attempt`, `kind`,
  * `idx`, `key`, `tool`, `usage`, `at`, and `replayed` and `ms` when the
- * table has them) and its body's text.
+ * table has them) and its body's text; `seen` remembers the body's key
+ * (the `body` column), for the store's next write of it.
  *
  * @example
  * ```ts
@@ -86,7 +135,11 @@ export function unpackBody(packed: Uint8Array): string {
  * assert.equal(replayed.ms, undefined);
  * ```
  */
-export function journalOf(row: Record<string, unknown>, body: string): JournalEntry {
+export function journalOf(
+  row: Record<string, unknown>,
+  body: string,
+  seen?: StoredBodies,
+): JournalEntry {
   const out: JournalEntry = {
     runId: String(row.run_id),
     attempt: Number(row.attempt),
@@ -98,6 +151,7 @@ export function journalOf(row: Record<string, unknown>, body: string): JournalEn
   };
   if (typeof row.tool === "string") out.tool = row.tool;
   if (typeof row.usage === "string") out.usage = row.usage;
+  if (seen && typeof row.body === "string") seen.add(body, row.body); // the key it is kept under
   // Columns a journal table made before them lacks: absent, as for an entry written without them.
   const replayed = wholeOf(row.replayed);
   if (replayed !== undefined) out.replayed = replayed;

@@ -23,7 +23,7 @@ import { treeRowOf } from "./trees.ts";
 import { here } from "./_host.ts";
 import { boundContent } from "./_content.ts";
 import { Buffer } from "node:buffer";
-import { bodyKey, journalOf, packBody, unpackBody } from "./_journal.ts";
+import { bodyKey, journalOf, packBody, StoredBodies, unpackBody } from "./_journal.ts";
 import { checkpointOf, writesOnce } from "./_checkpoints.ts";
 import {
   type AttemptStart,
@@ -1160,6 +1160,8 @@ export class PgRunStore implements RunStore {
     await this.#query(effectsSql(this.#s), [JSON.stringify(rows)], true);
   }
 
+  /** Bodies this store gave back, which its next journal write need not keep again. */
+  readonly #seen = new StoredBodies();
   /** Whether this store made (or found) the journal's tables. */
   #journalMade = false;
 
@@ -1182,8 +1184,10 @@ export class PgRunStore implements RunStore {
     }
     const bodies = new Map<string, string>();
     const rows = batch.entries.map((e) => {
-      const hash = bodyKey(e.body);
-      bodies.set(hash, e.body);
+      // A replayed call's body, read from this store, is kept there already.
+      const known = this.#seen.take(e.body);
+      const hash = known ?? bodyKey(e.body);
+      if (known === undefined) bodies.set(hash, e.body);
       return {
         run_id: e.runId,
         attempt: e.attempt,
@@ -1215,7 +1219,7 @@ export class PgRunStore implements RunStore {
         [runId],
       );
       return rows.map((row) =>
-        journalOf(row, unpackBody(Buffer.from(String(row.packed), "base64")))
+        journalOf(row, unpackBody(Buffer.from(String(row.packed), "base64")), this.#seen)
       );
     } catch (error) {
       if (codeOf(error) === "42P01") return []; // no entry was ever journaled here

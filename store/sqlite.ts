@@ -24,7 +24,7 @@ import { treeRowOf } from "./trees.ts";
 import process from "node:process";
 import { here, processStart } from "./_host.ts";
 import { Buffer } from "node:buffer";
-import { bodyKey, journalOf, packBody, unpackBody } from "./_journal.ts";
+import { bodyKey, journalOf, packBody, StoredBodies, unpackBody } from "./_journal.ts";
 import { bytesOf, checkpointOf, writesOnce } from "./_checkpoints.ts";
 import {
   type AttemptStart,
@@ -1002,8 +1002,10 @@ export class SqliteRunStore implements RunStore {
     // Compressed before the lock is taken: the transaction only writes.
     const bodies = new Map<string, string>();
     const rows = batch.entries.map((e) => {
-      const hash = bodyKey(e.body);
-      bodies.set(hash, e.body);
+      // A replayed call's body, read from this store, is kept there already.
+      const known = this.#seen.take(e.body);
+      const hash = known ?? bodyKey(e.body);
+      if (known === undefined) bodies.set(hash, e.body);
       return [
         e.runId,
         e.attempt,
@@ -1036,6 +1038,8 @@ export class SqliteRunStore implements RunStore {
       this.#db.exec(`PRAGMA synchronous = ${/^\d+$/.test(sync) ? sync : "1"}`);
     }
   }
+  /** Bodies this store gave back, which its next journal write need not keep again. */
+  readonly #seen = new StoredBodies();
   /** Whether this connection found the journal's table with every column it writes. */
   #journalShaped = false;
 
@@ -1043,7 +1047,7 @@ export class SqliteRunStore implements RunStore {
   journalSync(runId: string): JournalEntry[] {
     try {
       return this.#db.all(JOURNAL_READ, runId)
-        .map((row) => journalOf(row, unpackBody(row.packed as Uint8Array)));
+        .map((row) => journalOf(row, unpackBody(row.packed as Uint8Array), this.#seen));
     } catch (error) {
       if (/no such table/.test(String(error))) return []; // no entry was ever journaled here
       throw error;
