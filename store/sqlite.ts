@@ -878,7 +878,8 @@ export class SqliteRunStore implements RunStore {
    * longer follows; never an unbounded wait.
    */
   #patiently(body: () => void, waitMs: number = ADMIT_WAIT_MS): void {
-    const before = Number(this.#db.get("PRAGMA busy_timeout")?.timeout ?? 0);
+    // The connection's own wait is set when it is opened and never changed for good: read once.
+    const before = this.#busy ??= Number(this.#db.get("PRAGMA busy_timeout")?.timeout ?? 0);
     this.#db.exec(`PRAGMA busy_timeout = ${waitMs}`);
     try {
       body();
@@ -886,6 +887,26 @@ export class SqliteRunStore implements RunStore {
       this.#db.exec(`PRAGMA busy_timeout = ${before}`);
     }
   }
+  #busy: number | undefined;
+
+  /**
+   * A write that reaches the disk (`synchronous = FULL` for it, then the
+   * connection's own level again), waiting at most `waitMs` for another
+   * process's lock. The connection's own level is read once (it is set when
+   * the connection is opened); a connection that is FULL already changes
+   * nothing.
+   */
+  #durably(body: () => void, waitMs: number): void {
+    const own = this.#sync ??= String(this.#db.get("PRAGMA synchronous")?.synchronous ?? "1");
+    const full = own === "2" || own === "3"; // FULL, EXTRA
+    if (!full) this.#db.exec("PRAGMA synchronous = FULL");
+    try {
+      this.#patiently(body, waitMs);
+    } finally {
+      if (!full) this.#db.exec(`PRAGMA synchronous = ${/^\d+$/.test(own) ? own : "1"}`);
+    }
+  }
+  #sync: string | undefined;
 
   /** Record that a run sits in a tree (the table is made by the first run that does). */
   joinTreeSync(runId: string, root: string, parent: string | undefined): void {
@@ -940,42 +961,36 @@ export class SqliteRunStore implements RunStore {
       this.#db.exec(EFFECTS_TABLE);
       this.#effectsMade = true;
     }
-    const sync = String(this.#db.get("PRAGMA synchronous")?.synchronous ?? "1");
-    this.#db.exec("PRAGMA synchronous = FULL");
-    try {
-      this.#patiently(() =>
-        this.#transaction(() => {
-          for (const i of batch.intents) {
-            this.#db.run(
-              EFFECT_INTENT,
-              i.runId,
-              i.key,
-              i.tool,
-              i.inputDigest,
-              i.callId ?? null,
-              i.attempt,
-              Math.round(i.at),
-            );
-          }
-          for (const r of batch.receipts) {
-            this.#db.run(
-              EFFECT_RECEIPT,
-              r.runId,
-              r.key,
-              r.tool,
-              r.attempt,
-              Math.round(r.at),
-              r.ok ? 1 : 0,
-              r.result ?? null,
-              r.truncated ? 1 : 0,
-              r.attempt,
-              Math.round(r.at),
-            );
-          }
-        }), EFFECT_WAIT_MS);
-    } finally {
-      this.#db.exec(`PRAGMA synchronous = ${/^\d+$/.test(sync) ? sync : "1"}`);
-    }
+    this.#durably(() =>
+      this.#transaction(() => {
+        for (const i of batch.intents) {
+          this.#db.run(
+            EFFECT_INTENT,
+            i.runId,
+            i.key,
+            i.tool,
+            i.inputDigest,
+            i.callId ?? null,
+            i.attempt,
+            Math.round(i.at),
+          );
+        }
+        for (const r of batch.receipts) {
+          this.#db.run(
+            EFFECT_RECEIPT,
+            r.runId,
+            r.key,
+            r.tool,
+            r.attempt,
+            Math.round(r.at),
+            r.ok ? 1 : 0,
+            r.result ?? null,
+            r.truncated ? 1 : 0,
+            r.attempt,
+            Math.round(r.at),
+          );
+        }
+      }), EFFECT_WAIT_MS);
   }
 
   /** Whether the journal's tables are there (made by this connection, or found). */
@@ -1021,22 +1036,16 @@ export class SqliteRunStore implements RunStore {
       ];
     });
     const packed = [...bodies].map(([hash, text]) => [hash, Buffer.from(packBody(text))]);
-    const sync = String(this.#db.get("PRAGMA synchronous")?.synchronous ?? "1");
-    this.#db.exec("PRAGMA synchronous = FULL");
     const shaped = this.#journalShaped;
-    try {
-      this.#patiently(() =>
-        this.#transaction(() => {
-          // A table an older library made (after this file's migration, in a process that had it
-          // open) lacks the newer columns: added under the write lock, once per connection.
-          if (!shaped) addJournalColumns(this.#db);
-          for (const body of packed) this.#db.run(JOURNAL_BODY, ...body);
-          for (const row of rows) this.#db.run(JOURNAL_ENTRY, ...row);
-        }), EFFECT_WAIT_MS);
-      this.#journalShaped = true;
-    } finally {
-      this.#db.exec(`PRAGMA synchronous = ${/^\d+$/.test(sync) ? sync : "1"}`);
-    }
+    this.#durably(() =>
+      this.#transaction(() => {
+        // A table an older library made (after this file's migration, in a process that had it
+        // open) lacks the newer columns: added under the write lock, once per connection.
+        if (!shaped) addJournalColumns(this.#db);
+        for (const body of packed) this.#db.run(JOURNAL_BODY, ...body);
+        for (const row of rows) this.#db.run(JOURNAL_ENTRY, ...row);
+      }), EFFECT_WAIT_MS);
+    this.#journalShaped = true;
   }
   /** Bodies this store gave back, which its next journal write need not keep again. */
   readonly #seen = new StoredBodies();
@@ -1062,19 +1071,13 @@ export class SqliteRunStore implements RunStore {
    * lock; the tables made first when this store has none yet.
    */
   #graphWrite(body: () => void): void {
-    const sync = String(this.#db.get("PRAGMA synchronous")?.synchronous ?? "1");
-    this.#db.exec("PRAGMA synchronous = FULL");
-    try {
-      this.#patiently(() => {
-        if (!this.#graphMade) {
-          this.#db.exec(GRAPH_TABLES);
-          this.#graphMade = true;
-        }
-        this.#transaction(body);
-      }, EFFECT_WAIT_MS);
-    } finally {
-      this.#db.exec(`PRAGMA synchronous = ${/^\d+$/.test(sync) ? sync : "1"}`);
-    }
+    this.#durably(() => {
+      if (!this.#graphMade) {
+        this.#db.exec(GRAPH_TABLES);
+        this.#graphMade = true;
+      }
+      this.#transaction(body);
+    }, EFFECT_WAIT_MS);
   }
 
   /** {@linkcode RunStore.checkpoints}'s put, synchronously: the checkpoint and its values, one commit. */
