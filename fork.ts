@@ -249,8 +249,8 @@ export async function forkRun(
     attempt: 1,
     dialect: r.dialect,
     caps: r.caps,
-    // The conversation's model calls so far: a resumed budget counts them.
-    turnsUsed: at,
+    // The fork made no call: the new run's budget is its own (replayed calls count no turn).
+    turnsUsed: 0,
     elapsedSeconds: 0,
     tier: 0,
     inFlight: [],
