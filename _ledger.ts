@@ -285,6 +285,11 @@ export interface RunRecord {
   tree?: TreeRecord;
   /** The attempt's OpenTelemetry span, when it had one: a later attempt links to it. */
   trace?: { traceId: string; spanId: string };
+  /**
+   * A fork's attempt (made by a fork, never run): the run, its attempt and the
+   * step its journal was copied from (its first `step` steps).
+   */
+  fork?: ForkOrigin;
   /** The process the run ran in. */
   host: HostId;
   /** `live`, or how it ended. */
@@ -295,6 +300,16 @@ export interface RunRecord {
   startedAt: number;
   /** When the record was last brought up to date, ms since the epoch. */
   updatedAt: number;
+}
+
+/** Where a fork's journal came from: a run's attempt, cut after a step. */
+export interface ForkOrigin {
+  /** The run forked. */
+  from: string;
+  /** Its attempt whose journal was copied. */
+  attempt: number;
+  /** The steps copied: a step is a model call and the tool calls made before the next one. */
+  step: number;
 }
 
 /** A process's sign of life, written with every batch of its records. */

@@ -47,6 +47,7 @@ import { type TreePlace, TreeSeats } from "./_tree.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
 import { moveIn } from "./_home.ts";
+import { type ForkOptions, type ForkResult, forkRun, type ForkStore } from "./fork.ts";
 import { SQLITE_FIX, sqliteDriver } from "./_sqlite.ts";
 
 /**
@@ -623,6 +624,79 @@ export class AgentCheckpoint {
       );
     }
     return store.checkpoints;
+  }
+
+  /**
+   * Fork a run at a step: make run `options.as`, whose journal is run
+   * `runId`'s first `options.at` steps (a step: a model call and the tool
+   * calls made after it, before the next model call), copied from its
+   * attempt that got furthest (or `options.attempt`). The new run's first
+   * start replays them (no model call, no tool run) and goes live at step
+   * `at + 1`; `agent-checkpoint show NEW --steps` says it was forked. The
+   * new run is written as one ended attempt marked forked, so its first start
+   * is attempt 2.
+   *
+   * @param runId The run forked, in this keeper's run ledger.
+   * @param options `at`: the steps copied, from 1; `as`: the new run's id (not taken);
+   * `attempt`: the source attempt.
+   * @returns What was copied: the source attempt, its steps, the calls copied.
+   * @throws {RangeError} When `at` is not a whole number of at least 1.
+   * @throws {ForkError} When `runId` is unknown, `as` is taken, or `at` is past the run's steps.
+   * @throws {Error} When the keeper is closed or has no run ledger (off, no driver, not open now).
+   *
+   * @example Fork a finished run at step 1: the fork replays it, then goes live
+   * ```ts
+   * import { createAgentCheckpoint } from "./mod.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * let calls = 0;
+   * const agent = async (sessionId: string) => {
+   *   const run = ac.startRun({ sessionId });
+   *   for (const step of [1, 2]) {
+   *     await run.journal.model({ step }, () => ({ text: `answer ${++calls}` }));
+   *     await run.journal.tool("note", { step }, () => "noted");
+   *   }
+   *   const replayed = run.journal.replayed;
+   *   await run.end();
+   *   return replayed;
+   * };
+   * await agent("first");
+   * assert.equal(calls, 2);
+   * const made = await ac.fork("first", { at: 1, as: "second" });
+   * assert.deepEqual([made.steps, made.models, made.tools], [2, 1, 1]);
+   * assert.equal(await agent("second"), 1); // step 1 replayed from the fork
+   * assert.equal(calls, 3); // step 2 went to the model
+   * await ac.close();
+   * ```
+   */
+  async fork(runId: string, options: ForkOptions): Promise<ForkResult> {
+    if (this.#contact.closed) throw new Error("agent-checkpoint: the keeper is closed");
+    const settings = this.#source.at(nowMs());
+    if (!settings.enabled || !settings.ledger) {
+      throw new Error(
+        `agent-checkpoint: a fork needs the run ledger, which the settings turn off (${
+          settings.enabled ? "ledger" : "enabled"
+        }: false)`,
+      );
+    }
+    this.needLedger("a fork");
+    const store = this.#ledger.open(settings);
+    const sync = store?.sync;
+    if (!store || !sync) {
+      throw new Error(
+        "agent-checkpoint: the run ledger cannot be opened now (the log says why); tried again at the next call",
+      );
+    }
+    const forkStore: ForkStore = {
+      latest: (id) => sync.latest(id),
+      write: (batch) => store.write(batch),
+      ...(store.journal ? { journal: store.journal } : {}),
+    };
+    return await forkRun(forkStore, runId, { ...options, host: this.#host() });
   }
 
   /** @internal The shared run table, for tests that move a run's clock. */

@@ -160,9 +160,15 @@ export function explainDamage<T extends object>(store: T, file: string): T {
   });
 }
 
+/** A fork's attempt (never run) as the command line says it, escaped. */
+const forkText = (fork: { from: string; step: number }) =>
+  terminalSafe(`forked from ${fork.from} at step ${fork.step}`);
+
 /** A state as the command line spells it. */
 export const stateText = (view: RunView): string =>
-  view.state === "ended"
+  view.record.fork
+    ? forkText(view.record.fork)
+    : view.state === "ended"
     ? `ended ${view.record.status}`
     : view.state === "live"
     ? "live"
@@ -361,7 +367,9 @@ export function ledgerShowText(
   const r = view.record;
   const now = io.now();
   const head = `Run ${terminalSafe(r.runId)}${r.attempt > 1 ? `, attempt ${r.attempt}` : ""}: ${
-    view.state === "ended"
+    r.fork
+      ? forkText(r.fork)
+      : view.state === "ended"
       ? `ended ${r.status}${r.end?.summary ? `: ${terminalSafe(r.end.summary)}` : ""}`
       : view.state === "live"
       ? "live"
@@ -419,7 +427,9 @@ export function ledgerShowText(
 /** An earlier attempt of a run as `show` lists it: how it ended, where, when. */
 function attemptLine(view: RunView): string {
   const r = view.record;
-  const how = view.state === "ended"
+  const how = r.fork
+    ? `forked from ${r.fork.from} at step ${r.fork.step}`
+    : view.state === "ended"
     ? `ended ${r.status}${r.end?.summary ? `: ${r.end.summary}` : ""}`
     : view.state === "live"
     ? "live"

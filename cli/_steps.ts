@@ -12,6 +12,7 @@ import type { EndStatus } from "../_record.ts";
 import type { JournalEntry, RunState, RunStore, RunView } from "../store/mod.ts";
 import { size, table, terminalSafe } from "./_format.ts";
 import { type CliIo, NAME, writeJson } from "./_io.ts";
+import { orderCalls, placesOf } from "../run/_journal_order.ts";
 
 /** One step of an attempt: a journaled call, or a tier it crossed. */
 export type Step =
@@ -78,6 +79,8 @@ export interface AttemptSteps {
   totals: StepTotals;
   /** Where it stopped, in words. */
   stopped: string;
+  /** A fork's attempt (never run): its calls were copied from this run's attempt, up to this step. */
+  forkedFrom?: { runId: string; attempt: number; step: number };
 }
 
 /** The most characters of a tool's result kept in `--json`. */
@@ -147,52 +150,6 @@ function stepOf(e: JournalEntry): Step {
 
 type Call = Extract<Step, { kind: "model" | "tool" }>;
 
-/**
- * Whether call `a` (a model call) came before `b` (a tool call), or the
- * other way about: by when each was journaled, then when each began; on a
- * tie, a model call goes before the tool call of its own step (a loop makes
- * a model call, then its tools).
- */
-function modelFirst(model: Call, tool: Call): boolean {
-  if (model.at !== tool.at) return model.at < tool.at;
-  const began = (c: Call) => c.at - (c.ms ?? 0);
-  if (began(model) !== began(tool)) return began(model) < began(tool);
-  return model.index <= tool.index;
-}
-
-/**
- * An attempt's calls in the order they were made. The journal keeps the
- * model calls and the tool calls each in order; the two are merged: the
- * replayed ones (always first: a retry goes live for good) in the order of
- * the attempt they were replayed from, then the live ones by time.
- */
-function ordered(calls: Call[], earlier: Map<number, Map<string, number>>): Call[] {
-  const where = (c: Call) =>
-    c.replayedFrom === undefined
-      ? undefined
-      : earlier.get(c.replayedFrom)?.get(`${c.kind} ${c.index}`);
-  const merge = (part: Call[], known: boolean) => {
-    const models = part.filter((c) => c.kind === "model").sort((a, b) => a.index - b.index);
-    const tools = part.filter((c) => c.kind === "tool").sort((a, b) => a.index - b.index);
-    const out: Call[] = [];
-    let m = 0;
-    let t = 0;
-    while (m < models.length || t < tools.length) {
-      const model = models[m];
-      const tool = tools[t];
-      const takeModel = tool === undefined ||
-        (model !== undefined &&
-          (known ? where(model)! < where(tool)! : modelFirst(model, tool)));
-      out.push(takeModel ? models[m++]! : tools[t++]!);
-    }
-    return out;
-  };
-  const replayed = calls.filter((c) => c.replayedFrom !== undefined);
-  const live = calls.filter((c) => c.replayedFrom === undefined);
-  const known = replayed.every((c) => where(c) !== undefined);
-  return [...merge(replayed, known), ...merge(live, false)];
-}
-
 /** A call as the stop line names it. */
 const callName = (c: Call) =>
   c.kind === "model" ? `model call ${c.index}` : `tool call ${c.index} (${c.tool})`;
@@ -200,6 +157,9 @@ const callName = (c: Call) =>
 /** Where an attempt stopped, in words. */
 function stoppedText(view: RunView, calls: Call[]): string {
   const r = view.record;
+  if (r.fork) {
+    return `forked: a start replays these calls, then goes live at step ${r.fork.step + 1}`;
+  }
   const last = calls.at(-1);
   const after = last ? `after ${callName(last)}` : "before its first journaled call";
   if (view.state === "ended") return `ended ${r.status} ${after}`;
@@ -258,11 +218,11 @@ export function attemptSteps(views: readonly RunView[], entries: readonly Journa
   const sorted = [...views].sort((a, b) => a.record.attempt - b.record.attempt);
   for (const view of sorted) {
     const r = view.record;
-    const calls = ordered(
+    const calls = orderCalls(
       entries.filter((e) => e.attempt === r.attempt).map(stepOf) as Call[],
       positions,
     );
-    positions.set(r.attempt, new Map(calls.map((c, i) => [`${c.kind} ${c.index}`, i])));
+    positions.set(r.attempt, placesOf(calls));
     const steps: Step[] = [...calls];
     const tiersUntimed: number[] = [];
     for (const tier of [1, 2] as const) {
@@ -297,6 +257,9 @@ export function attemptSteps(views: readonly RunView[], entries: readonly Journa
         tools: { live: count("tool", false), replayed: count("tool", true) },
       },
       stopped: stoppedText(view, calls),
+      ...(r.fork
+        ? { forkedFrom: { runId: r.fork.from, attempt: r.fork.attempt, step: r.fork.step } }
+        : {}),
     });
   }
   return out;
@@ -335,12 +298,24 @@ export function resultLine(result: string, bytes: number, cut = false): string {
   return cut ? `${out}… (${size(bytes)})` : out;
 }
 
-/** How a call was answered, for the text. */
-const howText = (s: Call) =>
-  s.replayedFrom !== undefined ? `replayed from attempt ${s.replayedFrom}` : "live";
+/** How a call was answered, for the text (a fork's calls: copied from the run it forked). */
+const howText = (s: Call, a: AttemptSteps) =>
+  a.forkedFrom
+    ? `copied from ${a.forkedFrom.runId}`
+    : s.replayedFrom !== undefined
+    ? `replayed from attempt ${s.replayedFrom}`
+    : "live";
 
 /** An attempt's head line: its number, how it ended, where and when it ran. */
 function headText(a: AttemptSteps): string {
+  const f = a.forkedFrom;
+  if (f) {
+    return terminalSafe(
+      `attempt ${a.attempt}: forked from ${f.runId} at step ${f.step} (its attempt ${f.attempt}'s first ${f.step} steps, copied), ${
+        new Date(a.startedAt).toISOString()
+      }`,
+    );
+  }
   const how = a.state === "ended"
     ? `ended ${a.status ?? "?"}${a.summary ? `: ${a.summary.replace(/\s+/g, " ")}` : ""}`
     : a.state === "live"
@@ -363,18 +338,18 @@ function headText(a: AttemptSteps): string {
 }
 
 /** A step as a row of the attempt's table. */
-function stepRow(s: Step): string[] {
+function stepRow(s: Step, a: AttemptSteps): string[] {
   if (s.kind === "tier") return [`tier ${s.tier}`, "crossed", "", "", ""];
   const took = s.ms !== undefined ? durationText(s.ms) : "";
   if (s.kind === "model") {
     const used = s.inputTokens !== undefined || s.outputTokens !== undefined
       ? `${s.inputTokens ?? "?"} in / ${s.outputTokens ?? "?"} out`
       : "-";
-    return [`model call ${s.index}`, howText(s), used, took, ""];
+    return [`model call ${s.index}`, howText(s, a), used, took, ""];
   }
   return [
     `tool call ${s.index}`,
-    howText(s),
+    howText(s, a),
     s.tool,
     took,
     resultLine(s.result, s.resultBytes, s.resultCut),
@@ -382,8 +357,10 @@ function stepRow(s: Step): string[] {
 }
 
 /** The totals of an attempt, in words. */
-const totalsText = (t: StepTotals) =>
-  `model calls: ${t.models.live} live, ${t.models.replayed} replayed; tool calls: ${t.tools.live} live, ${t.tools.replayed} replayed`;
+const totalsText = (t: StepTotals, a: AttemptSteps) =>
+  a.forkedFrom
+    ? `model calls: ${t.models.live} copied; tool calls: ${t.tools.live} copied`
+    : `model calls: ${t.models.live} live, ${t.models.replayed} replayed; tool calls: ${t.tools.live} live, ${t.tools.replayed} replayed`;
 
 /**
  * `show RUN --steps` as text: per attempt, its head, its steps, where it
@@ -416,9 +393,11 @@ export function stepsText(runId: string, attempts: readonly AttemptSteps[]): str
         "  (no journaled call: the journal was off, or no call went through run.journal)",
       );
     } else {
-      lines.push(...table(a.steps.map(stepRow)).split("\n").map((l) => `  ${l.trimEnd()}`));
+      lines.push(
+        ...table(a.steps.map((s) => stepRow(s, a))).split("\n").map((l) => `  ${l.trimEnd()}`),
+      );
     }
-    lines.push(`  ${terminalSafe(a.stopped)}`, `  ${totalsText(a.totals)}`);
+    lines.push(`  ${terminalSafe(a.stopped)}`, `  ${totalsText(a.totals, a)}`);
   }
   return lines.join("\n") + "\n";
 }

@@ -17,6 +17,7 @@ import { runCommand } from "./_run.ts";
 import { rollbackCommand, snapshotsCommand } from "./_workspace.ts";
 import { pruneCommand } from "./_ledger.ts";
 import { serveCommand } from "./_serve.ts";
+import { forkCommand } from "./_fork.ts";
 
 export type { CliIo, Command } from "./_io.ts";
 export { ago } from "./_format.ts";
@@ -40,6 +41,7 @@ export const COMMANDS: readonly Command[] = [
   showCommand,
   auditCommand,
   pruneCommand,
+  forkCommand,
   runCommand,
   rollbackCommand,
   snapshotsCommand,

@@ -40,6 +40,7 @@ export type {
   EffectReceipt,
   EffectRow,
   FencedRecord,
+  ForkOrigin,
   GraphChannelValue,
   GraphCheckpointPut,
   GraphCheckpointQuery,
