@@ -40,8 +40,8 @@
  *   processes ran (a process killed before its start was recorded has
  *   none); the newest ended `done`, no other did.
  *
- *   deno task soak:replay [--seed N] [--kills 50] [--pg-kills 30] [--adapters own,ai-sdk]
- *     [--steps 30] [--pg URL]
+ *   deno task soak:replay [--seed N] [--kills 50] [--pg-kills 30]
+ *     [--adapters own,ai-sdk,openai-agents] [--steps 30] [--pg URL]
  *
  * Exits 1 when a check fails. Adding an agent is one entry in `AGENTS`: a
  * fixture taking `HOME PLAN_JSON` whose plan has `sessionId`, `server`,
@@ -130,15 +130,13 @@ const AGENTS: Record<string, Agent> = {
     plan: (common, mode) => ({ ...common, major: 7, mode }),
     conversation: (out) => ({ text: out.text, steps: out.steps }),
   },
-  // The OpenAI Agents SDK, once tests/fixtures/openai_agents_journal_agent.ts takes `steps` and
-  // `marks` and posts `pid` and `attempt` as the AI SDK's does:
-  // "openai-agents": {
-  //   fixture: fixture("openai_agents_journal_agent"),
-  //   modes: ["generate", "stream"],
-  //   toolSteps: (steps) => steps - 1,
-  //   plan: (common, mode) => ({ ...common, mode }),
-  //   conversation: ({ replayed: _, replayedTools: __, ...rest }) => rest,
-  // },
+  "openai-agents": {
+    fixture: fixture("openai_agents_journal_agent"),
+    modes: ["generate", "stream"],
+    toolSteps: (steps) => steps - 1,
+    plan: (common, mode) => ({ ...common, mode }),
+    conversation: ({ replayed: _, replayedTools: __, ...rest }) => rest,
+  },
 };
 const adapters = flag(args, "--adapters", Object.keys(AGENTS).join(","))!.split(",");
 for (const a of adapters) {
