@@ -395,7 +395,7 @@ export class StoreBridge implements RunStore, LedgerStore {
     return new Promise<GraphCheckpointRow[]>((resolve, reject) => {
       if (this.#effectsWaiting.size === 0) this.#worker.ref();
       this.#effectsWaiting.set(id, { resolve: (answer) => resolve(answer.rows ?? []), reject });
-      this.#worker.postMessage({ type: "checkpoints", id, call } satisfies ToBridge);
+      this.#worker.postMessage({ type: "graph", id, call } satisfies ToBridge);
     });
   }
 

@@ -72,7 +72,7 @@ export type ToBridge =
   | { type: "effectsOf"; id: number; runId: string }
   | { type: "journal"; id: number; batch: JournalBatch }
   | { type: "journalOf"; id: number; runId: string }
-  | { type: "checkpoints"; id: number; call: CheckpointCall }
+  | { type: "graph"; id: number; call: CheckpointCall }
   | { type: "drain"; id: number; ms: number }
   | { type: "close"; ms: number }
   | { type: "port"; port: MessagePort }

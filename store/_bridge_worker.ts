@@ -463,7 +463,7 @@ function serve(
           });
           break;
         }
-        case "checkpoints": {
+        case "graph": {
           // In order with the effects and the journal: a read sees what this process kept.
           effects = effects.then(async () => {
             try {
