@@ -56,6 +56,8 @@ export interface LedgerStore {
   readonly journal?: LedgerJournal;
   /** A graph framework's own checkpoints (LangGraph's), by thread and namespace. */
   readonly checkpoints?: LedgerCheckpoints;
+  /** A framework's session transcripts (the Claude Agent SDK's, OpenAI Agents'), by scope and session. */
+  readonly sessions?: LedgerSessions;
 }
 
 /** Records answered on the caller's thread ({@linkcode LedgerStore.sync}). */
@@ -128,6 +130,36 @@ export interface LedgerCheckpoints {
   list(query: GraphCheckpointQuery): Promise<GraphCheckpointRow[]>;
   /** Remove a thread's checkpoints, values and writes, in every namespace. */
   deleteThread(thread: string): Promise<void>;
+}
+
+/**
+ * A framework's session transcripts ({@linkcode LedgerStore.sessions}):
+ * append-only entries of JSON text under a scope, a session and a subpath
+ * (`""` for the main transcript), read back in the order they were kept.
+ */
+export interface LedgerSessions {
+  /**
+   * Keep entries at the end of a transcript, in one durable commit. An entry
+   * whose `uuid` the transcript already holds (or that an earlier entry of
+   * the same batch brings) is left out; one without a uuid is always kept.
+   */
+  append(key: SessionPath, entries: SessionEntry[]): Promise<void>;
+  /**
+   * A transcript's entries (JSON text), in order; only the last `last` when
+   * given; null when it holds none (never written, deleted or emptied).
+   */
+  load(key: SessionPath, last?: number): Promise<string[] | null>;
+  /** The sessions of a scope (any subpath's entries count) and when each was last written, ms. */
+  list(scope: string): Promise<{ sessionId: string; mtime: number }[]>;
+  /**
+   * Remove a transcript: with subpath `""`, the session's every transcript
+   * (its subpaths too); with a subpath, that one alone.
+   */
+  delete(key: SessionPath): Promise<void>;
+  /** The subpaths (not `""`) that hold entries under a session. */
+  subkeys(scope: string, sessionId: string): Promise<string[]>;
+  /** Remove a transcript's last entry and return it, in one commit; undefined when it has none. */
+  pop(key: SessionPath): Promise<string | undefined>;
 }
 
 /** Trees of runs that share a budget, on the caller's thread ({@linkcode LedgerStore.trees}). */
@@ -541,6 +573,24 @@ export interface GraphCheckpointQuery {
   before?: string;
   /** The most returned. */
   limit?: number;
+}
+
+/** Where a session transcript lives ({@linkcode LedgerSessions}). */
+export interface SessionPath {
+  /** The caller's scope (a project, a tenant, a framework). */
+  scope: string;
+  /** The session's id. */
+  sessionId: string;
+  /** `""` for the main transcript, else a sub-transcript's name (a subagent's). */
+  subpath: string;
+}
+
+/** One transcript entry to keep ({@linkcode LedgerSessions.append}). */
+export interface SessionEntry {
+  /** The entry as JSON text, kept as given. */
+  json: string;
+  /** Its idempotency key, when it has one. */
+  uuid?: string;
 }
 
 /** A run as read back: its newest record, its process's heartbeat, and its state now. */

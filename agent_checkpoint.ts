@@ -39,6 +39,7 @@ import {
   type HostId,
   type LedgerCheckpoints,
   LedgerFeed,
+  type LedgerSessions,
   type LedgerStore,
   recordOf,
   type RunView,
@@ -600,30 +601,47 @@ export class AgentCheckpoint {
    * opened now (it is tried again at the next call).
    */
   graphCheckpoints(): LedgerCheckpoints {
+    return this.#storeGroup("graph checkpoints", (store) => store.checkpoints);
+  }
+
+  /**
+   * @internal A framework's session transcripts in this keeper's run store
+   * (its embedded ledger, or the fleet store the `store` setting names),
+   * opened when first asked.
+   *
+   * @throws {Error} As {@linkcode AgentCheckpoint.graphCheckpoints} does.
+   */
+  sessionTranscripts(): LedgerSessions {
+    return this.#storeGroup("session transcripts", (store) => store.sessions);
+  }
+
+  /** A group of the run store, which the run ledger's settings and driver must allow. */
+  #storeGroup<T>(what: string, group: (store: LedgerStore) => T | undefined): T {
     if (this.#contact.closed) throw new Error("agent-checkpoint: the keeper is closed");
     const settings = this.#source.at(nowMs());
     if (!settings.enabled || !settings.ledger) {
       throw new Error(
-        `agent-checkpoint: graph checkpoints need the run ledger, which the settings turn off (${
+        `agent-checkpoint: ${what} need the run ledger, which the settings turn off (${
           settings.enabled ? "ledger" : "enabled"
         }: false)`,
       );
     }
-    this.needLedger("graph checkpoints");
+    this.needLedger(what);
     const store = this.#ledger.open(settings);
     if (!store) {
       throw new Error(
         "agent-checkpoint: the run ledger cannot be opened now (the log says why); tried again at the next call",
       );
     }
-    if (!store.checkpoints) {
+    const port = group(store);
+    if (!port) {
       throw new Error(
         `agent-checkpoint: the run store at ${
           (store as { location?: string }).location ?? "this home"
-        } keeps no graph checkpoints`,
+        } keeps no ${what}`,
       );
     }
-    return store.checkpoints;
+    return port;
   }
 
   /**

@@ -47,6 +47,9 @@ import {
   query,
   type SDKMessage,
   type SDKUserMessage,
+  type SessionKey,
+  type SessionStore,
+  type SessionStoreEntry,
 } from "npm:@anthropic-ai/claude-agent-sdk@0.x";
 import type { AgentCheckpoint, EndStatus, Run } from "../mod.ts";
 import {
@@ -58,6 +61,8 @@ import {
   startAdapterRun,
   thrownStatus,
 } from "./_shared.ts";
+import { transcripts } from "./_sessions.ts";
+import type { SessionPath } from "../_ledger.ts";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
 export { BudgetExceededError, RunRefusedError } from "../run.ts";
@@ -694,4 +699,214 @@ function withEffectKey(run: Run, matcher: HookCallbackMatcher): HookCallbackMatc
       }) as typeof callback
     ),
   };
+}
+
+/** A session key as the run store keeps it: the main transcript's subpath is `""`. */
+const pathOf = (key: SessionKey): SessionPath => ({
+  scope: key.projectKey,
+  sessionId: key.sessionId,
+  subpath: key.subpath ?? "",
+});
+
+/**
+ * The Claude Agent SDK's `SessionStore` kept in the run store of an
+ * agent-checkpoint keeper: its embedded ledger (`<home>/agent-checkpoint/runs.db`),
+ * or the PostgreSQL fleet store when the keeper's `store` setting names one.
+ * Pass it as `options.sessionStore`: the SDK mirrors each session's transcript
+ * into it, and a `resume` loads the transcript from it, in any process or on
+ * any machine whose keeper shares the store.
+ *
+ * Each entry is kept as its JSON text and read back deep-equal, in the order
+ * appended; an entry whose `uuid` the transcript already holds is left out
+ * (the SDK's retries and `importSessionToStore()` replays), one without a
+ * uuid is always kept. Subagents' transcripts (`subpath`) are kept apart and
+ * listed by `listSubkeys`; `delete` of the main key removes them too.
+ *
+ * @example A transcript mirrored by one keeper and loaded by a second one
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { RunStoreSessionStore } from "./claude_agent_sdk.ts";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const home = mkdtempSync(join(tmpdir(), "ac-"));
+ * const key = { projectKey: "my-app", sessionId: "fix-tests" };
+ * const first = createAgentCheckpoint({ home, env: {} });
+ * // In `query({ prompt, options: { sessionStore: new RunStoreSessionStore(first) } })`:
+ * await new RunStoreSessionStore(first).append(key, [
+ *   { type: "user", uuid: "a1", message: { role: "user", content: "hi" } },
+ * ]);
+ * await first.close();
+ *
+ * const second = createAgentCheckpoint({ home, env: {} });
+ * const store = new RunStoreSessionStore(second);
+ * assert.deepEqual(await store.load(key), [
+ *   { type: "user", uuid: "a1", message: { role: "user", content: "hi" } },
+ * ]);
+ * assert.equal(await store.load({ ...key, sessionId: "unknown" }), null);
+ * await second.close();
+ * ```
+ */
+export class RunStoreSessionStore implements SessionStore {
+  readonly #ac: AgentCheckpoint;
+
+  /**
+   * A session store over a keeper's run store.
+   *
+   * @param ac The keeper whose run store keeps the transcripts.
+   */
+  constructor(ac: AgentCheckpoint) {
+    this.#ac = ac;
+  }
+
+  /**
+   * Keep a batch of transcript entries at the end of its transcript, in one
+   * durable commit; an entry whose `uuid` is kept already is left out.
+   *
+   * @param key The transcript.
+   * @param entries Its new entries.
+   * @returns Once they are committed.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSessionStore } from "./claude_agent_sdk.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const store = new RunStoreSessionStore(ac);
+   * const key = { projectKey: "p", sessionId: "s" };
+   * await store.append(key, [{ type: "user", uuid: "u1" }, { type: "title", title: "t" }]);
+   * await store.append(key, [{ type: "user", uuid: "u1" }, { type: "title", title: "t" }]);
+   * assert.deepEqual(await store.load(key), [
+   *   { type: "user", uuid: "u1" }, { type: "title", title: "t" }, { type: "title", title: "t" },
+   * ]);
+   * await ac.close();
+   * ```
+   */
+  append(key: SessionKey, entries: SessionStoreEntry[]): Promise<void> {
+    if (entries.length === 0) return Promise.resolve();
+    const kept = entries.map((entry) => ({
+      json: JSON.stringify(entry),
+      ...(typeof entry.uuid === "string" ? { uuid: entry.uuid } : {}),
+    }));
+    return transcripts(this.#ac, (s) => s.append(pathOf(key), kept));
+  }
+
+  /**
+   * A transcript's entries, in the order appended; null for one never written
+   * (or deleted).
+   *
+   * @param key The transcript.
+   * @returns Its entries, or null.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSessionStore } from "./claude_agent_sdk.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const store = new RunStoreSessionStore(ac);
+   * assert.equal(await store.load({ projectKey: "p", sessionId: "none" }), null);
+   * await ac.close();
+   * ```
+   */
+  async load(key: SessionKey): Promise<SessionStoreEntry[] | null> {
+    const texts = await transcripts(this.#ac, (s) => s.load(pathOf(key)));
+    return texts && texts.map((text) => JSON.parse(text) as SessionStoreEntry);
+  }
+
+  /**
+   * The sessions of a project and when each was last written (ms since the epoch).
+   *
+   * @param projectKey The project.
+   * @returns Each session's id and mtime, in no order.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSessionStore } from "./claude_agent_sdk.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const store = new RunStoreSessionStore(ac);
+   * await store.append({ projectKey: "p", sessionId: "s" }, [{ type: "user" }]);
+   * const [only] = await store.listSessions("p");
+   * assert.equal(only?.sessionId, "s");
+   * assert.ok(only!.mtime <= Date.now());
+   * await ac.close();
+   * ```
+   */
+  listSessions(projectKey: string): Promise<{ sessionId: string; mtime: number }[]> {
+    return transcripts(this.#ac, (s) => s.list(projectKey));
+  }
+
+  /**
+   * Remove a transcript: the main key's removes the session's subagent
+   * transcripts too; a key with a subpath removes that one alone.
+   *
+   * @param key The transcript.
+   * @returns Once it is removed.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSessionStore } from "./claude_agent_sdk.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const store = new RunStoreSessionStore(ac);
+   * const key = { projectKey: "p", sessionId: "s" };
+   * await store.append({ ...key, subpath: "subagents/a" }, [{ type: "user" }]);
+   * await store.delete(key);
+   * assert.equal(await store.load({ ...key, subpath: "subagents/a" }), null);
+   * await ac.close();
+   * ```
+   */
+  delete(key: SessionKey): Promise<void> {
+    return transcripts(this.#ac, (s) => s.delete(pathOf(key)));
+  }
+
+  /**
+   * The subpaths of a session's subagent transcripts.
+   *
+   * @param key The session.
+   * @returns Each subpath that holds entries.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSessionStore } from "./claude_agent_sdk.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const store = new RunStoreSessionStore(ac);
+   * const key = { projectKey: "p", sessionId: "s" };
+   * await store.append(key, [{ type: "user" }]);
+   * await store.append({ ...key, subpath: "subagents/agent-1" }, [{ type: "user" }]);
+   * assert.deepEqual(await store.listSubkeys(key), ["subagents/agent-1"]);
+   * await ac.close();
+   * ```
+   */
+  listSubkeys(key: { projectKey: string; sessionId: string }): Promise<string[]> {
+    return transcripts(this.#ac, (s) => s.subkeys(key.projectKey, key.sessionId));
+  }
 }

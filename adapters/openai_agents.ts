@@ -43,6 +43,7 @@ import {
   Runner,
   type RunResult,
   type RunState,
+  type Session,
   type StreamedRunResult,
   type StreamEvent,
   type StreamRunOptions,
@@ -63,6 +64,9 @@ import {
   toolCallSignal,
 } from "./_shared.ts";
 import { isThenable } from "../log.ts";
+import { transcripts } from "./_sessions.ts";
+import type { SessionPath } from "../_ledger.ts";
+import { randomUUID } from "node:crypto";
 
 export type { AdapterInit, Placement } from "./_shared.ts";
 export { BudgetExceededError, RunRefusedError } from "../run.ts";
@@ -1105,5 +1109,203 @@ class Journaling {
       if (event?.type === "response_done") this.#report(event.response?.usage, name);
       yield event;
     }
+  }
+}
+
+/** Where a {@linkcode RunStoreSession} keeps its items. */
+export interface RunStoreSessionInit {
+  /** The session's id. @default {a new random UUID} */
+  sessionId?: string;
+  /** The scope its id is kept under (sessions of two scopes never meet). @default {"openai-agents"} */
+  scope?: string;
+}
+
+/**
+ * An OpenAI Agents `Session` (conversation memory) kept in the run store of
+ * an agent-checkpoint keeper: its embedded ledger (`<home>/agent-checkpoint/runs.db`),
+ * or the PostgreSQL fleet store when the keeper's `store` setting names one.
+ * Pass it as `session` to `run()` (or `checkpointedRun()`): each run starts
+ * from the items the session's earlier runs kept, in any process or on any
+ * machine whose keeper shares the store.
+ *
+ * Items are kept as their JSON, in order, as `MemorySession` keeps them:
+ * `getItems(n)` gives the last `n`, `popItem()` removes and returns the last
+ * one (in one commit), `clearSession()` removes them all.
+ *
+ * @example A second run sees the first run's conversation
+ * ```ts
+ * import { createAgentCheckpoint } from "../mod.ts";
+ * import { RunStoreSession } from "./openai_agents.ts";
+ * import { Agent, run } from "npm:@openai/agents@0.x";
+ * import { assistantMessage, ScriptedModel } from "npm:@openai/agents@0.x/testing";
+ * import assert from "node:assert/strict";
+ * import { mkdtempSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+ * const model = new ScriptedModel([[assistantMessage("Hi Ada")], [assistantMessage("Ada")]]);
+ * const agent = new Agent({ name: "assistant", model });
+ * const session = new RunStoreSession(ac, { sessionId: "chat-1" });
+ * await run(agent, "My name is Ada", { session });
+ * const second = await run(agent, "What is my name?", { session });
+ * assert.equal(second.finalOutput, "Ada");
+ * assert.equal((await session.getItems()).length, 4); // two questions, two answers
+ * await ac.close();
+ * ```
+ */
+export class RunStoreSession implements Session {
+  readonly #ac: AgentCheckpoint;
+  readonly #key: SessionPath;
+
+  /**
+   * A session over a keeper's run store.
+   *
+   * @param ac The keeper whose run store keeps the items.
+   * @param init The session's id and scope.
+   */
+  constructor(ac: AgentCheckpoint, init: RunStoreSessionInit = {}) {
+    this.#ac = ac;
+    this.#key = {
+      scope: init.scope ?? "openai-agents",
+      sessionId: init.sessionId ?? randomUUID(),
+      subpath: "",
+    };
+  }
+
+  /**
+   * The session's id.
+   *
+   * @returns The id it was made with (or the random one it got).
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSession } from "./openai_agents.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * assert.equal(await new RunStoreSession(ac, { sessionId: "s" }).getSessionId(), "s");
+   * await ac.close();
+   * ```
+   */
+  getSessionId(): Promise<string> {
+    return Promise.resolve(this.#key.sessionId);
+  }
+
+  /**
+   * The session's items, the oldest first: all of them, or the last `limit`.
+   *
+   * @param limit How many of the newest items, at most.
+   * @returns The items.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSession } from "./openai_agents.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const session = new RunStoreSession(ac);
+   * await session.addItems([
+   *   { role: "user", content: "one" }, { role: "user", content: "two" }, { role: "user", content: "three" },
+   * ]);
+   * assert.deepEqual(await session.getItems(2), [
+   *   { role: "user", content: "two" }, { role: "user", content: "three" },
+   * ]);
+   * await ac.close();
+   * ```
+   */
+  async getItems(limit?: number): Promise<AgentInputItem[]> {
+    if (limit !== undefined && limit <= 0) return [];
+    const texts = await transcripts(this.#ac, (s) => s.load(this.#key, limit));
+    return (texts ?? []).map((text) => JSON.parse(text) as AgentInputItem);
+  }
+
+  /**
+   * Keep items at the end of the session, in one durable commit.
+   *
+   * @param items The new items.
+   * @returns Once they are committed.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSession } from "./openai_agents.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const session = new RunStoreSession(ac);
+   * await session.addItems([{ role: "user", content: "hello" }]);
+   * assert.equal((await session.getItems()).length, 1);
+   * await ac.close();
+   * ```
+   */
+  addItems(items: AgentInputItem[]): Promise<void> {
+    if (items.length === 0) return Promise.resolve();
+    const entries = items.map((item) => ({ json: JSON.stringify(item) }));
+    return transcripts(this.#ac, (s) => s.append(this.#key, entries));
+  }
+
+  /**
+   * Remove the session's newest item and return it, in one commit.
+   *
+   * @returns The item, or undefined when the session has none.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSession } from "./openai_agents.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const session = new RunStoreSession(ac);
+   * await session.addItems([{ role: "user", content: "a" }, { role: "user", content: "b" }]);
+   * assert.deepEqual(await session.popItem(), { role: "user", content: "b" });
+   * assert.deepEqual(await session.getItems(), [{ role: "user", content: "a" }]);
+   * await ac.close();
+   * ```
+   */
+  async popItem(): Promise<AgentInputItem | undefined> {
+    const text = await transcripts(this.#ac, (s) => s.pop(this.#key));
+    return text === undefined ? undefined : JSON.parse(text) as AgentInputItem;
+  }
+
+  /**
+   * Remove every item of the session.
+   *
+   * @returns Once they are removed.
+   *
+   * @example
+   * ```ts
+   * import { createAgentCheckpoint } from "../mod.ts";
+   * import { RunStoreSession } from "./openai_agents.ts";
+   * import assert from "node:assert/strict";
+   * import { mkdtempSync } from "node:fs";
+   * import { tmpdir } from "node:os";
+   * import { join } from "node:path";
+   *
+   * const ac = createAgentCheckpoint({ home: mkdtempSync(join(tmpdir(), "ac-")), env: {} });
+   * const session = new RunStoreSession(ac);
+   * await session.addItems([{ role: "user", content: "a" }]);
+   * await session.clearSession();
+   * assert.deepEqual(await session.getItems(), []);
+   * await ac.close();
+   * ```
+   */
+  clearSession(): Promise<void> {
+    return transcripts(this.#ac, (s) => s.delete(this.#key));
   }
 }

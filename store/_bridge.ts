@@ -31,6 +31,7 @@ import {
   type EffectsDone,
   type FromBridge,
   type FromWatchdog,
+  type SessionCall,
   START_WAIT_MS,
   STATE_DOWN,
   STATE_UNKNOWN,
@@ -64,6 +65,7 @@ import type {
   RunRecord,
   RunStore,
   RunView,
+  SessionsPort,
   StartOptions,
   StoreSummary,
   SummaryQuery,
@@ -156,6 +158,8 @@ export class StoreBridge implements RunStore, LedgerStore {
   readonly journal?: JournalPort & LedgerJournal;
   /** {@linkcode LedgerStore.checkpoints}, when the backend keeps them: through the store's thread. */
   readonly checkpoints?: CheckpointsPort;
+  /** {@linkcode LedgerStore.sessions}, when the backend keeps them: through the store's thread. */
+  readonly sessions?: SessionsPort;
   /** {@linkcode LedgerStore.trees}, when the backend keeps them. */
   readonly trees?: TreesPort & LedgerTrees;
   /** {@linkcode LedgerStore.relay}: what is handed to the store's thread. */
@@ -196,6 +200,20 @@ export class StoreBridge implements RunStore, LedgerStore {
           (await this.#checkpoints({ op: "list", query: { ...query, limit: 1 } }))[0],
         list: (query) => this.#checkpoints({ op: "list", query }),
         deleteThread: (thread) => this.#checkpoints({ op: "deleteThread", thread }).then(() => {}),
+      };
+    }
+    if (reader.sessions) {
+      const call = <T>(c: SessionCall) => this.#sessions(c) as Promise<T>;
+      this.sessions = {
+        append: (key, entries) =>
+          entries.length === 0 ? Promise.resolve() : call({ op: "append", key, entries }),
+        load: (key, last) =>
+          call<string[] | undefined>({ op: "load", key, ...(last === undefined ? {} : { last }) })
+            .then((entries) => entries ?? null),
+        list: (scope) => call({ op: "list", scope }),
+        delete: (key) => call({ op: "delete", key }),
+        subkeys: (scope, sessionId) => call({ op: "subkeys", scope, sessionId }),
+        pop: (key) => call({ op: "pop", key }),
       };
     }
     const trees = reader.trees;
@@ -338,7 +356,9 @@ export class StoreBridge implements RunStore, LedgerStore {
   readonly #effectsWaiting = new Map<
     number,
     {
-      resolve: (answer: { entries?: JournalEntry[]; rows?: GraphCheckpointRow[] }) => void;
+      resolve: (
+        answer: { entries?: JournalEntry[]; rows?: GraphCheckpointRow[]; answer?: unknown },
+      ) => void;
       reject: (error: Error) => void;
     }
   >();
@@ -399,6 +419,21 @@ export class StoreBridge implements RunStore, LedgerStore {
     });
   }
 
+  /**
+   * A call of the session transcripts, made by the store's thread in order with the effects,
+   * the journal and the checkpoints; resolves with its answer once it is done (a write's once
+   * it is committed).
+   */
+  #sessions(call: SessionCall): Promise<unknown> {
+    if (this.#closed) return Promise.reject(new Error("the fleet store is closed"));
+    const id = ++this.#seq;
+    return new Promise<unknown>((resolve, reject) => {
+      if (this.#effectsWaiting.size === 0) this.#worker.ref();
+      this.#effectsWaiting.set(id, { resolve: (answer) => resolve(answer.answer), reject });
+      this.#worker.postMessage({ type: "sessions", id, call } satisfies ToBridge);
+    });
+  }
+
   #effected(message: EffectsDone): void {
     const waiting = this.#effectsWaiting.get(message.id);
     if (!waiting) return;
@@ -408,6 +443,7 @@ export class StoreBridge implements RunStore, LedgerStore {
       waiting.resolve({
         ...(message.entries ? { entries: message.entries } : {}),
         ...(message.rows ? { rows: message.rows } : {}),
+        ...("answer" in message ? { answer: message.answer } : {}),
       });
     } else waiting.reject(new Error(message.error));
   }

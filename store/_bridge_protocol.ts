@@ -22,6 +22,8 @@ import type {
   JournalEntry,
   RunRecord,
   RunView,
+  SessionEntry,
+  SessionPath,
   StartOptions,
   WriteBatch,
 } from "./types.ts";
@@ -73,6 +75,7 @@ export type ToBridge =
   | { type: "journal"; id: number; batch: JournalBatch }
   | { type: "journalOf"; id: number; runId: string }
   | { type: "graph"; id: number; call: CheckpointCall }
+  | { type: "sessions"; id: number; call: SessionCall }
   | { type: "drain"; id: number; ms: number }
   | { type: "close"; ms: number }
   | { type: "port"; port: MessagePort }
@@ -87,6 +90,15 @@ export type CheckpointCall =
   | { op: "putWrites"; writes: GraphWrites }
   | { op: "list"; query: GraphCheckpointQuery }
   | { op: "deleteThread"; thread: string };
+
+/** @internal A call of the store's session transcripts, carried to the store thread. */
+export type SessionCall =
+  | { op: "append"; key: SessionPath; entries: SessionEntry[] }
+  | { op: "load"; key: SessionPath; last?: number }
+  | { op: "list"; scope: string }
+  | { op: "delete"; key: SessionPath }
+  | { op: "subkeys"; scope: string; sessionId: string }
+  | { op: "pop"; key: SessionPath };
 
 /** @internal The watchdog to the store thread: its batch each interval, or a prune. */
 export type FromWatchdog =
@@ -130,4 +142,6 @@ export type EffectsDone = {
   entries?: JournalEntry[];
   /** A read of graph checkpoints: its rows. */
   rows?: GraphCheckpointRow[];
+  /** A call of the session transcripts: its answer (absent for undefined). */
+  answer?: unknown;
 };

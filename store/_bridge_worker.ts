@@ -492,6 +492,41 @@ function serve(
           });
           break;
         }
+        case "sessions": {
+          // In order with the effects, the journal and the checkpoints: a read sees what this
+          // process kept.
+          effects = effects.then(async () => {
+            try {
+              const port = store.sessions;
+              if (!port) {
+                throw new Error(`the ${backend.engine} store keeps no session transcripts`);
+              }
+              const call = message.call;
+              let answer: unknown;
+              if (call.op === "append") await port.append(call.key, call.entries);
+              else if (call.op === "load") answer = await port.load(call.key, call.last);
+              else if (call.op === "list") answer = await port.list(call.scope);
+              else if (call.op === "delete") await port.delete(call.key);
+              else if (call.op === "subkeys") {
+                answer = await port.subkeys(call.scope, call.sessionId);
+              } else answer = await port.pop(call.key);
+              up();
+              parent.postMessage(
+                {
+                  type: "effected",
+                  id: message.id,
+                  ...(answer === undefined || answer === null ? {} : { answer }),
+                } satisfies EffectsDone,
+              );
+            } catch (error) {
+              parent.postMessage(
+                { type: "effected", id: message.id, error: errorText(error) } satisfies EffectsDone,
+              );
+              fail(error, records.size);
+            }
+          });
+          break;
+        }
         case "effectsOf": {
           try {
             const rows = await effectsOf().read(message.runId);

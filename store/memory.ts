@@ -40,6 +40,7 @@ import {
   runState,
   type RunStore,
   type RunView,
+  type SessionsPort,
   type StartOptions,
   type StoreSummary,
   type SummaryQuery,
@@ -68,6 +69,8 @@ interface Data {
   /** Graph checkpoints by thread, namespace and id; their values by thread, namespace, channel, version. */
   graph: Map<string, GraphCheckpoint>;
   graphValues: Map<string, GraphChannelValue>;
+  /** Session transcripts by scope, session and subpath (`graphKey`). */
+  sessions: Map<string, { json: string; uuid?: string; at: number }[]>;
 }
 
 /** A graph checkpoint as kept here, with its writes by task and index. */
@@ -143,6 +146,7 @@ export class MemoryRunStore implements RunStore {
         bodies: new Map(),
         graph: new Map(),
         graphValues: new Map(),
+        sessions: new Map(),
       };
       shared.set(options.url, data);
     }
@@ -268,6 +272,69 @@ export class MemoryRunStore implements RunStore {
           }
         }
       }),
+  };
+
+  /** {@linkcode RunStore.sessions}. */
+  readonly sessions: SessionsPort = {
+    append: (key, entries) =>
+      this.#run(() => {
+        if (entries.length === 0) return;
+        const k = graphKey(key.scope, key.sessionId, key.subpath);
+        const kept = this.#data.sessions.get(k) ?? [];
+        const uuids = new Set(kept.flatMap((e) => e.uuid === undefined ? [] : [e.uuid]));
+        const at = Date.now();
+        for (const e of entries) {
+          if (e.uuid !== undefined) {
+            if (uuids.has(e.uuid)) continue;
+            uuids.add(e.uuid);
+          }
+          kept.push(
+            e.uuid === undefined ? { json: e.json, at } : { json: e.json, uuid: e.uuid, at },
+          );
+        }
+        this.#data.sessions.set(k, kept);
+      }),
+    load: (key, last) =>
+      this.#run(() => {
+        const kept = this.#data.sessions.get(graphKey(key.scope, key.sessionId, key.subpath));
+        if (!kept || kept.length === 0) return null;
+        const from = last === undefined
+          ? 0
+          : Math.max(0, kept.length - Math.max(0, Math.floor(last)));
+        return kept.slice(from).map((e) => e.json);
+      }),
+    list: (scope) =>
+      this.#run(() => {
+        const mtimes = new Map<string, number>();
+        for (const [k, kept] of this.#data.sessions) {
+          const [s, sessionId] = JSON.parse(k) as string[];
+          if (s !== scope || kept.length === 0) continue;
+          const at = Math.max(...kept.map((e) => e.at));
+          mtimes.set(sessionId!, Math.max(mtimes.get(sessionId!) ?? 0, at));
+        }
+        return [...mtimes].map(([sessionId, mtime]) => ({ sessionId, mtime }));
+      }),
+    delete: (key) =>
+      this.#run(() => {
+        for (const k of [...this.#data.sessions.keys()]) {
+          const [s, sessionId, subpath] = JSON.parse(k) as string[];
+          if (s !== key.scope || sessionId !== key.sessionId) continue;
+          if (key.subpath === "" || subpath === key.subpath) this.#data.sessions.delete(k);
+        }
+      }),
+    subkeys: (scope, sessionId) =>
+      this.#run(() =>
+        [...this.#data.sessions].flatMap(([k, kept]) => {
+          const [s, id, subpath] = JSON.parse(k) as string[];
+          return s === scope && id === sessionId && subpath !== "" && kept.length > 0
+            ? [subpath!]
+            : [];
+        })
+      ),
+    pop: (key) =>
+      this.#run(() =>
+        this.#data.sessions.get(graphKey(key.scope, key.sessionId, key.subpath))?.pop()?.json
+      ),
   };
 
   #graphRows(query: GraphCheckpointQuery): GraphCheckpointRow[] {

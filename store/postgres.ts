@@ -53,6 +53,9 @@ import {
   runState,
   type RunStore,
   type RunView,
+  type SessionEntry,
+  type SessionPath,
+  type SessionsPort,
   type StartOptions,
   type StoreSummary,
   type SummaryQuery,
@@ -428,6 +431,28 @@ SELECT c.thread_id, c.ns, c.checkpoint_id, c.parent_id, c.type,
   )::text AS writes
 FROM ${s}.graph_checkpoints c ${where} ORDER BY c.checkpoint_id DESC${limit}`;
 
+/**
+ * A framework's session transcripts: entries in the order kept (`seq`), by
+ * scope, session and subpath, a uuid once per transcript; a table of its own
+ * made by the first entry kept.
+ */
+const sessionsDdl = (s: string) =>
+  `CREATE TABLE IF NOT EXISTS ${s}.session_entries (
+  seq bigserial PRIMARY KEY, scope text NOT NULL, session_id text NOT NULL,
+  subpath text COLLATE "C" NOT NULL, uuid text, entry text NOT NULL, at bigint NOT NULL);
+CREATE INDEX IF NOT EXISTS session_entries_key ON ${s}.session_entries
+  (scope, session_id, subpath, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS session_entries_uuid ON ${s}.session_entries
+  (scope, session_id, subpath, uuid)`;
+
+/** A batch of entries, in its order, a uuid the transcript holds left out: one statement. */
+const sessionAppendSql = (s: string) => `
+INSERT INTO ${s}.session_entries (scope, session_id, subpath, uuid, entry, at)
+SELECT $1, $2, $3, x.e ->> 'uuid', x.e ->> 'entry', $5
+FROM json_array_elements($4::text::json) WITH ORDINALITY AS x(e, n)
+ORDER BY x.n
+ON CONFLICT DO NOTHING`;
+
 /** Bodies no entry names any more (after a run's entries went). */
 const journalOrphans = (s: string) =>
   `DELETE FROM ${s}.journal_bodies b WHERE NOT EXISTS
@@ -705,6 +730,44 @@ export class PgRunStore implements RunStore {
     get: async (query) => (await this.graphCheckpoints({ ...query, limit: 1 }))[0],
     list: (query) => this.graphCheckpoints(query),
     deleteThread: (thread) => this.deleteGraphThread(thread),
+  };
+  /** {@linkcode RunStore.sessions}. */
+  readonly sessions: SessionsPort = {
+    append: (key, entries) => this.appendSession(key, entries),
+    load: (key, last) => this.sessionOf(key, last),
+    list: async (scope) =>
+      (await this.#sessionRead(
+        `SELECT session_id, max(at) AS mtime FROM ${this.#s}.session_entries WHERE scope = $1
+          GROUP BY session_id`,
+        [scope],
+      )).map((r) => ({ sessionId: String(r.session_id), mtime: Number(r.mtime) })),
+    delete: async (key) => {
+      await this.#makeSessions();
+      await this.#query(
+        `DELETE FROM ${this.#s}.session_entries WHERE scope = $1 AND session_id = $2${
+          key.subpath === "" ? "" : " AND subpath = $3"
+        }`,
+        key.subpath === "" ? [key.scope, key.sessionId] : [key.scope, key.sessionId, key.subpath],
+      );
+    },
+    subkeys: async (scope, sessionId) =>
+      (await this.#sessionRead(
+        `SELECT DISTINCT subpath FROM ${this.#s}.session_entries WHERE scope = $1
+          AND session_id = $2 AND subpath <> '' ORDER BY subpath`,
+        [scope, sessionId],
+      )).map((r) => String(r.subpath)),
+    pop: async (key) => {
+      await this.#makeSessions();
+      const s = this.#s;
+      // The last entry locked, then removed: a pop at the same time takes the one before.
+      const rows = await this.#query(
+        `DELETE FROM ${s}.session_entries WHERE seq = (SELECT seq FROM ${s}.session_entries
+          WHERE scope = $1 AND session_id = $2 AND subpath = $3 ORDER BY seq DESC LIMIT 1
+          FOR UPDATE) RETURNING entry`,
+        [key.scope, key.sessionId, key.subpath],
+      );
+      return rows.length === 0 ? undefined : String(rows[0]!.entry);
+    },
   };
   /** {@linkcode RunStore.trees}. */
   readonly trees: TreesPort = {
@@ -1357,6 +1420,65 @@ export class PgRunStore implements RunStore {
         DELETE FROM ${s}.graph_checkpoints WHERE thread_id = $1`,
       [thread],
     );
+  }
+
+  /** Whether this store made (or found) the session transcripts' table. */
+  #sessionsMade = false;
+
+  /** The session transcripts' table, made once per store (under the schema's lock). */
+  async #makeSessions(): Promise<void> {
+    if (this.#sessionsMade) return;
+    const sql = await this.#connection();
+    await sql.begin(async (tx) => {
+      this.roundTrips += 2;
+      await tx.unsafe(
+        `SELECT pg_advisory_xact_lock(hashtextextended('agent-checkpoint schema', 0))`,
+      );
+      await tx.unsafe(sessionsDdl(this.#s));
+    });
+    this.#sessionsMade = true;
+  }
+
+  /** A read of session transcripts; none when no entry was ever kept here. */
+  async #sessionRead(text: string, params: unknown[]): Promise<Record<string, unknown>[]> {
+    try {
+      return await this.#query(text, params);
+    } catch (error) {
+      if (codeOf(error) === "42P01") return [];
+      throw error;
+    }
+  }
+
+  /** Keep entries at the end of a session transcript: one statement, one commit. */
+  async appendSession(key: SessionPath, entries: SessionEntry[]): Promise<void> {
+    if (entries.length === 0) return;
+    await this.#makeSessions();
+    await this.#query(sessionAppendSql(this.#s), [
+      key.scope,
+      key.sessionId,
+      key.subpath,
+      JSON.stringify(entries.map((e) => ({ uuid: e.uuid ?? null, entry: e.json }))),
+      Date.now(),
+    ], true);
+  }
+
+  /** A session transcript's entries in order (the last `last` when given); null when none. */
+  async sessionOf(key: SessionPath, last?: number): Promise<string[] | null> {
+    const s = this.#s;
+    const params: unknown[] = [key.scope, key.sessionId, key.subpath];
+    const where = "scope = $1 AND session_id = $2 AND subpath = $3";
+    let text = `SELECT entry FROM ${s}.session_entries WHERE ${where} ORDER BY seq`;
+    if (last !== undefined) {
+      params.push(Math.max(0, Math.floor(last)));
+      text = `SELECT entry FROM (SELECT seq, entry FROM ${s}.session_entries WHERE ${where}
+        ORDER BY seq DESC LIMIT $4) x ORDER BY seq`;
+    }
+    const rows = await this.#sessionRead(text, params);
+    if (rows.length === 0) {
+      // Only a transcript that holds no entry at all reads as null, not a `last` of 0.
+      return last === undefined || last > 0 || (await this.sessionOf(key)) === null ? null : [];
+    }
+    return rows.map((r) => String(r.entry));
   }
 
   /** The effects recorded for a run id, every attempt's, the oldest first. */

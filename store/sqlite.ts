@@ -53,6 +53,9 @@ import {
   runState,
   type RunStore,
   type RunView,
+  type SessionEntry,
+  type SessionPath,
+  type SessionsPort,
   type StartOptions,
   type StoreSummary,
   type SummaryQuery,
@@ -403,6 +406,21 @@ const GRAPH_VALUES_OF = `SELECT v.channel, v.version, v.type, v.blob FROM json_e
 const GRAPH_WRITES_OF = `SELECT * FROM graph_writes WHERE thread_id = ? AND ns = ?
   AND checkpoint_id = ? ORDER BY task_path, task_id, idx`;
 
+/**
+ * A framework's session transcripts: entries in the order kept (`seq`), by
+ * scope, session and subpath, a uuid once per transcript; a table of its own
+ * made by the first entry kept.
+ */
+const SESSION_TABLES = `CREATE TABLE IF NOT EXISTS session_entries (
+  seq INTEGER PRIMARY KEY, scope TEXT NOT NULL, session_id TEXT NOT NULL, subpath TEXT NOT NULL,
+  uuid TEXT, entry TEXT NOT NULL, at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS session_entries_key ON session_entries (scope, session_id, subpath, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS session_entries_uuid
+  ON session_entries (scope, session_id, subpath, uuid);`;
+const SESSION_ENTRY = `INSERT INTO session_entries (scope, session_id, subpath, uuid, entry, at)
+  VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`;
+const SESSION_KEY = "scope = ? AND session_id = ? AND subpath = ?";
+
 /** How long a model call under an enforced tree cap waits for the store's lock, ms. */
 const ADMIT_WAIT_MS = 250;
 const TREE_JOIN = `INSERT INTO run_trees (run_id, root, parent) VALUES (?, ?, ?)
@@ -513,6 +531,56 @@ export class SqliteRunStore implements RunStore {
     get: (query) => run(() => this.checkpointsSync({ ...query, limit: 1 })[0]),
     list: (query) => run(() => this.checkpointsSync(query)),
     deleteThread: (thread) => run(() => this.deleteThreadSync(thread)),
+  };
+  /** {@linkcode RunStore.sessions}. */
+  readonly sessions: SessionsPort = {
+    append: (key, entries) => run(() => this.appendSessionSync(key, entries)),
+    load: (key, last) => run(() => this.sessionSync(key, last)),
+    list: (scope) =>
+      run(() =>
+        this.#sessionRead(
+          () =>
+            this.#db.all(
+              `SELECT session_id, max(at) AS mtime FROM session_entries WHERE scope = ?
+                GROUP BY session_id`,
+              scope,
+            ).map((r) => ({ sessionId: String(r.session_id), mtime: Number(r.mtime) })),
+          [],
+        )
+      ),
+    delete: (key) =>
+      run(() =>
+        this.#sessionWrite(() => {
+          if (key.subpath === "") {
+            this.#db.run(
+              "DELETE FROM session_entries WHERE scope = ? AND session_id = ?",
+              key.scope,
+              key.sessionId,
+            );
+          } else {
+            this.#db.run(
+              `DELETE FROM session_entries WHERE ${SESSION_KEY}`,
+              key.scope,
+              key.sessionId,
+              key.subpath,
+            );
+          }
+        })
+      ),
+    subkeys: (scope, sessionId) =>
+      run(() =>
+        this.#sessionRead(
+          () =>
+            this.#db.all(
+              `SELECT DISTINCT subpath FROM session_entries WHERE scope = ? AND session_id = ?
+                AND subpath <> '' ORDER BY subpath`,
+              scope,
+              sessionId,
+            ).map((r) => String(r.subpath)),
+          [],
+        )
+      ),
+    pop: (key) => run(() => this.popSessionSync(key)),
   };
   /**
    * {@linkcode RunStore.trees}, also on the caller's thread. An admission
@@ -1186,6 +1254,93 @@ export class SqliteRunStore implements RunStore {
       for (const table of ["graph_checkpoints", "graph_values", "graph_writes"]) {
         this.#db.run(`DELETE FROM ${table} WHERE thread_id = ?`, thread);
       }
+    });
+  }
+
+  #sessionsMade = false;
+
+  /** A durable write of session transcripts: one transaction, the table made first when none is. */
+  #sessionWrite<T>(body: () => T): T {
+    let out: T;
+    this.#durably(() => {
+      if (!this.#sessionsMade) {
+        this.#db.exec(SESSION_TABLES);
+        this.#sessionsMade = true;
+      }
+      out = this.#transaction(body);
+    }, EFFECT_WAIT_MS);
+    return out!;
+  }
+
+  /** A read of session transcripts; `none` when no entry was ever kept here. */
+  #sessionRead<T>(body: () => T, none: T): T {
+    try {
+      return body();
+    } catch (error) {
+      if (/no such table/.test(String(error))) return none;
+      throw error;
+    }
+  }
+
+  /** {@linkcode RunStore.sessions}'s append, synchronously: one commit. */
+  appendSessionSync(key: SessionPath, entries: SessionEntry[]): void {
+    if (entries.length === 0) return;
+    const at = Date.now();
+    this.#sessionWrite(() => {
+      for (const e of entries) {
+        this.#db.run(
+          SESSION_ENTRY,
+          key.scope,
+          key.sessionId,
+          key.subpath,
+          e.uuid ?? null,
+          e.json,
+          at,
+        );
+      }
+    });
+  }
+
+  /** {@linkcode RunStore.sessions}'s load, synchronously: the last `last` entries when given. */
+  sessionSync(key: SessionPath, last?: number): string[] | null {
+    const rows = this.#sessionRead(
+      () =>
+        last === undefined
+          ? this.#db.all(
+            `SELECT entry FROM session_entries WHERE ${SESSION_KEY} ORDER BY seq`,
+            key.scope,
+            key.sessionId,
+            key.subpath,
+          )
+          : this.#db.all(
+            `SELECT entry FROM (SELECT seq, entry FROM session_entries WHERE ${SESSION_KEY}
+              ORDER BY seq DESC LIMIT ?) ORDER BY seq`,
+            key.scope,
+            key.sessionId,
+            key.subpath,
+            Math.max(0, Math.floor(last)),
+          ),
+      [],
+    );
+    if (rows.length === 0) {
+      // Only a transcript that holds no entry at all reads as null, not a `last` of 0.
+      return last === undefined || last > 0 || this.sessionSync(key) === null ? null : [];
+    }
+    return rows.map((r) => String(r.entry));
+  }
+
+  /** {@linkcode RunStore.sessions}'s pop, synchronously: the last entry read and removed in one commit. */
+  popSessionSync(key: SessionPath): string | undefined {
+    return this.#sessionWrite(() => {
+      const row = this.#db.get(
+        `SELECT seq, entry FROM session_entries WHERE ${SESSION_KEY} ORDER BY seq DESC LIMIT 1`,
+        key.scope,
+        key.sessionId,
+        key.subpath,
+      );
+      if (!row) return undefined;
+      this.#db.run("DELETE FROM session_entries WHERE seq = ?", row.seq);
+      return String(row.entry);
     });
   }
 

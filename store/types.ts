@@ -23,6 +23,7 @@ import type {
   JournalEntry,
   LeaseState,
   LedgerCheckpoints,
+  LedgerSessions,
   RunRecord,
   RunState,
   RunView,
@@ -57,6 +58,7 @@ export type {
   LedgerJournal,
   LedgerLeases,
   LedgerRelay,
+  LedgerSessions,
   LedgerStore,
   LedgerSync,
   LedgerTrees,
@@ -68,6 +70,8 @@ export type {
   RunRecord,
   RunState,
   RunView,
+  SessionEntry,
+  SessionPath,
   StartOptions,
   TypedBytes,
   WriteBatch,
@@ -219,6 +223,8 @@ export interface RunStore {
   readonly journal?: JournalPort;
   /** A graph framework's own checkpoints (LangGraph's), by thread and namespace. */
   readonly checkpoints?: CheckpointsPort;
+  /** A framework's session transcripts (the Claude Agent SDK's, OpenAI Agents'), by scope and session. */
+  readonly sessions?: SessionsPort;
   /** Statements sent so far, when the backend counts them (benchmarks). */
   readonly roundTrips?: number;
 }
@@ -300,6 +306,13 @@ export interface JournalPort {
  * not runs: a prune leaves them, and `deleteThread` removes them.
  */
 export type CheckpointsPort = LedgerCheckpoints;
+
+/**
+ * A framework's session transcripts ({@linkcode RunStore.sessions}):
+ * append-only entries of JSON text by scope, session and subpath. They belong
+ * to sessions, not runs: a prune leaves them, and `delete` removes them.
+ */
+export type SessionsPort = LedgerSessions;
 
 /** Trees of runs that share a budget ({@linkcode RunStore.trees}). */
 export interface TreesPort {

@@ -363,3 +363,94 @@ export async function checkpointSteps(store: RunStore, t: number) {
   await cp.deleteThread("nobody");
   return out;
 }
+
+/**
+ * A framework's session transcripts, a capability a store offers whole:
+ * entries kept in order as given (JSON text, unicode and nesting alike), a
+ * uuid once per transcript (in one batch or across batches), entries without
+ * one always kept, subpaths and scopes apart, the last N, a pop, listings
+ * with their write times, deletes of a subpath or a whole session; a prune
+ * of runs leaves them.
+ */
+export async function sessionSteps(store: RunStore, t: number) {
+  assert.ok(store.sessions, `the ${store.engine} store offers session transcripts`);
+  const ss = store.sessions;
+  const key = (sessionId: string, subpath = "", scope = "proj") => ({ scope, sessionId, subpath });
+  const entry = (value: Record<string, unknown>) => ({
+    json: JSON.stringify(value),
+    ...(typeof value.uuid === "string" ? { uuid: value.uuid } : {}),
+  });
+  const out: Record<string, unknown> = {};
+  out.never = await ss.load(key("s1"));
+  out.neverList = await ss.list("proj");
+  out.neverSubkeys = await ss.subkeys("proj", "s1");
+  out.neverPop = await ss.pop(key("s1"));
+  const before = Date.now();
+  await ss.append(key("s1"), [
+    entry({ type: "user", uuid: "u1", message: { content: [{ text: "héllo ✓ 𝄞" }] } }),
+    entry({ type: "title", title: "first" }),
+    entry({ type: "assistant", uuid: "u2", nested: { a: [1, { b: null }] } }),
+    // The same uuid in one batch: the first kept.
+    entry({ type: "assistant", uuid: "u2", nested: "dup" }),
+  ]);
+  await ss.append(key("s1"), []);
+  await ss.append(key("s1"), [
+    entry({ type: "user", uuid: "u1", message: "replayed" }), // kept already: left out
+    entry({ type: "title", title: "first" }), // no uuid: kept again
+    entry({ type: "user", uuid: "u3" }),
+  ]);
+  await ss.append(key("s1", "subagents/agent-a"), [entry({ type: "user", uuid: "u1" })]);
+  await ss.append(key("s1", "subagents/agent-b"), [entry({ type: "user", uuid: "b1" })]);
+  await ss.append(key("s2"), [entry({ type: "user", uuid: "u1" })]);
+  await ss.append(key("s1", "", "other"), [entry({ type: "user", uuid: "o1" })]);
+  const after = Date.now();
+  const parsed = (texts: string[] | null) => texts && texts.map((x) => JSON.parse(x));
+  out.s1 = parsed(await ss.load(key("s1")));
+  out.agentA = parsed(await ss.load(key("s1", "subagents/agent-a")));
+  out.otherScope = parsed(await ss.load(key("s1", "", "other")));
+  out.last2 = parsed(await ss.load(key("s1"), 2));
+  out.last0 = await ss.load(key("s1"), 0);
+  out.last99 = (await ss.load(key("s1"), 99))?.length;
+  out.lastOfNever = await ss.load(key("nobody"), 3);
+  out.subkeys = await ss.subkeys("proj", "s1");
+  const listed = (await ss.list("proj")).sort((a, b) => a.sessionId < b.sessionId ? -1 : 1);
+  out.listed = listed.map((s) => s.sessionId);
+  out.mtimes = listed.map((s) =>
+    Number.isInteger(s.mtime) && s.mtime >= before - 1 && s.mtime <= after + 1
+  );
+  out.otherList = (await ss.list("other")).map((s) => s.sessionId);
+  // A prune of runs leaves transcripts, which belong to sessions.
+  const me = thisHost();
+  await store.startAttempt(record("session-run", me, t));
+  await store.write({
+    records: [record("session-run", me, t, { status: "done", end: { status: "done", at: t + 1 } })],
+  });
+  out.pruned = await store.prune(Date.now() + 1000, 10);
+  out.afterPrune = (await ss.load(key("s1")))?.length;
+  out.popped = parsed([(await ss.pop(key("s1")))!]);
+  out.afterPop = parsed(await ss.load(key("s1"), 1));
+  // A uuid popped may be kept again.
+  await ss.append(key("s1"), [entry({ type: "user", uuid: "u3", again: true })]);
+  out.reappended = parsed(await ss.load(key("s1"), 1));
+  await ss.append(key("s3"), [entry({ type: "x" })]);
+  out.poppedLast = parsed([(await ss.pop(key("s3")))!]);
+  out.emptied = await ss.load(key("s3"));
+  out.emptiedPop = await ss.pop(key("s3"));
+  await ss.delete(key("s1", "subagents/agent-a"));
+  out.afterSubDelete = {
+    sub: await ss.load(key("s1", "subagents/agent-a")),
+    main: (await ss.load(key("s1")))?.length,
+    subkeys: await ss.subkeys("proj", "s1"),
+  };
+  await ss.delete(key("s1"));
+  out.afterDelete = {
+    main: await ss.load(key("s1")),
+    sub: await ss.load(key("s1", "subagents/agent-b")),
+    subkeys: await ss.subkeys("proj", "s1"),
+    listed: (await ss.list("proj")).map((s) => s.sessionId),
+    s2: (await ss.load(key("s2")))?.length,
+    otherScope: (await ss.load(key("s1", "", "other")))?.length,
+  };
+  await ss.delete(key("nobody"));
+  return out;
+}

@@ -12,6 +12,7 @@ import {
   journalSteps,
   record,
   recordSteps,
+  sessionSteps,
 } from "./_contract.ts";
 import { openPgStore } from "../../store/postgres.ts";
 import { openSqliteStore, storeFile } from "../../store/sqlite.ts";
@@ -167,6 +168,66 @@ test("graph checkpoints: every store keeps values once per version, writes in or
   });
 });
 
+test("session transcripts: every store keeps entries in order, a uuid once, subpaths and scopes apart", async () => {
+  const t = Date.now() - 10_000;
+  const check = (got: Awaited<ReturnType<typeof sessionSteps>>) => {
+    assert.equal(got.never, null);
+    assert.deepEqual(got.neverList, []);
+    assert.deepEqual(got.neverSubkeys, []);
+    assert.equal(got.neverPop, undefined);
+    assert.deepEqual(got.s1, [
+      { type: "user", uuid: "u1", message: { content: [{ text: "héllo ✓ 𝄞" }] } },
+      { type: "title", title: "first" },
+      { type: "assistant", uuid: "u2", nested: { a: [1, { b: null }] } },
+      { type: "title", title: "first" },
+      { type: "user", uuid: "u3" },
+    ]);
+    assert.deepEqual(got.agentA, [{ type: "user", uuid: "u1" }]);
+    assert.deepEqual(got.otherScope, [{ type: "user", uuid: "o1" }]);
+    assert.deepEqual(got.last2, [{ type: "title", title: "first" }, { type: "user", uuid: "u3" }]);
+    assert.deepEqual(got.last0, []);
+    assert.equal(got.last99, 5);
+    assert.equal(got.lastOfNever, null);
+    assert.deepEqual(got.subkeys, ["subagents/agent-a", "subagents/agent-b"]);
+    assert.deepEqual(got.listed, ["s1", "s2"]);
+    assert.deepEqual(got.mtimes, [true, true]);
+    assert.deepEqual(got.otherList, ["s1"]);
+    assert.equal(got.pruned, 1);
+    assert.equal(got.afterPrune, 5);
+    assert.deepEqual(got.popped, [{ type: "user", uuid: "u3" }]);
+    assert.deepEqual(got.afterPop, [{ type: "title", title: "first" }]);
+    assert.deepEqual(got.reappended, [{ type: "user", uuid: "u3", again: true }]);
+    assert.deepEqual(got.poppedLast, [{ type: "x" }]);
+    assert.equal(got.emptied, null);
+    assert.equal(got.emptiedPop, undefined);
+    assert.deepEqual(got.afterSubDelete, { sub: null, main: 5, subkeys: ["subagents/agent-b"] });
+    assert.deepEqual(got.afterDelete, {
+      main: null,
+      sub: null,
+      subkeys: [],
+      listed: ["s2"],
+      s2: 1,
+      otherScope: 1,
+    });
+  };
+  const names = await alike((store) => sessionSteps(store, t), check);
+  // And through the store's thread, where the in-memory backend's data lives.
+  const bridge = openBridge({
+    backend: memoryBackend,
+    url: "memory://bridged-sessions",
+    hostTimeoutSeconds: 30,
+    fileMaxKb: 4,
+  });
+  try {
+    // (Its prune of runs is the watchdog's, not this thread's: only the transcripts compared.)
+    const got = await sessionSteps(bridge, t);
+    check({ ...got, pruned: 1 });
+  } finally {
+    await bridge.close();
+  }
+  console.log(`session transcripts alike on ${names.join(", ")} and through the bridge`);
+});
+
 test("the bridge carries a backend written only against the port to the host's thread", async () => {
   // The in-memory backend, in the store's thread: starts, reads, effects and trees answered
   // synchronously on this thread through it, as the PostgreSQL store's are.
@@ -254,6 +315,7 @@ test("a backend of records only: the bridge offers no other group, and its start
     assert.equal(bridge.effects, undefined);
     assert.equal(bridge.journal, undefined);
     assert.equal(bridge.checkpoints, undefined);
+    assert.equal(bridge.sessions, undefined);
     assert.equal(bridge.trees, undefined);
     try {
       bridge.sync.latest("nothing");
