@@ -48,7 +48,7 @@ import { type TreePlace, TreeSeats } from "./_tree.ts";
 import { WatchdogHost, type WatchdogStats } from "./_watchdog_host.ts";
 import { resume, type ResumeParts } from "./_earlier.ts";
 import { moveIn } from "./_home.ts";
-import { type ForkOptions, type ForkResult, forkRun, type ForkStore } from "./fork.ts";
+import { type ForkOptions, type ForkResult, forkRun, type ForkStore } from "./run/_fork.ts";
 import { SQLITE_FIX, sqliteDriver } from "./_sqlite.ts";
 
 /**

@@ -117,7 +117,7 @@ export {
   type StopReason,
   type UsageReport,
 } from "./run.ts";
-export { ForkError, type ForkOptions, type ForkResult } from "./fork.ts";
+export { ForkError, type ForkOptions, type ForkResult } from "./run/_fork.ts";
 export type { CheckpointEvent } from "./_writer.ts";
 export { type BoardChoice, discoverCaps, type DiscoveredCaps, type RunInit } from "./discover.ts";
 export { type Env, type LoadedSettings, loadSettings, type SettingsOptions } from "./config.ts";

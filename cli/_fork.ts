@@ -6,7 +6,7 @@
  * @module
  */
 import * as fs from "node:fs";
-import { ForkError, forkRun } from "../fork.ts";
+import { ForkError, forkRun } from "../run/_fork.ts";
 import { isPostgresUrl, openStore, type RunStore, storeFile, thisHost } from "../store/mod.ts";
 import { terminalSafe } from "./_format.ts";
 import { type CliIo, type Command, NAME, writeJson } from "./_io.ts";

@@ -18,8 +18,8 @@ import type {
   RunRecord,
   RunView,
   WriteBatch,
-} from "./_ledger.ts";
-import { orderCalls, placesOf } from "./run/_journal_order.ts";
+} from "../_ledger.ts";
+import { orderCalls, placesOf } from "./_journal_order.ts";
 
 /** What a fork needs of a run store: its records and its journal. */
 export interface ForkStore {
@@ -71,7 +71,7 @@ export interface ForkResult {
  *
  * @example
  * ```ts
- * import { createAgentCheckpoint, ForkError } from "./mod.ts";
+ * import { createAgentCheckpoint, ForkError } from "../mod.ts";
  * import assert from "node:assert/strict";
  * import { mkdtempSync } from "node:fs";
  * import { tmpdir } from "node:os";
@@ -148,8 +148,8 @@ function stepCount(calls: readonly Call[]): number {
  *
  * @example
  * ```ts
- * import { forkRun } from "./fork.ts";
- * import { memoryBackend } from "./store/memory.ts";
+ * import { forkRun } from "./_fork.ts";
+ * import { memoryBackend } from "../store/memory.ts";
  * import assert from "node:assert/strict";
  *
  * const store = memoryBackend.open({ url: "memory://fork", hostTimeoutSeconds: 30, fileMaxKb: 4 });
