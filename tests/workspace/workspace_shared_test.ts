@@ -5,7 +5,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { listProjects, rollback, rollbackDiff, Workspaces } from "../../workspace/mod.ts";
 import { processStart } from "../../workspace/_lock.ts";
 import { Git } from "../../workspace/_store.ts";
@@ -272,13 +272,22 @@ test("a git call whose new object's directory another process's prune just remov
   // removed the object directory it had just made; the third writes its object.
   const dir = tempHome();
   const calls = path.join(dir, "calls");
+  // The stand-in reads what it does from a file of its own (`sh` reads it, never executes it):
+  // a script rewritten and run at once can fail to start (ETXTBSY) while another thread of this
+  // busy process forks.
+  const does = path.join(dir, "does.sh");
   const bin = path.join(dir, "git");
+  fs.writeFileSync(does, "exit 0\n");
+  fs.writeFileSync(bin, `#!/bin/sh\n. "${does}"\n`, { mode: 0o755 });
+  // Started once before the test counts its calls: the new script's write is long closed.
+  for (let i = 0; i < 50 && spawnSync(bin, [], { stdio: "ignore" }).status !== 0; i++) {
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+  }
   fs.writeFileSync(
-    bin,
-    `#!/bin/sh\necho x >> "${calls}"\nif [ "$(wc -l < "${calls}")" -lt 3 ]; then\n` +
+    does,
+    `echo x >> "${calls}"\nif [ "$(wc -l < "${calls}")" -lt 3 ]; then\n` +
       `  echo "error: unable to create temporary file: No such file or directory" >&2\n` +
       `  exit 128\nfi\necho 0123abcd\n`,
-    { mode: 0o755 },
   );
   const git = new Git(bin, process.env);
   assert.equal(
@@ -287,10 +296,7 @@ test("a git call whose new object's directory another process's prune just remov
   );
   assert.equal(fs.readFileSync(calls, "utf8").split("\n").filter(Boolean).length, 3);
   // Any other failure is not taken for it: said at once.
-  fs.writeFileSync(
-    bin,
-    `#!/bin/sh\necho x >> "${calls}"\necho "fatal: bad object" >&2\nexit 128\n`,
-  );
+  fs.writeFileSync(does, `echo x >> "${calls}"\necho "fatal: bad object" >&2\nexit 128\n`);
   assert.throws(() => git.run(["cat-file", "-p", "x"], { gitDir: dir }), /bad object/);
   assert.equal(fs.readFileSync(calls, "utf8").split("\n").filter(Boolean).length, 4);
 });
