@@ -1781,6 +1781,7 @@ export class EffectLog {
   #saidJournalFull = false;
   #holdTimer: ReturnType<typeof setTimeout> | undefined;
 
+  /** @internal */
   constructor(parts: EffectLogParts) {
     this.#parts = parts;
   }
