@@ -474,7 +474,12 @@ test("in one process: a stream that fails midway is not journaled, so the retry 
       const streamed = await checkpointedRun(ac, { sessionId: "cut", maxTurns: 10 }, agent, "Go", {
         stream: true,
       });
-      for await (const _ of streamed) { /* read to its end */ }
+      try {
+        for await (const _ of streamed) { /* read to its end */ }
+      } finally {
+        // The run's end is recorded once `completed` settles: before the keeper closes.
+        await streamed.completed.catch(() => {});
+      }
       await streamed.completed;
       return { output: streamed.finalOutput, replayed: streamed.run.journal.replayed };
     } finally {
